@@ -1,0 +1,64 @@
+"""Time, injected: the service reads the clock only through a Clock; tests move a FakeClock."""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+
+class Clock:
+    """Wall clock (for expiry, shared with other hosts) and monotonic clock (for deadlines)."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+SYSTEM = Clock()
+
+
+class FakeClock(Clock):
+    """A clock that moves only when told to. ``sleep`` advances it instead of waiting."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._now = float(start)
+        self._mono = 0.0
+        self._lock = threading.Lock()
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+            self._mono += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if seconds > 0:
+            self.advance(seconds)
+
+
+def iso(ts: float) -> str:
+    """Seconds since the epoch as an RFC 3339 UTC timestamp with second precision."""
+    return datetime.fromtimestamp(int(ts), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str) -> float:
+    """Inverse of iso(); raises ValueError on anything else."""
+    if not isinstance(text, str) or len(text) != 20 or not text.endswith("Z"):
+        raise ValueError(f"not an RFC 3339 UTC timestamp: {text!r}")
+    dt = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return dt.timestamp()

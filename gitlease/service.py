@@ -1,0 +1,546 @@
+"""The lease service: acquire, renew, release, status, show, can-start.
+
+It owns the protocol (docs/protocol.md): which refs a lease has, how each change is one compare-and-swap
+transaction, how ambiguous outcomes are resolved by re-reading, and when an expired blocker may be cleared.
+It prints nothing and never exits; the CLI renders what it returns.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from . import record as records
+from . import scope as scopes
+from .clock import SYSTEM, Clock, iso
+from .config import Settings
+from .errors import GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable
+from .objects import ObjectWriter, ident_for
+from .record import Owner, Record
+from .repo import Repo
+from .signer import UNSIGNED, Signer
+from .state import Held, HeldState
+from .store import ID_PREFIX, SCOPE_REF, Blob, Outcome, RefUpdate, Store, open_store
+
+ACQUIRE_ATTEMPTS = 4
+
+
+# ------------------------------------------------------------------------------ ref names
+
+def id_ref(lease_id: str) -> str:
+    return ID_PREFIX + lease_id
+
+
+def scope_ref(path: str) -> str:
+    suffix = scopes.to_ref_suffix(path)
+    return f"{SCOPE_REF}/{suffix}" if suffix else SCOPE_REF
+
+
+def path_of_scope_ref(ref: str) -> str:
+    """Inverse of scope_ref; ValueError for a ref gitlease cannot have written."""
+    if ref == SCOPE_REF:
+        return scopes.ROOT
+    if not ref.startswith(SCOPE_REF + "/"):
+        raise ValueError(ref)
+    path = scopes.from_ref_suffix(ref[len(SCOPE_REF) + 1:])
+    if scopes.normalize(path) != path:
+        raise ValueError(ref)
+    return path
+
+
+# --------------------------------------------------------------------------------- views
+
+@dataclass
+class LeaseView:
+    """What a reader knows of one lease (or of refs that look like one), from one listing."""
+
+    lease_id: str
+    paths: tuple[str, ...]
+    record: Record | None = None  # the current version (the grant if the id ref is missing)
+    current_oid: str | None = None  # the id ref's value
+    grant_oid: str | None = None
+    scope_refs: dict[str, str] = field(default_factory=dict)  # ref -> oid, as listed
+    problems: list[str] = field(default_factory=list)
+    signed: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems and self.record is not None
+
+    def expires(self) -> float | None:
+        return self.record.expires if self.record else None
+
+    def state(self, now: float, skew: int) -> str:
+        """active | grace (expired, within the skew margin) | expired | invalid"""
+        if not self.valid:
+            return "invalid"
+        exp = self.expires()
+        assert exp is not None
+        if now < exp:
+            return "active"
+        return "grace" if now <= exp + skew else "expired"
+
+    def refs(self) -> dict[str, str]:
+        out = dict(self.scope_refs)
+        if self.current_oid:
+            out[id_ref(self.lease_id)] = self.current_oid
+        return out
+
+    def to_json(self, now: float, skew: int) -> dict[str, object]:
+        rec = self.record
+        return {
+            "leaseId": self.lease_id,
+            "paths": list(self.paths),
+            "state": self.state(now, skew),
+            "valid": self.valid,
+            "problems": list(self.problems),
+            "signed": self.signed,
+            "version": rec.version if rec else None,
+            "owner": rec.owner.to_json() if rec else None,
+            "workspaceId": rec.workspace_id if rec else None,
+            "expiresAt": rec.expires_at if rec else None,
+            "secondsLeft": int(rec.expires - now) if rec else None,
+            "refs": self.refs(),
+        }
+
+
+@dataclass
+class Snapshot:
+    leases: list[LeaseView]
+    fetched_at: float
+    stale: bool = False  # answered from the last fetched state because the store could not be read
+    error: str | None = None
+
+    def blocking(self, paths: Iterable[str], now: float, skew: int) -> list[LeaseView]:
+        """Every lease whose scope overlaps ``paths`` and is not expired beyond the skew margin."""
+        paths = list(paths)
+        return [v for v in self.leases if scopes.sets_overlap(v.paths, paths) and v.state(now, skew) != "expired"]
+
+    def overlapping(self, paths: Iterable[str]) -> list[LeaseView]:
+        paths = list(paths)
+        return [v for v in self.leases if scopes.sets_overlap(v.paths, paths)]
+
+    def find(self, lease_id: str) -> LeaseView | None:
+        return next((v for v in self.leases if v.lease_id == lease_id), None)
+
+
+@dataclass(frozen=True)
+class Acquired:
+    lease_id: str
+    record: Record
+    oid: str
+    cleared: tuple[str, ...] = ()  # expired leases cleared on the way
+
+
+@dataclass(frozen=True)
+class Renewed:
+    lease_id: str
+    record: Record
+    oid: str
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    oid: str
+    record: Record | None
+    problem: str | None
+    signed: bool
+
+
+# ------------------------------------------------------------------------------- service
+
+class LeaseService:
+    def __init__(self, repo: Repo, settings: Settings, *, store: Store | None = None, clock: Clock = SYSTEM,
+                 signer: Signer = UNSIGNED) -> None:
+        self.repo = repo
+        self.settings = settings
+        self.store = store or open_store(repo.cwd, settings.remote, timeout=settings.timeout)
+        self.clock = clock
+        self.signer = signer
+        self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
+        self.held = HeldState(repo.private_dir())
+
+    # ------------------------------------------------------------------ writing versions
+    def _write_version(self, rec: Record, parent: str | None, action: str) -> str:
+        data = rec.canonical()
+        sig = self.signer.sign(data)
+        msg = f"{action} {rec.lease_id} v{rec.version}\n\nscope: {' '.join(rec.paths)}\nexpires: {rec.expires_at}"
+        return self.objects.lease_commit(data, sig, (parent,) if parent else (), ident_for(rec.owner.agent_id,
+                                         rec.owner.host), int(self.clock.now()), msg)
+
+    def _repo_name(self) -> str:
+        if self.settings.repo_name:
+            return self.settings.repo_name
+        if self.settings.remote:
+            return _strip_userinfo(self.settings.remote)
+        return "local:" + os.path.basename(self.repo.worktree or self.repo.common_dir.rstrip("/"))
+
+    def _workspace(self) -> str:
+        if self.settings.workspace:
+            return self.settings.workspace
+        return os.path.basename(self.repo.worktree or self.repo.git_dir.rstrip("/")) or "workspace"
+
+    # ------------------------------------------------------------------------- acquire
+    def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
+                renew_every: int | None = None, workspace: str | None = None) -> Acquired:
+        paths = scopes.normalize_all(raw_scopes)
+        ttl = ttl or self.settings.ttl
+        cleared: list[str] = []
+        last_refusal: Outcome | None = None
+        for _attempt in range(ACQUIRE_ATTEMPTS):
+            now = self.clock.now()
+            owner = Owner(task_id=self.settings.task, agent_id=self.settings.agent, host=socket.gethostname(),
+                          pid=holder_pid, pid_start=process_start(holder_pid) if holder_pid else None,
+                          key=self.signer.public_key)
+            rec = records.new_record(lease_id=records.new_lease_id(now), repo=self._repo_name(), paths=paths,
+                                     workspace_id=workspace or self._workspace(), owner=owner, now=now, ttl=ttl,
+                                     renew_every=renew_every)
+            oid = self._write_version(rec, None, "acquire")
+            updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None)
+                                                                       for p in paths]
+            out = self.store.apply(updates)
+            if out.ambiguous:
+                out = self._resolve(updates, out)
+            if out.ok:
+                self._remember(rec, oid, oid)
+                return Acquired(rec.lease_id, rec, oid, tuple(cleared))
+            last_refusal = out
+            snap = self.snapshot(use_cache=False)
+            now = self.clock.now()
+            blockers = snap.overlapping(paths)
+            live = [b for b in blockers if b.state(now, self.settings.skew) != "expired"]
+            if live:
+                raise held_error(paths, live, now, self.settings.skew)
+            for b in blockers:
+                if self._clear(b):
+                    cleared.append(b.lease_id)
+            # nothing blocks any more (released meanwhile, or cleared): try again with a new version
+        raise GitLeaseError(f"could not acquire {' '.join(paths)}: "
+                            f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}")
+
+    def _clear(self, view: LeaseView) -> bool:
+        """CAS-delete exactly the refs of an expired lease, at the values we read."""
+        updates = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
+        if not updates:
+            return False
+        out = self.store.apply(updates)
+        if out.ambiguous:
+            out = self._resolve(updates, out)
+        return out.ok
+
+    def _resolve(self, updates: Sequence[RefUpdate], out: Outcome) -> Outcome:
+        """After an unclear outcome, re-read and compare with what we meant to write. Never retry blindly."""
+        try:
+            refs = self.store.list_refs()
+        except RemoteUnavailable as exc:
+            raise RemoteUnavailable(f"outcome unknown: {out.message or 'no answer'}; and the store cannot be "
+                                    f"re-read ({exc}); nothing is assumed held") from None
+        landed = all(refs.get(u.ref) == u.new for u in updates)
+        return Outcome(ok=landed, statuses={u.ref: "ok" if refs.get(u.ref) == u.new else "rejected:not landed"
+                                            for u in updates}, message=out.message)
+
+    def _remember(self, rec: Record, oid: str, grant: str) -> None:
+        with self.held.locked() as held:
+            held[rec.lease_id] = Held(lease_id=rec.lease_id, store=self.store.name, current=oid, grant=grant,
+                                      record=rec.canonical().decode("utf-8"), paths=list(rec.paths),
+                                      expires_at=rec.expires_at, version=rec.version)
+
+    # --------------------------------------------------------------------------- renew
+    def _held(self, lease_id: str) -> Held:
+        h = self.held.load().get(lease_id)
+        if h is None:
+            raise NotHeld(f"lease {lease_id} is not held by this worktree ({self.repo.cwd})")
+        if h.store != self.store.name:
+            raise NotHeld(f"lease {lease_id} is held on store {h.store!r}, not {self.store.name!r}")
+        return h
+
+    def renew(self, lease_id: str, *, ttl: int | None = None, progress: str | None = None) -> Renewed:
+        h = self._held(lease_id)
+        if h.pending:
+            h = self._settle_pending(h)
+        current = records.parse(h.record.encode("utf-8"))
+        now = self.clock.now()
+        if now >= current.expires:
+            self._forget(lease_id)
+            raise LeaseLost(f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
+                            "(stop writing and acquire again)")
+        prog = None
+        if progress is not None:
+            prev = current.progress.counter if current.progress else 0
+            prog = records.Progress(note=progress[:200], counter=prev + 1, at=iso(now))
+        nxt = current.next_version(now, ttl=ttl, progress=prog)
+        records.validate(nxt)
+        oid = self._write_version(nxt, h.current, "renew")
+        update = RefUpdate(id_ref(lease_id), oid, h.current)
+        out = self.store.apply([update])
+        if out.ambiguous:
+            try:
+                out = self._resolve([update], out)
+            except RemoteUnavailable:
+                with self.held.locked() as held:
+                    if lease_id in held:
+                        held[lease_id].pending = oid
+                        held[lease_id].pending_record = nxt.canonical().decode("utf-8")
+                raise
+        if out.ok:
+            self._update_held(lease_id, nxt, oid)
+            return Renewed(lease_id, nxt, oid)
+        self._forget(lease_id)
+        raise LeaseLost(f"lease lost or replaced: {lease_id} is no longer at the version this worktree wrote "
+                        "(stop writing)")
+
+    def _settle_pending(self, h: Held) -> Held:
+        refs = self.store.list_refs()
+        now_at = refs.get(id_ref(h.lease_id))
+        with self.held.locked() as held:
+            cur = held.get(h.lease_id)
+            if cur is None:
+                raise NotHeld(f"lease {h.lease_id} is not held by this worktree")
+            if now_at == cur.pending and cur.pending_record:
+                cur.current, cur.record = cur.pending, cur.pending_record
+                rec = records.parse(cur.record.encode("utf-8"))
+                cur.version, cur.expires_at = rec.version, rec.expires_at
+            cur.pending = cur.pending_record = None
+            return Held(**vars(cur))
+
+    def _update_held(self, lease_id: str, rec: Record, oid: str) -> None:
+        with self.held.locked() as held:
+            if lease_id in held:
+                h = held[lease_id]
+                h.current, h.record, h.version, h.expires_at = oid, rec.canonical().decode("utf-8"), rec.version, \
+                    rec.expires_at
+                h.pending = h.pending_record = None
+
+    def _forget(self, lease_id: str) -> None:
+        with self.held.locked() as held:
+            held.pop(lease_id, None)
+
+    # ------------------------------------------------------------------------- release
+    def release(self, lease_id: str) -> None:
+        h = self._held(lease_id)
+        if h.pending:
+            h = self._settle_pending(h)
+        updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
+            RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
+        out = self.store.apply(updates)
+        if out.ambiguous:
+            out = self._resolve_delete(updates, out)
+        if out.ok:
+            self._forget(lease_id)
+            return
+        refs = self.store.list_refs()
+        ours = [u for u in updates if refs.get(u.ref) == u.old]
+        if not ours:
+            self._forget(lease_id)
+            raise LeaseLost(f"lease lost or replaced: {lease_id} was already gone from the store")
+        raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
+
+    def _resolve_delete(self, updates: Sequence[RefUpdate], out: Outcome) -> Outcome:
+        try:
+            refs = self.store.list_refs()
+        except RemoteUnavailable as exc:
+            raise RemoteUnavailable(f"outcome of the release unknown ({out.message or 'no answer'}) and the "
+                                    f"store cannot be re-read ({exc}); run release again") from None
+        gone = all(refs.get(u.ref) != u.old for u in updates)
+        return Outcome(ok=gone, message=out.message)
+
+    # ---------------------------------------------------------------------------- read
+    def snapshot(self, *, use_cache: bool = True) -> Snapshot:
+        """Every lease on the store. When the store cannot be read and ``use_cache``, the last listing
+        fetched (its objects are local) is returned, marked stale with its age."""
+        cache = _RefsCache(self.repo.shared_dir(), self.store.name)
+        try:
+            refs = self.store.list_refs()
+            fetched_at = self.clock.now()
+            blobs = self.store.read(set(refs.values()))
+        except RemoteUnavailable as exc:
+            if not use_cache:
+                raise
+            cached = cache.load()
+            if cached is None:
+                raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
+            refs, fetched_at = cached
+            blobs = Store.read(_OfflineRead(self.store), set(refs.values()))
+            return Snapshot(build_views(refs, blobs), fetched_at, stale=True, error=str(exc))
+        cache.save(refs, fetched_at)
+        return Snapshot(build_views(refs, blobs), fetched_at)
+
+    def status(self) -> Snapshot:
+        return self.snapshot()
+
+    def can_start(self, raw_scopes: Sequence[str]) -> tuple[tuple[str, ...], list[LeaseView], Snapshot]:
+        paths = scopes.normalize_all(raw_scopes)
+        snap = self.snapshot(use_cache=False)
+        return paths, snap.blocking(paths, self.clock.now(), self.settings.skew), snap
+
+    def show(self, lease_id: str) -> tuple[LeaseView | None, list[HistoryEntry], Snapshot]:
+        snap = self.snapshot()
+        view = snap.find(lease_id)
+        entries: list[HistoryEntry] = []
+        if view and (view.current_oid or view.grant_oid):
+            head = view.current_oid or view.grant_oid
+            assert head is not None
+            chain = [oid for oid, _ in self.store.history(head)]
+            blobs = self.store.read(chain) if not snap.stale else Store.read(_OfflineRead(self.store), chain)
+            for oid in chain:
+                b = blobs.get(oid, Blob(None, None, "missing"))
+                rec, problem = _parse_blob(b)
+                entries.append(HistoryEntry(oid, rec, problem, b.signature is not None))
+        return view, entries, snap
+
+    def held_here(self) -> dict[str, Held]:
+        return self.held.load()
+
+
+# ------------------------------------------------------------------------- view building
+
+def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
+    if b.record is None:
+        return None, b.problem or "missing record"
+    try:
+        return records.parse(b.record), None
+    except InvalidRecord as exc:
+        return None, str(exc)
+
+
+def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]:
+    """Group listed refs into leases. Anything that does not add up is an invalid view that still holds
+    the paths its refs name: fail closed."""
+    views: dict[str, LeaseView] = {}
+    by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
+    bad: list[LeaseView] = []
+    for ref, oid in refs.items():
+        if ref.startswith(ID_PREFIX):
+            continue
+        try:
+            path = path_of_scope_ref(ref)
+        except ValueError:
+            bad.append(LeaseView(lease_id=f"?{ref}", paths=(_undecodable_path(ref),), scope_refs={ref: oid},
+                                 problems=[f"ref {ref} is not a gitlease scope ref"]))
+            continue
+        by_grant.setdefault(oid, {})[ref] = path
+    for ref, oid in refs.items():
+        if not ref.startswith(ID_PREFIX):
+            continue
+        lease_id = ref[len(ID_PREFIX):]
+        rec, problem = _parse_blob(blobs.get(oid, Blob(None, None, "object not readable")))
+        view = LeaseView(lease_id=lease_id, paths=rec.paths if rec else (), record=rec, current_oid=oid,
+                         signed=blobs.get(oid, Blob(None, None)).signature is not None)
+        if problem:
+            view.problems.append(problem)
+        elif rec and rec.lease_id != lease_id:
+            view.problems.append(f"record names lease {rec.lease_id}, not {lease_id}")
+        views[lease_id] = view
+    for grant, refmap in by_grant.items():
+        grec, problem = _parse_blob(blobs.get(grant, Blob(None, None, "object not readable")))
+        paths = tuple(sorted(refmap.values()))
+        if grec is None:
+            bad.append(LeaseView(lease_id=f"?{grant[:12]}", paths=paths, scope_refs={r: grant for r in refmap},
+                                 problems=[f"scope refs point at an invalid record: "
+                                                                        f"{problem}"]))
+            continue
+        view = views.get(grec.lease_id)
+        if view is None:  # scope refs without an id ref: judged by the grant's own expiry
+            view = LeaseView(lease_id=grec.lease_id, paths=grec.paths, record=grec,
+                             signed=blobs.get(grant, Blob(None, None)).signature is not None)
+            views[grec.lease_id] = view
+        view.grant_oid = grant
+        view.scope_refs.update({r: grant for r in refmap})
+        if grec.version != 1:
+            view.problems.append("scope refs do not point at version 1 of the lease")
+        if view.record is not None and view.record.paths != grec.paths:
+            view.problems.append("the current version's scope differs from the grant's")
+        if not set(paths) <= set(grec.paths):
+            view.problems.append("a scope ref names a path the lease does not hold")
+        view.paths = tuple(sorted(set(view.paths) | set(paths)))
+    for view in views.values():
+        if view.grant_oid is None and view.record is not None and not view.problems:
+            view.problems.append("lease has no scope refs (partially deleted)")
+    return sorted(views.values(), key=lambda v: v.lease_id) + bad
+
+
+def _undecodable_path(ref: str) -> str:
+    """Best-effort path for a foreign ref under refs/leases/scope/: its first component, or the whole
+    repository, so that it keeps blocking what git's D/F rule would block anyway."""
+    rest = ref[len(SCOPE_REF) + 1:] if ref.startswith(SCOPE_REF + "/") else ""
+    first = rest.split("/", 1)[0]
+    try:
+        return scopes.normalize(scopes.decode_segment(first)) if first else scopes.ROOT
+    except Exception:
+        return scopes.ROOT
+
+
+def held_error(paths: Sequence[str], blockers: Sequence[LeaseView], now: float, skew: int) -> HeldError:
+    desc = "; ".join(describe_blocker(b, now) for b in blockers)
+    return HeldError(f"scope {' '.join(paths)} is held: {desc}",
+                     blockers=[b.to_json(now, skew) for b in blockers])
+
+
+def describe_blocker(b: LeaseView, now: float) -> str:
+    if not b.valid or b.record is None:
+        return f"{b.lease_id} (invalid: {'; '.join(b.problems) or 'unreadable'}) on {' '.join(b.paths)}"
+    r = b.record
+    left = int(r.expires - now)
+    when = f"{left}s left" if left >= 0 else f"expired {-left}s ago, within the skew margin"
+    return f"{b.lease_id} on {' '.join(r.paths)} by task={r.owner.task_id} agent={r.owner.agent_id} ({when})"
+
+
+def _strip_userinfo(url: str) -> str:
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        host, sep, path = rest.partition("/")
+        return f"{scheme}://{host.rpartition('@')[2]}{sep}{path}"
+    return url
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of a process (clock ticks since boot, /proc/PID/stat field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode("ascii", "replace")
+        return int(data.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _RefsCache:
+    """The last listing of a store, so reads still answer (marked stale) when the store is unreachable."""
+
+    def __init__(self, folder: str, store_name: str) -> None:
+        import hashlib
+
+        self.path = os.path.join(folder, "cache", hashlib.sha1(store_name.encode()).hexdigest()[:16] + ".json")
+
+    def save(self, refs: dict[str, str], fetched_at: float) -> None:
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"fetchedAt": fetched_at, "refs": refs}, fh)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a cache that cannot be written only costs freshness
+
+    def load(self) -> tuple[dict[str, str], float] | None:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            return {str(k): str(v) for k, v in doc["refs"].items()}, float(doc["fetchedAt"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+class _OfflineRead:
+    """Reads objects already in the local repository, without fetching."""
+
+    def __init__(self, store: Store) -> None:
+        self.repo_dir = store.repo_dir
+
+    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
+        return None
+
+
+__all__ = ["LeaseService", "LeaseView", "Snapshot", "Acquired", "Renewed", "HistoryEntry", "id_ref", "scope_ref",
+           "build_views", "held_error"]

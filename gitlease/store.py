@@ -1,0 +1,319 @@
+"""The lease store: refs under ``refs/leases/`` changed only by compare-and-swap transactions.
+
+Two stores speak one interface:
+
+* ``RemoteStore``: any git remote (URL or remote name). Writes are ``git push --atomic --porcelain`` with
+  every ref pinned by ``--force-with-lease=<ref>:<expected oid>`` (empty: must not exist). Never ``--force``,
+  never a ``+`` refspec: ``push_argv`` is the one place push arguments are built, and tests check it.
+* ``LocalStore``: the repository's own refs (shared by all its worktrees), changed with one
+  ``git update-ref --stdin`` transaction per write. Many agents on one machine, zero network.
+
+The store knows refs and objects, not leases: the service gives it ref updates and reads back bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from . import gitcmd
+from .errors import RemoteUnavailable
+from .objects import RECORD_FILE, SIGNATURE_FILE
+
+NAMESPACE = "refs/leases"
+ID_PREFIX = "refs/leases/id/"
+SCOPE_REF = "refs/leases/scope"  # the whole repository ('.'); paths live below it
+ZERO = "0" * 40
+DEFAULT_TIMEOUT = 30.0
+MAX_BLOB_BYTES = 1024 * 1024  # larger "records" are reported invalid without being read
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """Set ``ref`` from ``old`` to ``new``. ``old=None``: the ref must not exist. ``new=None``: delete."""
+
+    ref: str
+    new: str | None
+    old: str | None
+
+    def __post_init__(self) -> None:
+        if not self.ref.startswith("refs/"):
+            raise ValueError(f"not a full ref name: {self.ref}")
+        if self.new is None and self.old is None:
+            raise ValueError("a delete must name the value it expects")
+
+
+@dataclass
+class Outcome:
+    """What a transaction did. ``ok``: every update landed. ``ambiguous``: we cannot tell (killed, timed
+    out, connection lost mid-push): the caller must re-read before deciding anything."""
+
+    ok: bool
+    ambiguous: bool = False
+    statuses: dict[str, str] = field(default_factory=dict)  # ref -> ok | uptodate | rejected:<reason>
+    message: str = ""
+
+    def rejected(self) -> list[str]:
+        return [r for r, s in self.statuses.items() if s.startswith("rejected")]
+
+
+@dataclass(frozen=True)
+class Blob:
+    record: bytes | None  # None: missing, not a lease commit, or too large
+    signature: bytes | None
+    problem: str | None = None
+
+
+class Store:
+    """Shared by both stores: reading objects from the local repository with cat-file."""
+
+    kind = "abstract"
+
+    def __init__(self, repo_dir: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.repo_dir = repo_dir
+        self.timeout = timeout
+
+    # --- interface -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
+              extra_refspecs: Sequence[str] = (), run_hooks: bool = False) -> Outcome:
+        raise NotImplementedError
+
+    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
+        """Make the objects of these commits readable locally."""
+
+    # --- shared ----------------------------------------------------------------------------------
+    def read(self, oids: Iterable[str], *, timeout: float | None = None) -> dict[str, Blob]:
+        """Lease record and signature bytes of each commit oid (fetching what is missing)."""
+        wanted = sorted(set(oids))
+        if not wanted:
+            return {}
+        self.ensure_objects(wanted, timeout=timeout)
+        names = [f"{oid}:{fname}" for oid in wanted for fname in (RECORD_FILE, SIGNATURE_FILE)]
+        sizes = _batch_check(self.repo_dir, names)
+        small = [n for n in names if sizes.get(n, (None, -1))[0] == "blob" and sizes[n][1] <= MAX_BLOB_BYTES]
+        contents = _batch_contents(self.repo_dir, small) if small else {}
+        out: dict[str, Blob] = {}
+        for oid in wanted:
+            rname, sname = f"{oid}:{RECORD_FILE}", f"{oid}:{SIGNATURE_FILE}"
+            problem = None
+            if rname not in contents:
+                kind, size = sizes.get(rname, (None, -1))
+                if kind is None:
+                    problem = "not a lease commit (no lease.json)"
+                elif kind != "blob":
+                    problem = "lease.json is not a file"
+                else:
+                    problem = f"record is {size} bytes, over the limit"
+            out[oid] = Blob(contents.get(rname), contents.get(sname), problem)
+        return out
+
+    def history(self, oid: str, *, limit: int = 1000) -> list[tuple[str, tuple[str, ...]]]:
+        """(commit, parents) from ``oid`` back to the grant, newest first."""
+        res = gitcmd.run(["log", f"--max-count={limit}", "--format=%H %P", oid, "--"], cwd=self.repo_dir,
+                         check=False)
+        if res.returncode != 0:
+            return []
+        rows = []
+        for line in res.out.splitlines():
+            parts = line.split()
+            if parts:
+                rows.append((parts[0], tuple(parts[1:])))
+        return rows
+
+
+# ---------------------------------------------------------------------------- remote
+
+class RemoteStore(Store):
+    kind = "remote"
+
+    def __init__(self, repo_dir: str, remote: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(repo_dir, timeout=timeout)
+        self.remote = remote
+
+    @property
+    def name(self) -> str:
+        return self.remote
+
+    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
+              extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
+        argv = push_argv(self.remote, updates, extra_refspecs=extra_refspecs, run_hooks=run_hooks, atomic=atomic)
+        try:
+            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            return Outcome(ok=False, ambiguous=True, message=str(exc))
+        statuses = parse_push_porcelain(res.out)
+        wanted = [u.ref for u in updates]
+        if not statuses or any(r not in statuses for r in wanted):
+            # No verdict for some ref: the connection failed before, or during, the push.
+            return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err))
+        ok = all(not s.startswith("rejected") for s in statuses.values()) and res.returncode == 0
+        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err))
+
+    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+        try:
+            res = gitcmd.run(["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"], cwd=self.repo_dir,
+                             timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: {_last_error(res.err)}")
+        refs = {}
+        for line in res.out.splitlines():
+            oid, _, ref = line.partition("\t")
+            if ref == SCOPE_REF or ref.startswith(NAMESPACE + "/"):
+                refs[ref] = oid
+        return refs
+
+    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
+        oids = list(oids)
+        present = _batch_check(self.repo_dir, oids)
+        missing = [o for o in oids if o not in present]
+        if not missing:
+            return
+        try:
+            res = gitcmd.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+                              "--no-recurse-submodules", "--stdin", self.remote], cwd=self.repo_dir,
+                             input="".join(o + "\n" for o in missing).encode(),
+                             timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            # A ref moved between ls-remote and fetch (its old object is gone): fetch what is still there.
+            for oid in missing:
+                gitcmd.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+                            "--no-recurse-submodules", self.remote, oid], cwd=self.repo_dir,
+                           timeout=timeout or self.timeout, check=False)
+
+
+def push_argv(remote: str, updates: Sequence[RefUpdate], *, extra_refspecs: Sequence[str] = (),
+              run_hooks: bool = False, atomic: bool = True) -> list[str]:
+    """The one builder of push arguments. Each ref is pinned to the value we expect; no ``--force``,
+    no ``+refspec``, ever (tests assert it)."""
+    argv = ["push", "--porcelain", "--no-follow-tags", "--no-signed", "--recurse-submodules=no"]
+    if atomic:
+        argv.append("--atomic")
+    if not run_hooks:
+        argv.append("--no-verify")
+    specs = []
+    for u in updates:
+        argv.append(f"--force-with-lease={u.ref}:{u.old or ''}")
+        specs.append(f"{u.new}:{u.ref}" if u.new is not None else f":{u.ref}")
+    for spec in extra_refspecs:
+        if spec.startswith("+"):
+            raise ValueError("a forced refspec would switch the compare-and-swap off")
+        specs.append(spec)
+    assert not any(a in ("--force", "-f") or a.startswith("--force=") for a in argv)
+    return argv + [remote, *specs]
+
+
+def parse_push_porcelain(out: str) -> dict[str, str]:
+    """``git push --porcelain`` lines -> {remote ref: ok | uptodate | rejected:<reason>}."""
+    statuses: dict[str, str] = {}
+    for line in out.splitlines():
+        if len(line) < 3 or line[1] != "\t":
+            continue
+        flag, rest = line[0], line[2:]
+        spec, _, summary = rest.partition("\t")
+        dst = spec.rpartition(":")[2]
+        if flag == "!":
+            reason = summary[summary.find("(") + 1:summary.rfind(")")] if "(" in summary else summary
+            statuses[dst] = "rejected:" + (reason or summary.strip("[] ")).strip()
+        elif flag == "=":
+            statuses[dst] = "uptodate"
+        elif flag in " +-*":
+            statuses[dst] = "ok"
+    return statuses
+
+
+def _last_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith(("fatal:", "ssh:")) or "Could not read" in ln or "unable to access" in ln:
+            return ln.split(": ", 1)[-1] if ln.startswith("fatal:") else ln
+    return lines[-1] if lines else ""
+
+
+# ----------------------------------------------------------------------------- local
+
+class LocalStore(Store):
+    kind = "local"
+
+    @property
+    def name(self) -> str:
+        return "local"
+
+    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
+              extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
+        if extra_refspecs:
+            raise ValueError("the local store does not push branches")
+        lines = ["start"]
+        for u in updates:
+            if u.new is None:
+                lines.append(f"delete {u.ref} {u.old}")
+            elif u.old is None:
+                lines.append(f"create {u.ref} {u.new}")
+            else:
+                lines.append(f"update {u.ref} {u.new} {u.old}")
+        lines += ["prepare", "commit"]
+        res = gitcmd.run(["update-ref", "--stdin"], cwd=self.repo_dir, input=("\n".join(lines) + "\n").encode(),
+                         timeout=timeout or self.timeout, check=False)
+        if res.returncode == 0:
+            return Outcome(ok=True, statuses={u.ref: "ok" for u in updates})
+        msg = _last_error(res.err)
+        return Outcome(ok=False, statuses={u.ref: "rejected:" + msg for u in updates}, message=msg)
+
+    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+        res = gitcmd.run(["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"],
+                         cwd=self.repo_dir, timeout=timeout or self.timeout)
+        refs = {}
+        for line in res.out.splitlines():
+            oid, _, ref = line.partition(" ")
+            refs[ref] = oid
+        return refs
+
+
+# --------------------------------------------------------------------- cat-file helpers
+
+def _batch_check(repo_dir: str, names: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """{name: (type, size)} for each object name that exists."""
+    if not names:
+        return {}
+    res = gitcmd.run(["cat-file", "--batch-check=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
+                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    found: dict[str, tuple[str, int]] = {}
+    for line in res.out.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            found[parts[2]] = (parts[0], int(parts[1]))
+    return found
+
+
+def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
+    res = gitcmd.run(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
+                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    data = res.stdout
+    out: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        header = data[pos:nl].decode("utf-8", "replace").split(" ", 2)
+        pos = nl + 1
+        if len(header) == 3 and header[1].isdigit():
+            size = int(header[1])
+            out[header[2]] = data[pos:pos + size]
+            pos += size + 1
+    return out
+
+
+def open_store(repo_dir: str, remote: str | None, *, timeout: float = DEFAULT_TIMEOUT) -> Store:
+    if remote in (None, "", "local"):
+        return LocalStore(repo_dir, timeout=timeout)
+    return RemoteStore(repo_dir, remote, timeout=timeout)
