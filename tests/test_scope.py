@@ -1,0 +1,96 @@
+import subprocess
+
+import pytest
+from hypothesis import given, strategies as st
+
+from gitlease import scope
+from gitlease.errors import ScopeError
+
+
+@pytest.mark.parametrize("raw,norm", [
+    ("services/billing", "services/billing"), ("./a//b/", "a/b"), ("a/./b", "a/b"), (".", "."), ("./", "."),
+    ("a/", "a"), ("ünï/cødé", "ünï/cødé"), ("with space/x", "with space/x"), ("-leading-dash", "-leading-dash"),
+])
+def test_normalize(raw, norm):
+    assert scope.normalize(raw) == norm
+
+
+@pytest.mark.parametrize("raw,why", [
+    ("", "empty"), ("/abs/path", "absolute"), ("a/../b", "'..'"), ("..", "'..'"), (".git", ".git"),
+    (".git/hooks", ".git"), ("a/.GIT/x", ".git"), ("a\x00b", "NUL"), ("a\nb", "control"), ("a\tb", "control"),
+    ("a\\b", "backslash"), ("x" * 5000, "longer"),
+])
+def test_refused(raw, why):
+    with pytest.raises(ScopeError) as err:
+        scope.normalize(raw)
+    assert why in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_segment_aware():
+    assert scope.contains("services/billing", "services/billing/x.py")
+    assert not scope.overlaps("services/billing", "services/billing2")
+    assert not scope.overlaps("services/tax", "services/billing")
+    assert scope.overlaps("services", "services/billing/api.py")
+    assert all(scope.overlaps(".", p) for p in ("a", "a/b", "."))
+
+
+def test_minimize():
+    assert scope.normalize_all(["a/b", "a", "c", "./c/d"]) == ("a", "c")
+    assert scope.normalize_all(["a", "."]) == (".",)
+    with pytest.raises(ScopeError):
+        scope.normalize_all([])
+
+
+segment = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\\\x00"), min_size=1,
+                  max_size=12).filter(lambda s: s not in (".", "..") and s.lower() != ".git"
+                                      and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in s))
+paths = st.lists(segment, min_size=0, max_size=4).map(lambda xs: "/".join(xs) or ".")
+
+
+@given(paths, paths)
+def test_overlap_symmetric(a, b):
+    assert scope.overlaps(a, b) == scope.overlaps(b, a)
+
+
+@given(paths, paths)
+def test_contains_implies_overlaps(a, b):
+    if scope.contains(a, b):
+        assert scope.overlaps(a, b)
+
+
+@given(st.text(max_size=40))
+def test_normalize_idempotent(raw):
+    try:
+        once = scope.normalize(raw)
+    except ScopeError:
+        return
+    assert scope.normalize(once) == once
+
+
+@given(segment, segment)
+def test_encoding_injective_and_invertible(a, b):
+    ea, eb = scope.encode_segment(a), scope.encode_segment(b)
+    assert scope.decode_segment(ea) == a
+    assert (ea == eb) == (a == b)
+
+
+@given(st.lists(paths, min_size=1, max_size=3))
+def test_overlap_matches_ref_prefix(ps):
+    """Two scopes overlap exactly when one's ref components are a prefix of the other's: the D/F rule."""
+    for a in ps:
+        for b in ps:
+            ra = scope.to_ref_suffix(a).split("/") if a != "." else []
+            rb = scope.to_ref_suffix(b).split("/") if b != "." else []
+            n = min(len(ra), len(rb))
+            assert scope.overlaps(a, b) == (ra[:n] == rb[:n])
+
+
+def test_encoded_refs_are_valid_ref_names():
+    tricky = ["a.lock", ".hidden", "x..y", "end.", "@", "a@{b", "sp ace", "til~de", "ca^ret", "co:lon", "q?",
+              "st*r", "br[acket", "ünï", "100%", "Cargo.toml", "-dash", "trailing.lock.lock", "..."]
+    names = [f"refs/leases/scope/{scope.encode_segment(s)}" for s in tricky]
+    for name in names:
+        res = subprocess.run(["git", "check-ref-format", name], capture_output=True)
+        assert res.returncode == 0, name
+    assert len(set(names)) == len(names)

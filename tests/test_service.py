@@ -1,0 +1,163 @@
+"""The lease protocol against every store kind: local refs, file://, git daemon, smart HTTP."""
+import pytest
+
+from conftest import git
+from gitlease import errors
+from gitlease.service import id_ref, scope_ref
+from gitlease.store import RefUpdate
+
+
+def test_acquire_refuse_disjoint(fleet):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    got = a.acquire(["services/billing", "libs/tax"])
+    for overlapping in (["services"], ["services/billing/api.py"], ["."], ["libs/tax"]):
+        with pytest.raises(errors.HeldError) as err:
+            b.acquire(overlapping)
+        assert err.value.exit_code == 3
+        assert got.lease_id in str(err.value) and "task=task-a" in str(err.value) and "agent=a" in str(err.value)
+        assert "300s left" in str(err.value)
+    assert b.acquire(["services/tax"]).lease_id
+    assert b.acquire(["services/billing2"]).lease_id
+    refs = a.store.list_refs()
+    assert refs[scope_ref("services/billing")] == got.oid and refs[id_ref(got.lease_id)] == got.oid
+
+
+def test_atomic_multi_path_leaves_nothing(fleet):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    a.acquire(["x/blocked"])
+    before = a.store.list_refs()
+    with pytest.raises(errors.HeldError):
+        b.acquire(["free/one", "x/blocked/deeper", "zz"])
+    assert a.store.list_refs() == before
+    assert b.held_here() == {}
+
+
+def test_renew_release_roundtrip(fleet):
+    a = fleet.agent("a")
+    got = a.acquire(["a"], ttl=60)
+    fleet.clock.advance(30)
+    r = a.renew(got.lease_id)
+    assert r.record.version == 2 and r.record.expires == fleet.clock.now() + 60
+    view, history, _ = a.show(got.lease_id)
+    assert [h.record.version for h in history] == [2, 1]
+    assert view.grant_oid == got.oid and view.current_oid == r.oid
+    a.release(got.lease_id)
+    assert a.store.list_refs() == {}
+    assert a.held_here() == {}
+
+
+def test_renew_after_expiry_refused(fleet):
+    a = fleet.agent("a")
+    got = a.acquire(["a"], ttl=60)
+    fleet.clock.advance(61)
+    with pytest.raises(errors.LeaseLost) as err:
+        a.renew(got.lease_id)
+    assert err.value.exit_code == 6 and "after expiry" in str(err.value)
+
+
+def test_expired_blocker_cleared_only_beyond_skew(fleet):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    old = a.acquire(["svc"], ttl=60)
+    fleet.clock.advance(60 + 29)  # expired, but within the 30 s skew margin
+    with pytest.raises(errors.HeldError) as err:
+        b.acquire(["svc/x"])
+    assert "within the skew margin" in str(err.value)
+    fleet.clock.advance(2)
+    got = b.acquire(["svc/x"])
+    assert got.cleared == (old.lease_id,)
+    # the old holder finds out: renew is refused, and release changes nothing
+    with pytest.raises(errors.LeaseLost):
+        a.renew(old.lease_id)
+
+
+def test_renew_after_retake_is_lost(fleet):
+    """Someone cleared the expired lease and took the scope again: the old holder's renew fails, exit 6."""
+    a, b = fleet.agent("a"), fleet.agent("b")
+    old = a.acquire(["svc"], ttl=60)
+    # the old holder's clock is behind; it still believes it holds the lease
+    fleet.clock.advance(100)
+    b.acquire(["svc"])
+    fleet.clock._now -= 90  # a's view of time: 10 s after acquiring (same FakeClock object, moved back)
+    with pytest.raises(errors.LeaseLost) as err:
+        a.renew(old.lease_id)
+    assert err.value.exit_code == 6 and "lost or replaced" in str(err.value)
+
+
+def test_release_not_held_changes_nothing(fleet):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    got = a.acquire(["svc"])
+    before = a.store.list_refs()
+    with pytest.raises(errors.NotHeld):
+        b.release(got.lease_id)
+    with pytest.raises(errors.NotHeld):
+        b.renew(got.lease_id)
+    assert a.store.list_refs() == before
+
+
+def test_release_of_replaced_lease_changes_nothing(fleet):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    old = a.acquire(["svc"], ttl=60)
+    fleet.clock.advance(100)
+    new = b.acquire(["svc"])
+    before = a.store.list_refs()
+    with pytest.raises(errors.LeaseLost):
+        a.release(old.lease_id)
+    assert a.store.list_refs() == before
+    assert before[id_ref(new.lease_id)] == new.oid
+
+
+def test_can_start(fleet):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    a.acquire(["services/billing"])
+    paths, blockers, _ = b.can_start(["services/tax"])
+    assert blockers == []
+    paths, blockers, _ = b.can_start(["services"])
+    assert len(blockers) == 1 and blockers[0].record.owner.agent_id == "a"
+
+
+def _plant(svc, ref, body, name="lease.json"):
+    """Write an arbitrary commit (not made by gitlease) into the store under ``ref``."""
+    w = svc.objects
+    oid = w.commit(w.tree({name: w.blob(body)}), (), "Mallory <m@x>", 1_800_000_000, "junk")
+    assert svc.store.apply([RefUpdate(ref, oid, None)]).ok
+    return oid
+
+
+@pytest.mark.parametrize("body,why", [(b"not json", "not JSON"), (b'{"schema":"nope/2"}', "unsupported schema"),
+                                      (b"{" + b" " * 70000 + b"}", "limit")])
+def test_malformed_record_fails_closed(fleet, body, why):
+    a, b = fleet.agent("a"), fleet.agent("b")
+    _plant(a, scope_ref("svc/core"), body)
+    snap = b.status()
+    bad = [v for v in snap.leases if not v.valid]
+    assert len(bad) == 1 and why in " ".join(bad[0].problems)
+    assert bad[0].paths == ("svc/core",)
+    with pytest.raises(errors.HeldError) as err:
+        b.acquire(["svc"])  # never cleared automatically, whatever its age
+    assert "invalid" in str(err.value)
+    fleet.clock.advance(10**7)
+    with pytest.raises(errors.HeldError):
+        b.acquire(["svc/core/x"])
+    assert b.acquire(["svc/other"]).lease_id
+
+
+def test_foreign_ref_under_scope_namespace(fleet):
+    a = fleet.agent("a")
+    _plant(a, "refs/leases/scope/bad%zz/x", b"{}")
+    snap = a.status()
+    assert any("not a gitlease scope ref" in " ".join(v.problems) for v in snap.leases)
+
+
+def test_forged_id_ref_version_detected(fleet):
+    """A new version written by someone else under the id ref is flagged and the owner's renew fails."""
+    a, b = fleet.agent("a"), fleet.agent("b")
+    got = a.acquire(["svc"])
+    w = b.objects
+    forged = w.commit(w.tree({"lease.json": w.blob(b"junk")}), (got.oid,), "Mallory <m@x>", 1_800_000_000, "f")
+    assert b.store.apply([RefUpdate(id_ref(got.lease_id), forged, got.oid)]).ok
+    view = b.status().find(got.lease_id)
+    assert view is not None and not view.valid
+    with pytest.raises(errors.LeaseLost):
+        a.renew(got.lease_id)
+    with pytest.raises(errors.HeldError):
+        b.acquire(["svc"])
