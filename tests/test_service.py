@@ -153,7 +153,7 @@ def test_forged_id_ref_version_detected(fleet):
     a, b = fleet.agent("a"), fleet.agent("b")
     got = a.acquire(["svc"])
     w = b.objects
-    forged = w.commit(w.tree({"lease.json": w.blob(b"junk")}), (got.oid,), "Mallory <m@x>", 1_800_000_000, "f")
+    forged = w.commit(w.tree({"lease.json": w.blob(b"junk")}), (), "Mallory <m@x>", 1_800_000_000, "f")
     assert b.store.apply([RefUpdate(id_ref(got.lease_id), forged, got.oid)]).ok
     view = b.status().find(got.lease_id)
     assert view is not None and not view.valid
