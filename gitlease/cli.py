@@ -45,11 +45,11 @@ def _service(remote: str | None, **flags: Any):
 def _signer(settings):
     from .signer import UNSIGNED
 
-    if not settings.signing_key:
-        return UNSIGNED
-    from .sshsig_signer import SSHSigner  # cryptography is imported only here
-
-    return SSHSigner.from_key_file(os.path.expanduser(settings.signing_key))
+    if settings.signing_key:
+        # Signing and verification land together (docs/limits.md): signing alone would prove nothing.
+        raise errors.ConfigError("lease.signingKey is set, but this gitlease does not sign leases yet; "
+                                 "unset it to use unsigned leases")
+    return UNSIGNED
 
 
 def _run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], list[str]]]) -> None:

@@ -94,3 +94,10 @@ def test_local_store_default(make_repo):
     res = cli(a, "acquire", "--scope", ".", "--json")
     assert res.returncode == 0 and json.loads(res.stdout)["result"]["store"] == "local"
     assert "refs/leases/scope" in git(a, "for-each-ref", "refs/leases/")
+
+
+def test_signing_key_not_supported_yet_is_a_clear_error(make_repo):
+    a = make_repo("a")
+    git(a, "config", "lease.signingKey", "/nonexistent/key")
+    res = cli(a, "acquire", "--scope", "x")
+    assert res.returncode == 1 and "does not sign leases yet" in res.stderr and "Traceback" not in res.stderr

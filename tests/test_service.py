@@ -161,3 +161,20 @@ def test_forged_id_ref_version_detected(fleet):
         a.renew(got.lease_id)
     with pytest.raises(errors.HeldError):
         b.acquire(["svc"])
+
+
+def test_hanging_remote_times_out_and_assumes_nothing(tmp_path):
+    """A server that accepts and never answers: the push times out (its process group is killed), the
+    re-read times out too, and the acquire fails closed without recording anything as held."""
+    from helpers import Fleet
+    from servers import HangingServer
+
+    with HangingServer() as hang:
+        fleet = Fleet(tmp_path, hang.url)
+        a = fleet.agent("a", timeout=2)
+        with pytest.raises(errors.RemoteUnavailable) as err:
+            a.acquire(["svc"])
+        assert "outcome unknown" in str(err.value) or "did not answer" in str(err.value)
+        assert a.held_here() == {}
+        with pytest.raises(errors.RemoteUnavailable):
+            a.status()
