@@ -230,13 +230,14 @@ class LeaseService:
             out = self._resolve(updates, out)
         return out.ok
 
-    def _resolve(self, updates: Sequence[RefUpdate], out: Outcome) -> Outcome:
-        """After an unclear outcome, re-read and compare with what we meant to write. Never retry blindly."""
+    def _resolve(self, updates: Sequence[RefUpdate], out: Outcome, what: str = "write") -> Outcome:
+        """After an unclear outcome, re-read and compare with what we meant to write (a delete landed when
+        the ref is absent). Never retry blindly."""
         try:
             refs = self.store.list_refs()
         except RemoteUnavailable as exc:
-            raise RemoteUnavailable(f"outcome unknown: {out.message or 'no answer'}; and the store cannot be "
-                                    f"re-read ({exc}); nothing is assumed held") from None
+            raise RemoteUnavailable(f"outcome of the {what} unknown: {out.message or 'no answer'}; and the store "
+                                    f"cannot be re-read ({exc}); nothing is assumed") from None
         landed = all(refs.get(u.ref) == u.new for u in updates)
         return Outcome(ok=landed, statuses={u.ref: "ok" if refs.get(u.ref) == u.new else "rejected:not landed"
                                             for u in updates}, message=out.message)
@@ -326,7 +327,7 @@ class LeaseService:
             RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
         out = self.store.apply(updates)
         if out.ambiguous:
-            out = self._resolve_delete(updates, out)
+            out = self._resolve(updates, out, what="release")
         if out.ok:
             self._forget(lease_id)
             return
@@ -336,15 +337,6 @@ class LeaseService:
             self._forget(lease_id)
             raise LeaseLost(f"lease lost or replaced: {lease_id} was already gone from the store")
         raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
-
-    def _resolve_delete(self, updates: Sequence[RefUpdate], out: Outcome) -> Outcome:
-        try:
-            refs = self.store.list_refs()
-        except RemoteUnavailable as exc:
-            raise RemoteUnavailable(f"outcome of the release unknown ({out.message or 'no answer'}) and the "
-                                    f"store cannot be re-read ({exc}); run release again") from None
-        gone = all(refs.get(u.ref) != u.old for u in updates)
-        return Outcome(ok=gone, message=out.message)
 
     # ---------------------------------------------------------------------------- read
     def snapshot(self, *, use_cache: bool = True) -> Snapshot:

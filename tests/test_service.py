@@ -174,7 +174,30 @@ def test_hanging_remote_times_out_and_assumes_nothing(tmp_path):
         a = fleet.agent("a", timeout=2)
         with pytest.raises(errors.RemoteUnavailable) as err:
             a.acquire(["svc"])
-        assert "outcome unknown" in str(err.value) or "did not answer" in str(err.value)
+        assert "unknown" in str(err.value) or "did not answer" in str(err.value)
         assert a.held_here() == {}
         with pytest.raises(errors.RemoteUnavailable):
             a.status()
+
+
+def test_push_timed_out_after_landing_is_resolved_by_reading(tmp_path):
+    """The server updates the refs, then hangs in post-receive: the client's push times out (ambiguous).
+    gitlease re-reads, finds its own unique objects in place, and knows it holds the lease."""
+    import os
+    import stat
+
+    from helpers import Fleet
+
+    bare = tmp_path / "slow.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    hook = bare / "hooks" / "post-receive"
+    hook.write_text("#!/bin/sh\nexec sleep 60\n")  # a server that hangs after landing (not a test sleep)
+    hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
+    fleet = Fleet(tmp_path, bare.as_uri())
+    a = fleet.agent("a", timeout=3)
+    got = a.acquire(["svc"])
+    assert got.lease_id in a.held_here()
+    os.unlink(hook)
+    assert a.store.list_refs()[id_ref(got.lease_id)] == got.oid
+    a.release(got.lease_id)
+    assert a.store.list_refs() == {}
