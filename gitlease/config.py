@@ -1,9 +1,7 @@
 """Settings: git config ``lease.*``, then environment, then flags, in that rising order."""
 from __future__ import annotations
 
-import getpass
 import os
-import socket
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -64,7 +62,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
     remote = pick("remote", "lease.remote")
     if remote is not None and remote.strip() in ("", "local"):
         remote = None
-    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{socket.gethostname()}"
+    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{os.uname().nodename}"
     task = pick("task", "lease.task", "GITLEASE_TASK") or "manual"
     for label, text in (("agent", agent), ("task", task)):
         if len(text) > 200 or any(ord(c) < 0x20 for c in text):
@@ -85,7 +83,4 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
 
 
 def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "user"
+    return os.environ.get("USER") or os.environ.get("LOGNAME") or f"uid{os.getuid()}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import zlib
 from dataclasses import dataclass
 from typing import Mapping
@@ -34,9 +33,9 @@ class ObjectWriter:
         if os.path.exists(path):
             return oid
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=folder)
+        tmp = os.path.join(folder, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
         try:
-            with os.fdopen(fd, "wb") as fh:
+            with open(tmp, "xb") as fh:
                 fh.write(zlib.compress(raw, 1))
             os.chmod(tmp, 0o444)
             os.replace(tmp, path)

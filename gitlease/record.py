@@ -7,8 +7,8 @@ Pure: no git, no I/O.
 from __future__ import annotations
 
 import json
+import os
 import re
-import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,12 +28,12 @@ def new_lease_id(now: float) -> str:
     """``lease_`` + 10 characters of millisecond time (sortable, as in a ULID) + 6 random ones."""
     ms = int(now * 1000)
     head = "".join(_CROCKFORD[(ms >> (5 * i)) & 31] for i in reversed(range(10)))
-    tail = "".join(secrets.choice(_CROCKFORD) for _ in range(6))
+    tail = "".join(_CROCKFORD[b & 31] for b in os.urandom(6))
     return f"lease_{head}{tail}"
 
 
 def new_nonce() -> str:
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True)

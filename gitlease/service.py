@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -191,7 +190,7 @@ class LeaseService:
         last_refusal: Outcome | None = None
         for _attempt in range(ACQUIRE_ATTEMPTS):
             now = self.clock.now()
-            owner = Owner(task_id=self.settings.task, agent_id=self.settings.agent, host=socket.gethostname(),
+            owner = Owner(task_id=self.settings.task, agent_id=self.settings.agent, host=os.uname().nodename,
                           pid=holder_pid, pid_start=process_start(holder_pid) if holder_pid else None,
                           key=self.signer.public_key)
             rec = records.new_record(lease_id=records.new_lease_id(now), repo=self._repo_name(), paths=paths,

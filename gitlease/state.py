@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -70,9 +69,9 @@ class HeldState:
 
     def _write(self, held: dict[str, Held]) -> None:
         doc = {"version": VERSION, "leases": {k: asdict(v) for k, v in sorted(held.items())}}
-        fd, tmp = tempfile.mkstemp(prefix=".held-", dir=self.folder)
+        tmp = os.path.join(self.folder, f".held-{os.getpid()}-{os.urandom(6).hex()}")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            with open(tmp, "x", encoding="utf-8") as fh:
                 json.dump(doc, fh, indent=1, sort_keys=True)
                 fh.write("\n")
             os.replace(tmp, self.path)
