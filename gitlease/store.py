@@ -208,7 +208,6 @@ def push_argv(remote: str, updates: Sequence[RefUpdate], *, extra_refspecs: Sequ
         if spec.startswith("+"):
             raise ValueError("a forced refspec would switch the compare-and-swap off")
         specs.append(spec)
-    assert not any(a in ("--force", "-f") or a.startswith("--force=") for a in argv)
     return argv + [remote, *specs]
 
 

@@ -17,19 +17,11 @@ LEASE_REF = "refs/leases/scope/a"
 
 
 @pytest.fixture(autouse=True)
-def git_env(tmp_path_factory, monkeypatch):
-    home = tmp_path_factory.mktemp("servers-home")
-    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
-    for who in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{who}_NAME", "Server Test")
-        monkeypatch.setenv(f"GIT_{who}_EMAIL", "server-test@example.invalid")
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_TRACE_PACKET", "GIT_TRACE", "GIT_PROTOCOL"):
+def git_env(isolated_git, monkeypatch):
+    """conftest's isolation, plus no git tracing or protocol variables from the caller."""
+    for var in ("GIT_TRACE_PACKET", "GIT_TRACE", "GIT_PROTOCOL"):
         monkeypatch.delenv(var, raising=False)
-    return home
+    return isolated_git
 
 
 def git(cwd, *args, check=True, env=None, timeout=30, input=None) -> subprocess.CompletedProcess:
