@@ -534,13 +534,12 @@ def part_scale(bare: Path, clients: dict[str, Client], checkers: dict[str, Clien
             for kind in KINDS:
                 c = clients[kind]
                 t_push = push_new_ref(c, c.commits[i], f"refs/bench/scale/{kind}/{i}")
-                got, t_acq, tr = traced(lambda: c.svc.acquire([f"scale/{case}/{kind}/{i}"]))
+                got, t_acq, _ = traced(lambda: c.svc.acquire([f"scale/{case}/{kind}/{i}"]))
                 _, t_rel, _ = traced(lambda: c.svc.release(got.lease_id))
                 if i >= 1:
                     samples[kind]["push"].append(t_push)
                     samples[kind]["acquire"].append(t_acq)
                     samples[kind]["release"].append(t_rel)
-                    samples[kind]["acquire_git"].append(sum(t for _, t in tr))
         anatomy = push_anatomy(clients["file"], clients["file"].commits[total], "refs/bench/scale/traced", tmp)
         rows.append({"leases": n, "packed": packed, "refs": refs, "loose": loose, "populate_ms": t_pop, "runs": runs,
                      **checks, "samples": samples, "anatomy": anatomy})
