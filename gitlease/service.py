@@ -353,7 +353,7 @@ class LeaseService:
             if cached is None:
                 raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
             refs, fetched_at = cached
-            blobs = Store.read(_OfflineRead(self.store), set(refs.values()))
+            blobs = self.store.read(set(refs.values()), fetch=False)
             return Snapshot(build_views(refs, blobs), fetched_at, stale=True, error=str(exc))
         cache.save(refs, fetched_at)
         return Snapshot(build_views(refs, blobs), fetched_at)
@@ -374,7 +374,7 @@ class LeaseService:
             head = view.current_oid or view.grant_oid
             assert head is not None
             chain = [oid for oid, _ in self.store.history(head)]
-            blobs = self.store.read(chain) if not snap.stale else Store.read(_OfflineRead(self.store), chain)
+            blobs = self.store.read(chain, fetch=not snap.stale)
             for oid in chain:
                 b = blobs.get(oid, Blob(None, None, "missing"))
                 rec, problem = _parse_blob(b)
@@ -521,16 +521,6 @@ class _RefsCache:
             return {str(k): str(v) for k, v in doc["refs"].items()}, float(doc["fetchedAt"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-
-
-class _OfflineRead:
-    """Reads objects already in the local repository, without fetching."""
-
-    def __init__(self, store: Store) -> None:
-        self.repo_dir = store.repo_dir
-
-    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
-        return None
 
 
 __all__ = ["LeaseService", "LeaseView", "Snapshot", "Acquired", "Renewed", "HistoryEntry", "id_ref", "scope_ref",

@@ -88,12 +88,14 @@ class Store:
         """Make the objects of these commits readable locally."""
 
     # --- shared ----------------------------------------------------------------------------------
-    def read(self, oids: Iterable[str], *, timeout: float | None = None) -> dict[str, Blob]:
-        """Lease record and signature bytes of each commit oid (fetching what is missing)."""
+    def read(self, oids: Iterable[str], *, timeout: float | None = None, fetch: bool = True) -> dict[str, Blob]:
+        """Lease record and signature bytes of each commit oid (fetching what is missing, unless
+        ``fetch`` is false: then only what is already in the local repository)."""
         wanted = sorted(set(oids))
         if not wanted:
             return {}
-        self.ensure_objects(wanted, timeout=timeout)
+        if fetch:
+            self.ensure_objects(wanted, timeout=timeout)
         names = [f"{oid}:{fname}" for oid in wanted for fname in (RECORD_FILE, SIGNATURE_FILE)]
         sizes = _batch_check(self.repo_dir, names)
         small = [n for n in names if sizes.get(n, (None, -1))[0] == "blob" and sizes[n][1] <= MAX_BLOB_BYTES]

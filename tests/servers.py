@@ -249,7 +249,7 @@ class _ProcessServer:
                     break
             except ChildProcessError:
                 break
-            time.sleep(pause)
+            time.sleep(pause)  # waiting for a real server process to exit, bounded by the deadline
             pause = min(pause * 2, 0.05)
         try:
             os.killpg(pgid, signal.SIGKILL)  # stragglers: per-connection children, backends
@@ -745,28 +745,25 @@ def new_remote(kind: str, where, name: str) -> Remote:
     return Remote(kind, where.url_for(name), path)
 
 
-@pytest.fixture(scope="session")
-def git_daemon(tmp_path_factory):
-    """One ``git daemon`` for the session (started on first use)."""
-    base = tmp_path_factory.mktemp("git-daemon")
-    server = GitDaemon(base)
+def _session_server(tmp_path_factory, cls, folder):
+    server = cls(tmp_path_factory.mktemp(folder))
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def git_daemon(tmp_path_factory):
+    """One ``git daemon`` for the session (started on first use)."""
+    yield from _session_server(tmp_path_factory, GitDaemon, "git-daemon")
 
 
 @pytest.fixture(scope="session")
 def http_server(tmp_path_factory):
     """One smart-HTTP server for the session (started on first use)."""
-    base = tmp_path_factory.mktemp("git-http")
-    server = SmartHTTPServer(base)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _session_server(tmp_path_factory, SmartHTTPServer, "git-http")
 
 
 @pytest.fixture
