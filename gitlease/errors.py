@@ -92,3 +92,9 @@ class NotHeld(GitLeaseError):
     """This worktree does not hold the lease it was asked to act on."""
 
     kind = "not-held"
+
+
+class Forbidden(GitLeaseError):
+    """The key in use may not do this (a forced release or a live reclaim needs a ``gitlease-admin`` key)."""
+
+    kind = "forbidden"

@@ -1,97 +1,16 @@
-"""``git lease ...``: a thin typer layer. Parse, call the service, render; errors become exit codes here.
-
-Every command takes ``--json`` and then prints one envelope on stdout, on success and on failure:
-``{"ok": true, "command": "acquire", "result": {...}}`` or
-``{"ok": false, "command": "acquire", "error": {"kind", "message", "exitCode", "details"}}``.
-"""
+"""The core commands: acquire, renew, release, status, show, can-start."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-from typing import Annotated, Any, Callable, List, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from . import errors
-from .clock import iso
+from .. import errors
+from ..clock import iso
+from .common import JsonOpt, LeaseArg, RemoteOpt, ScopeOpt, make_app, run, service, ttl_seconds
 
-app = typer.Typer(
-    name="git-lease", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    help="Scoped, expiring, renewable leases on repository paths, stored as refs on a git remote.\n\n"
-         "Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
-         "5 invalid record or signature, 6 lease lost, 130 interrupted.",
-)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON envelope (also on failure).")]
-RemoteOpt = Annotated[Optional[str], typer.Option("--remote", help="Lease store: a git remote name or URL "
-                                                  "(default: lease.remote; none: this repository's own refs).")]
-ScopeOpt = Annotated[List[str], typer.Option("--scope", "-s", help="A path prefix to lease; repeat for more. "
-                                             "'.' is the whole repository.")]
-LeaseArg = Annotated[str, typer.Argument(help="The lease id (lease_...).")]
-
-
-def _service(remote: str | None, **flags: Any):
-    from .config import resolve
-    from .repo import Repo
-    from .service import LeaseService
-
-    repo = Repo.discover(".")
-    settings = resolve(repo.config, remote=remote, **flags)
-    return LeaseService(repo, settings, signer=_signer(settings))
-
-
-def _signer(settings):
-    from .signer import UNSIGNED
-
-    if settings.signing_key:
-        # Signing and verification land together (docs/limits.md): signing alone would prove nothing.
-        raise errors.ConfigError("lease.signingKey is set, but this gitlease does not sign leases yet; "
-                                 "unset it to use unsigned leases")
-    return UNSIGNED
-
-
-def _run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], list[str]]]) -> None:
-    """Run ``body`` (returns the JSON result and the human lines), render it, exit with the right code."""
-    try:
-        result, lines = body()
-    except errors.GitLeaseError as exc:
-        _fail(command, as_json, exc.exit_code, exc.kind, exc.message, exc.details)
-    except KeyboardInterrupt:
-        _fail(command, as_json, errors.INTERRUPTED, "interrupted", "interrupted", {})
-    except Exception as exc:  # a bug: one line, never a traceback (it may hold secrets)
-        if os.environ.get("GITLEASE_DEBUG"):
-            raise
-        _fail(command, as_json, errors.ERROR, "internal", f"internal error: {type(exc).__name__}: {exc}", {})
-    if as_json:
-        _emit({"ok": True, "command": command, "result": result})
-    else:
-        for line in lines:
-            typer.echo(line)
-    raise typer.Exit(0)
-
-
-def _fail(command: str, as_json: bool, code: int, kind: str, message: str, details: dict[str, Any]) -> None:
-    if as_json:
-        _emit({"ok": False, "command": command,
-               "error": {"kind": kind, "message": message, "exitCode": code, "details": _jsonable(details)}})
-    typer.echo(f"git-lease: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
-
-
-def _emit(doc: dict[str, Any]) -> None:
-    typer.echo(json.dumps(doc, sort_keys=True))
-
-
-def _ttl(value: str | None) -> int | None:
-    from .config import parse_duration
-
-    return None if value is None else parse_duration("--ttl", value, 5)
+app = make_app()
 
 
 # ----------------------------------------------------------------------------- commands
@@ -110,15 +29,15 @@ def acquire(
 ) -> None:
     """Lease path prefixes. Refused with exit 3, naming the holder, when another lease overlaps."""
     def body():
-        svc = _service(remote, task=task, agent=agent)
-        got = svc.acquire(scope, ttl=_ttl(ttl), holder_pid=holder_pid, workspace=workspace)
+        svc = service(remote, task=task, agent=agent)
+        got = svc.acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
         rec = got.record
         lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]
         return {"leaseId": got.lease_id, "workspaceId": rec.workspace_id, "ttl": rec.ttl, "paths": list(rec.paths),
                 "version": rec.version, "expiresAt": rec.expires_at, "store": svc.store.name,
                 "cleared": list(got.cleared)}, lines
-    _run("acquire", as_json, body)
+    run("acquire", as_json, body)
 
 
 @app.command()
@@ -131,20 +50,20 @@ def renew(
 ) -> None:
     """Extend a lease this worktree holds. Exit 6 ("lease lost or replaced") is a stop signal."""
     def body():
-        got = _service(remote).renew(lease_id, ttl=_ttl(ttl), progress=progress)
+        got = service(remote).renew(lease_id, ttl=ttl_seconds(ttl), progress=progress)
         rec = got.record
         return ({"leaseId": got.lease_id, "version": rec.version, "expiresAt": rec.expires_at},
                 [f"lease renewed: version={rec.version} expiresAt={rec.expires_at}"])
-    _run("renew", as_json, body)
+    run("renew", as_json, body)
 
 
 @app.command()
 def release(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Give a lease back (its worktree stays)."""
     def body():
-        _service(remote).release(lease_id)
+        service(remote).release(lease_id)
         return {"leaseId": lease_id}, [f"lease released: {lease_id}"]
-    _run("release", as_json, body)
+    run("release", as_json, body)
 
 
 def _snapshot_lines(snap, now: float, skew: int) -> list[str]:
@@ -174,7 +93,7 @@ def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Every lease on the store: id, scope, owner, time left. Answers from the last fetched state (and says
     how old it is) when the store cannot be reached."""
     def body():
-        svc = _service(remote)
+        svc = service(remote)
         snap = svc.status()
         now, skew = svc.clock.now(), svc.settings.skew
         held = svc.held_here()
@@ -182,14 +101,14 @@ def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
                  "error": snap.error, "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held)
                                                  for v in snap.leases]},
                 _snapshot_lines(snap, now, skew))
-    _run("status", as_json, body)
+    run("status", as_json, body)
 
 
 @app.command()
 def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """One lease in full: its record, its history, and whether each version verifies."""
     def body():
-        svc = _service(remote)
+        svc = service(remote)
         view, history, snap = svc.show(lease_id)
         if view is None:
             raise errors.GitLeaseError(f"no lease {lease_id} on store {svc.store.name}", leaseId=lease_id)
@@ -208,28 +127,18 @@ def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False)
                          + (f"  INVALID: {h['problem']}" if h["problem"] else ""))
         return dict(view.to_json(now, skew), record=view.record.to_json() if view.record else None,
                     history=hist, stale=snap.stale), lines
-    _run("show", as_json, body)
+    run("show", as_json, body)
 
 
 @app.command("can-start")
 def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Read-only: exit 0 if the scope is free now, 3 if not (naming the blockers)."""
     def body():
-        from .service import held_error
+        from ..service import held_error
 
-        svc = _service(remote)
+        svc = service(remote)
         paths, blockers, _ = svc.can_start(scope)
         if blockers:
             raise held_error(paths, blockers, svc.clock.now(), svc.settings.skew)
         return {"paths": list(paths), "free": True}, [f"free: {' '.join(paths)}"]
-    _run("can-start", as_json, body)
-
-
-def main() -> None:
-    try:
-        app(prog_name="git-lease")
-    except KeyboardInterrupt:
-        sys.exit(errors.INTERRUPTED)
-
-
-__all__ = ["app", "main"]
+    run("can-start", as_json, body)

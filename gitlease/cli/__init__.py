@@ -1,0 +1,98 @@
+"""``git lease ...``: a dispatcher that loads only the command module it needs.
+
+Start-up time is part of the interface (every hook and heartbeat pays it), so this module is stdlib-only: it
+reads the command name, imports the one module that defines it (``gitlease.cli.<module>``, a small typer app),
+and lets typer parse the rest. ``git lease -h`` is answered from the table below without importing typer.
+
+To add a command: define it in a module's ``app`` (see ``common.make_app``) and add a row to ``COMMANDS``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# command -> (module under gitlease.cli, one-line summary). Aliases are rows of their own.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "acquire": ("core", "Lease path prefixes; exit 3 naming the holder when another lease overlaps."),
+    "renew": ("core", "Extend a lease this worktree holds; exit 6 means stop: the lease was lost."),
+    "release": ("core", "Give a lease back."),
+    "status": ("core", "Every lease on the store: id, scope, owner, time left."),
+    "show": ("core", "One lease in full: record, history, signatures."),
+    "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
+}
+
+EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
+              "5 invalid record or signature, 6 lease lost, 130 interrupted.")
+
+
+def _help() -> str:
+    width = max(len(name) for name in COMMANDS)
+    rows = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items())
+    return ("usage: git lease <command> [options]   (git lease <command> -h for a command's options)\n\n"
+            "Scoped, expiring, renewable leases on repository paths, stored as refs on a git remote.\n\n"
+            f"commands:\n{rows}\n\n{EXIT_CODES}\n")
+
+
+def dispatch(argv: list[str]) -> int:
+    """Run one command line; return its exit code (typer/click exit through SystemExit, caught here)."""
+    if not argv or argv[0] in ("-h", "--help", "help") and len(argv) < 2:
+        sys.stdout.write(_help())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from .. import __version__
+        sys.stdout.write(f"git-lease {__version__}\n")
+        return 0
+    if argv[0] == "help":
+        argv = [argv[1], "-h"]
+    name = argv[0]
+    if name not in COMMANDS:
+        return _unknown(name, "--json" in argv)
+    import importlib
+
+    import typer.main
+
+    module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
+    group = typer.main.get_group(module.app)
+    try:
+        group.main(args=argv, prog_name="git-lease", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        from ..errors import INTERRUPTED
+        return INTERRUPTED
+    return 0
+
+
+def _unknown(name: str, as_json: bool) -> int:
+    import difflib
+
+    near = difflib.get_close_matches(name, COMMANDS, n=1)
+    hint = f"; did you mean '{near[0]}'?" if near else "; see 'git lease -h'"
+    message = f"unknown command '{name}'{hint}"
+    if as_json:
+        import json
+        sys.stdout.write(json.dumps({"ok": False, "command": name, "error": {
+            "kind": "usage", "message": message, "exitCode": 2, "details": {}}}, sort_keys=True) + "\n")
+    sys.stderr.write(f"git-lease: {message}\n")
+    return 2
+
+
+def main() -> None:
+    """Console entry: run, flush, and leave without the interpreter's teardown (tens of ms on every call).
+
+    Safe because every command has finished its work, closed its files and reaped its child processes before
+    ``dispatch`` returns."""
+    try:
+        code = dispatch(sys.argv[1:])
+    except KeyboardInterrupt:
+        code = 130
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    os._exit(code)
+
+
+__all__ = ["COMMANDS", "dispatch", "main"]

@@ -1,0 +1,36 @@
+"""The stdlib dispatcher in front of the typer command modules."""
+import importlib
+import json
+import subprocess
+import sys
+
+import typer.main
+
+from conftest import cli
+from gitlease.cli import COMMANDS
+
+
+def test_every_listed_command_is_defined_by_its_module():
+    for name, (module, _) in COMMANDS.items():
+        group = typer.main.get_group(importlib.import_module(f"gitlease.cli.{module}").app)
+        assert name in group.commands, f"{name} is listed for gitlease.cli.{module} but not defined there"
+
+
+def test_top_level_help_lists_commands_without_importing_typer():
+    code = ("import sys; from gitlease.cli import dispatch; rc = dispatch(['-h']); "
+            "assert rc == 0 and 'typer' not in sys.modules and 'click' not in sys.modules, sorted(sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert all(name in res.stdout for name in COMMANDS) and "Exit codes" in res.stdout
+
+
+def test_unknown_command_and_no_command_are_usage_errors(tmp_path):
+    res = cli(tmp_path, "acqire", "--json")
+    assert res.returncode == 2 and "did you mean 'acquire'" in res.stderr
+    assert json.loads(res.stdout)["error"]["kind"] == "usage"
+    res = cli(tmp_path)
+    assert res.returncode == 2 and "commands:" in res.stdout
+    res = cli(tmp_path, "--version")
+    assert res.returncode == 0 and res.stdout.startswith("git-lease ")
+    res = cli(tmp_path, "help", "renew")
+    assert res.returncode == 0 and "LEASE_ID" in res.stdout
