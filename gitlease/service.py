@@ -15,7 +15,7 @@ from . import record as records
 from . import scope as scopes
 from .clock import SYSTEM, Clock, iso
 from .config import Settings
-from .errors import GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable
+from .errors import Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable
 from .objects import ObjectWriter, ident_for
 from .record import Owner, Record
 from .repo import Repo
@@ -180,6 +180,16 @@ class LeaseService:
         if self.settings.workspace:
             return self.settings.workspace
         return os.path.basename(self.repo.worktree or self.repo.git_dir.rstrip("/")) or "workspace"
+
+    # --------------------------------------------------------------------------- identity
+    def require_admin(self, action: str) -> str:
+        """The identity allowed to ``action`` (a forced release, a reclaim of a live lease), or Forbidden.
+
+        Unsigned mode has no identities to tell apart: anyone may, and the returned name says it was unsigned.
+        (Signed mode, issue 3: only a key the trust file allows the ``gitlease-admin`` namespace.)"""
+        if self.signer.public_key is None:
+            return f"unsigned:{self.settings.agent}"
+        raise Forbidden(f"{action} needs a gitlease-admin key")
 
     # ------------------------------------------------------------------------- acquire
     def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
