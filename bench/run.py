@@ -19,7 +19,8 @@ What it measures, every figure from this one run (nothing in the report is typed
    gitlease.record, written into the bare repository with one ``git fast-import``), counted with ``status()``
    and seen to refuse an overlapping acquire;
 5. CLI start-up: ``git lease -h`` against ``python -c pass`` and ``git --version``, and
-   ``python -X importtime -c "import gitlease.cli"``.
+   ``python -X importtime -c "import gitlease.cli.core"``. The CLI measured is a regular ``pip install`` of
+   this tree into a fresh venv (``--editable``: the development venv instead).
 
 The measurements of 1-3 are interleaved (push, library calls, CLI calls, for file:// then git://, round after
 round) so that drift in the machine's load hits every column alike. Everything runs under a temporary HOME
@@ -59,7 +60,7 @@ from gitlease.repo import Repo  # noqa: E402
 from gitlease.service import LeaseService, scope_ref  # noqa: E402
 
 HOST = "127.0.0.1"
-VENV_BIN = Path(sys.executable).parent
+VENV_BIN = Path(sys.executable).parent  # replaced in isolate() by a regular install's bin (see install_cli)
 KINDS = ("file", "daemon")
 LABEL = {"file": "file://", "daemon": "git daemon (git://)"}
 SHORT = {"file": "file://", "daemon": "git://"}
@@ -234,8 +235,28 @@ class GitDaemon:
 
 # --------------------------------------------------------------------------------- environment
 
-def isolate(tmp: Path) -> None:
-    """A HOME and global git config of our own; no system config; fixed identity; the venv on PATH."""
+def install_cli(tmp: Path, editable: bool) -> Path:
+    """The bin folder whose ``git-lease`` the CLI figures measure.
+
+    By default a regular (non-editable) ``pip install`` of this tree into a fresh venv, as a user gets it:
+    ``pip install -e`` adds an import finder to every interpreter start (about 15 ms), which no user pays.
+    ``--editable`` measures the development venv instead (faster to set up)."""
+    if editable:
+        return VENV_BIN
+    venv = tmp / "install"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    res = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                          str(ROOT)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BenchError(f"pip install of the tree failed: {res.stderr.strip()[-300:]}")
+    return venv / "bin"
+
+
+def isolate(tmp: Path, editable: bool = False) -> None:
+    """A HOME and global git config of our own; no system config; fixed identity; the measured install's bin
+    on PATH."""
+    global VENV_BIN
+    VENV_BIN = install_cli(tmp, editable)
     home = tmp / "home"
     home.mkdir()
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[protocol]\n\tversion = 2\n"
@@ -553,7 +574,7 @@ _IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)")
 def importtime(code: str) -> tuple[list[tuple[str, float, float, int]], int]:
     """One ``python -X importtime -c CODE``: ([(module, self ms, cumulative ms, depth), ...], index of the
     first line after ``site`` (what CODE imported, as against the interpreter's own start-up))."""
-    res = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
+    res = subprocess.run([str(VENV_BIN / "python"), "-X", "importtime", "-c", code], capture_output=True, text=True)
     if res.returncode != 0:
         raise BenchError(f"python -X importtime -c {code!r} failed: {res.stderr[-300:]}")
     mods = []
@@ -566,18 +587,19 @@ def importtime(code: str) -> tuple[list[tuple[str, float, float, int]], int]:
 
 
 def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
-    py = sys.executable
+    py = str(VENV_BIN / "python")
     procs = {
         "git --version": ["git", "--version"],
         "git benchnoop (git starting an external no-op command)": ["git", "benchnoop"],
         "git-benchnoop (the no-op run directly)": [str(noop)],
         "python -c pass": [py, "-c", "pass"],
         'python -c "import argparse"': [py, "-c", "import argparse"],
-        'python -c "import gitlease.cli"': [py, "-c", "import gitlease.cli"],
-        'python -c "import gitlease.cli; os._exit(0)"': [py, "-c", "import gitlease.cli, os; os._exit(0)"],
-        'python -c "import gitlease.cli, gitlease.service"': [py, "-c", "import gitlease.cli, gitlease.service"],
-        'python -c "import gitlease.cli, gitlease.service; os._exit(0)"':
-            [py, "-c", "import gitlease.cli, gitlease.service, os; os._exit(0)"],
+        'python -c "import gitlease.cli.core"': [py, "-c", "import gitlease.cli.core"],
+        'python -c "import gitlease.cli.core; os._exit(0)"': [py, "-c", "import gitlease.cli.core, os; os._exit(0)"],
+        'python -c "import gitlease.cli.core, gitlease.service"':
+            [py, "-c", "import gitlease.cli.core, gitlease.service"],
+        'python -c "import gitlease.cli.core, gitlease.service; os._exit(0)"':
+            [py, "-c", "import gitlease.cli.core, gitlease.service, os; os._exit(0)"],
         "git-lease -h (the script directly)": [str(VENV_BIN / "git-lease"), "-h"],
         "git lease -h (through git)": ["git", "lease", "-h"],
     }
@@ -590,11 +612,11 @@ def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
             samples[name].append(run_timed(argv, cwd=workdir)[0])
     runs = []
     for _ in range(plan.importtime_runs):
-        mods, cut = importtime("import gitlease.cli")
+        mods, cut = importtime("import gitlease.cli.core")
         pmods, pcut = importtime("pass")
         runs.append({
             "total": sum(m[1] for m in mods),  # every import of the process, start-up included
-            "cli": sum(m[1] for m in mods[cut:]),  # what `import gitlease.cli` added
+            "cli": sum(m[1] for m in mods[cut:]),  # what `import gitlease.cli.core` added
             "startup": sum(m[1] for m in pmods[:pcut]),  # python -c pass: site and what it imports
             "editable": sum(m[2] for m in pmods[:pcut] if m[0].startswith("__editable__") and m[3] == 1),
             "heavy": sorted(((m[0], m[2]) for m in mods[cut:] if m[3] <= 1), key=lambda kv: -kv[1])[:6],
@@ -685,11 +707,11 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     t_git = median(st["git --version"])
     t_py = median(st["python -c pass"])
     # imports measured in processes that skip the interpreter's shutdown (os._exit), shutdown on its own
-    t_cli_x = median(st['python -c "import gitlease.cli; os._exit(0)"'])
-    t_svc_x = median(st['python -c "import gitlease.cli, gitlease.service; os._exit(0)"'])
+    t_cli_x = median(st['python -c "import gitlease.cli.core; os._exit(0)"'])
+    t_svc_x = median(st['python -c "import gitlease.cli.core, gitlease.service; os._exit(0)"'])
     t_imp = t_cli_x - t_py
     t_lazy = t_svc_x - t_cli_x
-    t_down = median(st['python -c "import gitlease.cli, gitlease.service"']) - t_svc_x
+    t_down = median(st['python -c "import gitlease.cli.core, gitlease.service"']) - t_svc_x
     t_dispatch = median(st["git benchnoop (git starting an external no-op command)"]) - \
         median(st["git-benchnoop (the no-op run directly)"])
     w("Approximate split of one `git lease acquire` (medians of pieces measured separately in this run, "
@@ -702,14 +724,15 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         construct = median(S[k]["construct"])
         lib = median(S[k]["acquire"])
         total = median(S[k]["cli_acquire"])
-        rest = total - (t_dispatch + t_py + t_imp + t_lazy + t_down + construct + lib)
+        rest = total - (t_dispatch + t_py + t_imp + t_lazy + construct + lib)
         rows.append((t_dispatch, t_py, t_imp, t_lazy, t_down, construct, lib, rest, total))
     labels = ["`git` finding and starting `git-lease` (`git benchnoop` minus running `git-benchnoop` directly)",
               "python interpreter start (`python -c pass`)",
-              "`import gitlease.cli` at start (typer, click; process time over `python -c pass`, both without "
-              "interpreter shutdown)",
+              "`import gitlease.cli.core`: the dispatcher loading the core commands' module (typer, click; process "
+              "time over `python -c pass`, both without interpreter shutdown)",
               "imports of the service modules, made lazily in the command (`gitlease.service` and what it imports)",
-              "interpreter shutdown after those imports (tearing the modules down; what `os._exit` skips)",
+              "interpreter shutdown after those imports (tearing the modules down; `git-lease` skips it with "
+              "`os._exit` after flushing, so this is not in the total)",
               "`Repo.discover` + settings + `LeaseService()` in-process (git `rev-parse`, git `config`)",
               "`LeaseService.acquire` in-process (the push)",
               "the rest (typer building the command and parsing, rendering, exit)",
@@ -795,12 +818,12 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         w(f"| `{shown} | {ms(median(xs))} | {ms(p90(xs))} | {ratio(median(xs) / t_git)} |")
     w("")
     imp = start["import_mid"]
-    w(f"`python -X importtime -c \"import gitlease.cli\"` (the median of {plan.importtime_runs} runs by the "
+    w(f"`python -X importtime -c \"import gitlease.cli.core\"` (the median of {plan.importtime_runs} runs by the "
       f"figure in bold; importtime's own bookkeeping inflates every figure a little): "
-      f"**{ms(imp['cli'])} ms of imports for `import gitlease.cli`**, on top of {ms(imp['startup'])} ms that the "
+      f"**{ms(imp['cli'])} ms of imports for `import gitlease.cli.core`**, on top of {ms(imp['startup'])} ms that the "
       f"interpreter's own start-up imports (`site` and the venv's `.pth` files; of it {ms(imp['editable'])} ms is "
-      f"the editable-install finder of `pip install -e`, which a regular install does not load). "
-      "Heaviest imports under `import gitlease.cli` (cumulative ms): "
+      f"an editable-install finder, none in a regular install). "
+      "Heaviest imports under `import gitlease.cli.core` (cumulative ms): "
       + ", ".join(f"`{n}` {ms(t)}" for n, t in imp["heavy"]) + ".")
     w("")
 
@@ -816,7 +839,8 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         f"took {elapsed:.0f} s; 1-minute load average {info['load_start']} at the start, {info['load_end']} at "
         "the end (other work on the machine shows up as noise, mostly in the p90 columns).",
         f"- Machine: {info['nproc']} CPUs (`nproc`), {info['cpu']}; {info['os']}.",
-        f"- {info['git']}; {info['python']} (`{sys.executable}`).",
+        f"- {info['git']}; {info['python']} (`{sys.executable}`); the CLI measured is "
+        f"{'the development venv (`--editable`)' if info['editable'] else 'a regular `pip install` of the tree into a fresh venv'}.",
         f"- Code measured: {info['code']}.",
         "",
         "Reproduce: `make bench` (runs `.venv/bin/python bench/run.py --write docs/performance.md`); "
@@ -847,6 +871,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer runs, no 10,000-lease case")
     ap.add_argument("--write", metavar="FILE", help="write the report (markdown) to FILE")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--editable", action="store_true",
+                    help="measure the CLI of the development venv (pip install -e) instead of a regular install")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
 
@@ -866,8 +892,9 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     try:
-        isolate(tmp)
+        isolate(tmp, args.editable)
         info = machine()
+        info["editable"] = args.editable
         base = tmp / "srv"
         base.mkdir()
         bare = base / "leases.git"
