@@ -3,7 +3,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow bench soak clean
+
+DURATION ?= 600
+WORKERS  ?= 16
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +25,9 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write docs/performance.md
+
+soak: $(STAMP)
+	$(BIN)/python -m soak.run --duration $(DURATION) --workers $(WORKERS) --write docs/reliability.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

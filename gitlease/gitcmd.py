@@ -54,9 +54,15 @@ class Timeout(RemoteUnavailable):
 
 def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, input: bytes | None = None,
         timeout: float | None = None, check: bool = True, env: Mapping[str, str] | None = None,
-        keep_repo_env: bool = False) -> Result:
+        keep_repo_env: bool = False, grace: float = 0.0) -> Result:
     """Run ``git *args``. ``check`` raises GitError on a non-zero exit. A timeout kills the whole
-    process group (git, ssh, remote helpers) and raises Timeout."""
+    process group (git, ssh, remote helpers) and raises Timeout.
+
+    ``grace``: on a timeout, kill git itself first and give its children that long to finish before the
+    group goes. A push to a ``file://`` remote runs the server's ``receive-pack`` as such a child: killed
+    while it commits a multi-ref transaction, it can leave that transaction half done (git's files backend
+    renames ref locks one by one) and stale ``.lock`` files behind. Left alone, it either commits the whole
+    transaction or, its client gone, none of it."""
     cmd = ("git", *args)
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -66,6 +72,12 @@ def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, input
     try:
         out, err = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
+        if grace > 0:
+            proc.kill()
+            try:
+                proc.communicate(timeout=grace)  # the pipes close when the children are done too
+            except subprocess.TimeoutExpired:
+                pass
         _kill_group(proc)
         out, err = proc.communicate()
         raise Timeout(f"git {args[0]} did not answer within {timeout:g}s", cmd=list(cmd)) from None

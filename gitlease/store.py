@@ -24,6 +24,7 @@ ID_PREFIX = "refs/leases/id/"
 SCOPE_REF = "refs/leases/scope"  # the whole repository ('.'); paths live below it
 ZERO = "0" * 40
 DEFAULT_TIMEOUT = 30.0
+PUSH_GRACE = 1.0  # seconds a timed-out push's children get to finish (gitcmd.run, grace)
 MAX_BLOB_BYTES = 1024 * 1024  # larger "records" are reported invalid without being read
 
 
@@ -146,7 +147,8 @@ class RemoteStore(Store):
               extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
         argv = push_argv(self.remote, updates, extra_refspecs=extra_refspecs, run_hooks=run_hooks, atomic=atomic)
         try:
-            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False)
+            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False,
+                             grace=PUSH_GRACE)
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         statuses = parse_push_porcelain(res.out)
@@ -262,8 +264,11 @@ class LocalStore(Store):
             else:
                 lines.append(f"update {u.ref} {u.new} {u.old}")
         lines += ["prepare", "commit"]
-        res = gitcmd.run(["update-ref", "--stdin"], cwd=self.repo_dir, input=("\n".join(lines) + "\n").encode(),
-                         timeout=timeout or self.timeout, check=False)
+        try:
+            res = gitcmd.run(["update-ref", "--stdin"], cwd=self.repo_dir,
+                             input=("\n".join(lines) + "\n").encode(), timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            return Outcome(ok=False, ambiguous=True, message=str(exc))
         if res.returncode == 0:
             return Outcome(ok=True, statuses={u.ref: "ok" for u in updates})
         msg = _last_error(res.err)

@@ -1,0 +1,276 @@
+"""The independent checker: replays the server's transaction log (serverlog.py) and the lease objects in the
+server's repository, and reports every anomaly. It trusts nothing the workers say, with one exception that can
+only excuse, never accuse: a worker's "release-intent" line explains why an unexpired lease was deleted.
+
+Properties checked (docs/reliability.md):
+  P1  a scope ref is created or deleted, never moved from one lease to another (a `+` push would);
+  P2  a lease's refs appear together in one transaction (id ref and every scope ref at version 1) and
+      disappear together in one transaction;
+  P3  every id-ref update is a proper successor: parent = previous version, version + 1, same lease, scope,
+      owner and key, made no later than the previous version's expiry (plus tolerance);
+  P4  no two overlapping leases exist at once (read from the server's refs, not from git's refusal);
+  P5  never two overlapping *active* leases: a lease is active from its grant until its last expiry unless its
+      holder released it; a lease deleted before its expiry without a release intent or an audit entry, or
+      an audited reclaim made before the expiry, is an anomaly;
+  P6  fencing: every branch update lands in the same transaction as a renewal of a live lease whose scope
+      covers every path the update changes;
+  P7  the run ends with no lease left on the server.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gitlease import record as records  # noqa: E402
+from gitlease import scope as scopes  # noqa: E402
+from gitlease.store import ID_PREFIX, SCOPE_REF  # noqa: E402
+
+from .serverlog import Txn, is_zero  # noqa: E402
+
+AUDIT_PREFIXES = ("refs/leases-audit/", "refs/leases/audit/")
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    grant: str
+    paths: tuple[str, ...]
+    key: str | None
+    created: float
+    versions: list[tuple[str, records.Record]] = field(default_factory=list)
+    deleted: float | None = None
+    how: str = ""  # released | reclaimed | unexplained
+
+    @property
+    def expires(self) -> float:
+        return self.versions[-1][1].expires
+
+
+@dataclass
+class Report:
+    anomalies: list[str] = field(default_factory=list)
+    transactions: int = 0
+    leases: int = 0
+    renewals: int = 0
+    releases: int = 0
+    reclaims: int = 0
+    branch_updates: int = 0
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Objects:
+    """Commit parents and lease records from the server's repository, one cat-file batch per request."""
+
+    def __init__(self, bare: Path) -> None:
+        self.bare = bare
+        self.cache: dict[str, tuple[tuple[str, ...], bytes | None]] = {}
+
+    def load(self, oids: set[str]) -> None:
+        todo = sorted(o for o in oids if o not in self.cache)
+        if not todo:
+            return
+        lines = "".join(f"{o}\n{o}:lease.json\n" for o in todo).encode()
+        out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.bare, input=lines, capture_output=True,
+                             check=True).stdout
+        pos = 0
+        for o in todo:
+            parents, pos = self._commit(out, pos)
+            blob, pos = self._blob(out, pos)
+            self.cache[o] = (parents, blob)
+
+    @staticmethod
+    def _entry(out: bytes, pos: int) -> tuple[bytes | None, int]:
+        end = out.index(b"\n", pos)
+        head = out[pos:end].split(b" ")
+        if head[-1] == b"missing" or len(head) < 3:
+            return None, end + 1
+        size = int(head[2])
+        body = out[end + 1:end + 1 + size]
+        return body, end + 1 + size + 1
+
+    def _commit(self, out: bytes, pos: int) -> tuple[tuple[str, ...], int]:
+        body, pos = self._entry(out, pos)
+        parents = []
+        for line in (body or b"").split(b"\n"):
+            if not line:
+                break
+            if line.startswith(b"parent "):
+                parents.append(line[7:].decode())
+        return tuple(parents), pos
+
+    def _blob(self, out: bytes, pos: int) -> tuple[bytes | None, int]:
+        return self._entry(out, pos)
+
+    def record(self, oid: str) -> records.Record | None:
+        blob = self.cache.get(oid, ((), None))[1]
+        if blob is None:
+            return None
+        try:
+            return records.parse(blob)
+        except Exception:
+            return None
+
+    def parents(self, oid: str) -> tuple[str, ...]:
+        return self.cache.get(oid, ((), None))[0]
+
+
+def changed_paths(bare: Path, old: str, new: str) -> list[str]:
+    argv = ["git", "diff", "--name-only", "--no-renames", "-z", old, new] if not is_zero(old) else \
+        ["git", "ls-tree", "-r", "--name-only", "-z", new]
+    out = subprocess.run(argv, cwd=bare, capture_output=True, check=True).stdout.decode("utf-8", "replace")
+    return [p for p in out.split("\0") if p]
+
+
+def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set[str] = frozenset(),
+          final_refs: dict[str, str] | None = None) -> Report:
+    """Replay ``txns`` (the server's committed transactions, in order) and report anomalies.
+
+    ``tolerance``: seconds of disagreement allowed between the server's clock and the times in the records
+    (workers' clock offsets, the records' one-second resolution, scheduling)."""
+    rep = Report(transactions=len(txns))
+    bad = rep.anomalies.append
+    objs = Objects(bare)
+    objs.load({new for t in txns for _, new, ref in t.updates if not is_zero(new) and ref.startswith("refs/leases/")
+               and not ref.startswith(AUDIT_PREFIXES)})
+    state: dict[str, str] = {}
+    live: dict[str, Lease] = {}  # lease id -> lease whose refs exist
+    gone: list[Lease] = []
+    for t in txns:
+        ups = t.updates
+        for old, new, ref in ups:
+            seen = state.get(ref, "0" * 40)
+            if not (is_zero(old) and is_zero(seen)) and old != seen:
+                bad(f"txn {t.seq}: {ref} changed from {old[:10]} but the server log had it at {seen[:10]}")
+        if t.partial:
+            bad(f"txn {t.seq}: only part of a transaction landed (its server process died mid-commit): "
+                f"{[r for _, _, r in ups]}")
+        audited = any(ref.startswith(AUDIT_PREFIXES) for _, _, ref in ups)
+        ids = [(o, n, r) for o, n, r in ups if r.startswith(ID_PREFIX)]
+        scope_ups = [(o, n, r) for o, n, r in ups if r == SCOPE_REF or r.startswith(SCOPE_REF + "/")]
+        branches = [(o, n, r) for o, n, r in ups if r.startswith("refs/heads/")]
+        for old, new, ref in scope_ups:  # P1
+            if not is_zero(old) and not is_zero(new):
+                bad(f"txn {t.seq}: scope ref {ref} moved from {old[:10]} to {new[:10]} (a lease overwritten)")
+        renewed: list[Lease] = []
+        for old, new, ref in ids:
+            lid = ref[len(ID_PREFIX):]
+            if is_zero(old):  # a grant
+                rec = objs.record(new)
+                if rec is None or rec.version != 1 or rec.lease_id != lid:
+                    bad(f"txn {t.seq}: {ref} created at {new[:10]}, which is not version 1 of {lid}")
+                    continue
+                mine = sorted(r for o, n, r in scope_ups if is_zero(o) and n == new)
+                want = sorted(_scope_ref(p) for p in rec.paths)
+                if mine != want:  # P2
+                    bad(f"txn {t.seq}: {lid} granted with scope refs {mine}, its record says {want}")
+                for other in live.values():  # P4
+                    if scopes.sets_overlap(other.paths, rec.paths):
+                        bad(f"txn {t.seq}: {lid} ({' '.join(rec.paths)}) granted while {other.lease_id} "
+                            f"({' '.join(other.paths)}) still holds refs")
+                for prev in gone:  # P5
+                    if scopes.sets_overlap(prev.paths, rec.paths) and prev.how != "released" \
+                            and prev.expires > t.time + tolerance:
+                        bad(f"txn {t.seq}: {lid} granted {prev.expires - t.time:.1f}s before the expiry of "
+                            f"{prev.lease_id}, which was {prev.how or 'removed'} (not released by its holder)")
+                lease = Lease(lid, new, rec.paths, rec.owner.key, t.time, [(new, rec)])
+                live[lid] = lease
+                rep.leases += 1
+            elif is_zero(new):  # a release or a reclaim
+                lease = live.pop(lid, None)
+                if lease is None:
+                    bad(f"txn {t.seq}: {ref} deleted but no live lease {lid} was known")
+                    continue
+                lease.deleted = t.time
+                gone_refs = sorted(r for o, n, r in scope_ups if is_zero(n) and o == lease.grant)
+                if gone_refs != sorted(_scope_ref(p) for p in lease.paths):  # P2
+                    bad(f"txn {t.seq}: {lid} deleted without all of its scope refs ({gone_refs})")
+                early = lease.expires > t.time + tolerance
+                if audited:
+                    lease.how = "reclaimed"
+                    rep.reclaims += 1
+                    if early:
+                        bad(f"txn {t.seq}: {lid} reclaimed {lease.expires - t.time:.1f}s before its expiry")
+                elif lid in release_intents:
+                    lease.how = "released"
+                    rep.releases += 1
+                else:
+                    lease.how = "unexplained"
+                    if early:
+                        bad(f"txn {t.seq}: {lid} deleted {lease.expires - t.time:.1f}s before its expiry, "
+                            f"with neither a release by its holder nor an audit entry")
+                    else:
+                        rep.reclaims += 1  # an expired lease cleared by an acquire or a sweep
+                gone.append(lease)
+            else:  # a renewal (P3)
+                lease = live.get(lid)
+                rec = objs.record(new)
+                if lease is None or rec is None:
+                    bad(f"txn {t.seq}: {ref} moved to {new[:10]} with no live lease or no readable record")
+                    continue
+                prev_oid, prev = lease.versions[-1]
+                problems = []
+                if old != prev_oid:
+                    problems.append("old value is not the current version")
+                if objs.parents(new) != (prev_oid,):
+                    problems.append("parent is not the previous version")
+                if rec.version != prev.version + 1:
+                    problems.append(f"version {rec.version} after {prev.version}")
+                if (rec.lease_id, rec.paths, rec.acquired_at, rec.owner.key, rec.owner.agent_id) != \
+                        (prev.lease_id, prev.paths, prev.acquired_at, prev.owner.key, prev.owner.agent_id):
+                    problems.append("lease, scope, acquiredAt or owner changed")
+                if t.time > prev.expires + tolerance:
+                    problems.append(f"renewed {t.time - prev.expires:.1f}s after expiry")
+                for p in problems:
+                    bad(f"txn {t.seq}: renewal of {lid} to v{rec.version}: {p}")
+                lease.versions.append((new, rec))
+                renewed.append(lease)
+                rep.renewals += 1
+        for old, new, ref in branches:  # P6
+            rep.branch_updates += 1
+            if is_zero(new):
+                continue
+            if not renewed:
+                bad(f"txn {t.seq}: {ref} updated without a lease renewal in the same transaction (unfenced)")
+                continue
+            covered = [p for lease in renewed for p in lease.paths]
+            outside = [p for p in changed_paths(bare, old, new) if not scopes.covers(covered, p)]
+            if outside:
+                bad(f"txn {t.seq}: {ref} changed {outside[:3]} outside the scope of "
+                    f"{', '.join(lease.lease_id for lease in renewed)}")
+        for old, new, ref in ups:
+            if is_zero(new):
+                state.pop(ref, None)
+            else:
+                state[ref] = new
+    leftover = sorted(r for r in (final_refs if final_refs is not None else state)
+                      if r.startswith("refs/leases/") and not r.startswith(AUDIT_PREFIXES))
+    if leftover:  # P7
+        bad(f"{len(leftover)} lease refs left on the server at the end: {leftover[:3]}")
+    return rep
+
+
+def _scope_ref(path: str) -> str:
+    suffix = scopes.to_ref_suffix(path)
+    return f"{SCOPE_REF}/{suffix}" if suffix else SCOPE_REF
+
+
+def read_intents(folder: Path) -> set[str]:
+    out = set()
+    for f in Path(folder).glob("*.events"):
+        for line in f.read_text().splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a SIGKILL
+            if ev.get("event") == "release-intent":
+                out.add(ev["lease"])
+    return out

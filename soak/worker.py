@@ -1,0 +1,182 @@
+"""One soak worker: loops acquire / renew / release on random scopes drawn from real task traces.
+
+    python -m soak.worker --dir D --repo R --url URL --name w1 --seed 1 --ttl 4 --skew 2 [--offset 0.5]
+                          [--mode safe|force] --paths PATHS.json
+
+It stops when ``D/stop`` exists (or on SIGTERM, after releasing what it holds). It writes two files the
+harness reads: ``D/<name>.stats`` (counts, rewritten after every step) and ``D/<name>.events`` (a
+"release-intent" line before each release: the only thing the checker takes from a worker, and only to excuse
+the deletion of an unexpired lease). ``--mode force`` is the negative control: it takes leases with `+`
+refspecs that switch git's compare-and-swap off, and the checker must catch it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gitlease import record as records  # noqa: E402
+from gitlease import scope as scopes  # noqa: E402
+from gitlease.clock import Clock  # noqa: E402
+from gitlease.config import resolve  # noqa: E402
+from gitlease.errors import GitLeaseError, HeldError, LeaseLost, RemoteUnavailable  # noqa: E402
+from gitlease.record import Owner  # noqa: E402
+from gitlease.repo import Repo  # noqa: E402
+from gitlease.service import LeaseService, id_ref, scope_ref  # noqa: E402
+
+
+class OffsetClock(Clock):
+    """The wall clock shifted by a fixed offset: a worker whose clock is wrong (within the skew margin)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+
+def pick_scope(rng: random.Random, tasks: list[list[str]]) -> list[str]:
+    """A task's files at a random granularity: the files, their directories, or their top two segments."""
+    paths = rng.choice(tasks)[:4]
+    how = rng.random()
+    if how < 0.4:
+        return paths
+    if how < 0.8:
+        return sorted({p.rsplit("/", 1)[0] if "/" in p else p for p in paths})
+    return sorted({"/".join(p.split("/")[:2]) for p in paths})
+
+
+class Worker:
+    def __init__(self, args) -> None:
+        self.args = args
+        self.dir = Path(args.dir)
+        self.rng = random.Random(args.seed)
+        self.tasks = json.loads(Path(args.paths).read_text())
+        if args.mode == "force":  # the control must collide to show anything: a few hot scopes only
+            self.tasks = [t[:1] for t in self.tasks[:3]]
+        repo = Repo.discover(args.repo)
+        settings = resolve(repo.config, env={}, remote=args.url, agent=args.name, task=f"soak-{args.name}",
+                           ttl=args.ttl, skew=args.skew, timeout=args.timeout)
+        self.svc = LeaseService(repo, settings, clock=OffsetClock(args.offset))
+        self.stats: dict[str, int] = {}
+        self.held: str | None = None
+        self.stopping = False
+        signal.signal(signal.SIGTERM, self._term)
+
+    def _term(self, *_):
+        self.stopping = True
+
+    def count(self, key: str) -> None:
+        self.stats[key] = self.stats.get(key, 0) + 1
+        tmp = self.dir / f"{self.args.name}.stats.tmp"
+        tmp.write_text(json.dumps(self.stats))
+        os.replace(tmp, self.dir / f"{self.args.name}.stats")
+
+    def event(self, **ev) -> None:
+        with open(self.dir / f"{self.args.name}.events", "a") as f:
+            f.write(json.dumps(ev) + "\n")
+
+    def done(self) -> bool:
+        return self.stopping or (self.dir / "stop").exists()
+
+    def pause(self, most: float) -> None:
+        end = time.monotonic() + self.rng.uniform(0, most)
+        while time.monotonic() < end and not self.done():
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    def loop(self) -> None:
+        while not self.done():
+            paths = pick_scope(self.rng, self.tasks) if self.args.mode == "safe" else self.rng.choice(self.tasks)
+            try:
+                lease = self.acquire(paths)
+            except HeldError:
+                self.count("refused")
+                self.pause(0.3)
+                continue
+            except GitLeaseError:
+                self.count("error")
+                self.pause(0.3)
+                continue
+            self.count("acquired")
+            self.held = lease
+            for _ in range(self.rng.randint(0, 3)):
+                self.pause(self.args.ttl / 3)
+                if self.done():
+                    break
+                try:
+                    self.svc.renew(lease)
+                    self.count("renewed")
+                except LeaseLost:
+                    self.count("lost")
+                    break
+                except GitLeaseError:
+                    self.count("error")
+                    break
+            self.release(lease)
+
+    def release(self, lease: str) -> None:
+        self.event(event="release-intent", lease=lease)
+        try:
+            self.svc.release(lease)
+            self.count("released")
+        except (LeaseLost, GitLeaseError):
+            self.count("release-failed")
+        self.held = None
+
+    def acquire(self, paths: list[str]) -> str:
+        if self.args.mode == "safe":
+            return self.svc.acquire(paths, ttl=self.args.ttl, holder_pid=os.getpid()).lease_id
+        return self.acquire_forced(paths)
+
+    def acquire_forced(self, paths: list[str]) -> str:
+        """The negative control: a grant pushed with `+` refspecs, so git checks nothing."""
+        svc = self.svc
+        norm = scopes.normalize_all(paths)
+        now = svc.clock.now()
+        owner = Owner(task_id=svc.settings.task, agent_id=svc.settings.agent, host=os.uname().nodename, pid=0)
+        rec = records.new_record(lease_id=records.new_lease_id(now), repo="soak", paths=norm,
+                                 workspace_id=self.args.name, owner=owner, now=now, ttl=self.args.ttl)
+        oid = svc._write_version(rec, None, "acquire")
+        plus = "+"  # built at run time: gitlease itself never contains such a refspec
+        specs = [f"{plus}{oid}:{id_ref(rec.lease_id)}"] + [f"{plus}{oid}:{scope_ref(p)}" for p in norm]
+        res = subprocess.run(["git", "push", "-q", "--atomic", self.args.url, *specs], cwd=self.args.repo,
+                             capture_output=True, text=True, timeout=self.args.timeout)
+        if res.returncode != 0:
+            raise RemoteUnavailable(res.stderr.strip()[-200:])
+        svc._remember(rec, oid, oid)
+        return rec.lease_id
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    for name in ("--dir", "--repo", "--url", "--name", "--paths"):
+        ap.add_argument(name, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ttl", type=int, default=4)
+    ap.add_argument("--skew", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=2)
+    ap.add_argument("--offset", type=float, default=0.0)
+    ap.add_argument("--mode", choices=("safe", "force"), default="safe")
+    args = ap.parse_args(argv)
+    w = Worker(args)
+    (Path(args.dir) / f"{args.name}.pid").write_text(str(os.getpid()))
+    try:
+        w.loop()
+    finally:
+        if w.held:
+            w.release(w.held)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
