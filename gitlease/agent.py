@@ -1,0 +1,318 @@
+"""The per-user, per-host renewal agent (issue 11): local holders register their leases; the agent renews all
+of them in one push per store and interval (batch.renew_many) and tells each holder when its lease is lost.
+
+- Adaptive: a lease is renewed when ``fraction`` of its TTL is left (default one half), or at its declared
+  ``renewEvery``, whichever comes first; leases due within ``gather`` seconds of each other share a push.
+- It never keeps a lease alive whose holder is gone: each round it checks every holder's pid and process
+  start time, and drops (does not renew) the leases of dead holders: they expire and can be reclaimed.
+- A lease whose renewal cannot be confirmed before ``expires - margin`` is reported lost (stop signal).
+- It stops by itself after ``idle`` seconds with nothing registered.
+
+Protocol: one JSON object per line over a unix socket (``socket_path()``: a 0700 folder under
+``$XDG_RUNTIME_DIR`` or ``/tmp``), peers must be the same uid. Requests ``{"op": "register", "repo", "lease",
+"pid"}``, ``{"op": "status", "lease"}``, ``{"op": "unregister", "lease"}``, ``{"op": "ping"}``; every answer
+has ``ok`` and, for a lease, ``state`` (held | lost | dropped | unknown), ``expiresAt``, ``version``, ``error``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from . import record as records
+from .clock import SYSTEM, Clock
+from .errors import GitLeaseError, LeaseLost, UsageError
+
+DEFAULT_FRACTION = 0.5
+DEFAULT_IDLE = 60.0
+DEFAULT_MARGIN = 5.0
+GATHER = 2.0
+
+
+def socket_path() -> str:
+    explicit = os.environ.get("GITLEASE_AGENT_SOCKET")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gitlease-{os.getuid()}"
+    return os.path.join(base, "gitlease", "agent.sock")
+
+
+@dataclass
+class Registration:
+    lease_id: str
+    repo: str
+    remote: str | None
+    pid: int
+    pid_start: int | None
+    expires: float
+    ttl: int
+    renew_every: int | None
+    version: int
+    state: str = "held"  # held | lost | dropped
+    error: str = ""
+
+    def due_at(self, fraction: float) -> float:
+        at = self.expires - self.ttl * fraction
+        if self.renew_every:
+            at = min(at, self.expires - self.ttl + self.renew_every)
+        return at
+
+    def to_json(self) -> dict:
+        from .clock import iso
+        return {"lease": self.lease_id, "state": self.state, "expiresAt": iso(self.expires),
+                "version": self.version, "error": self.error, "repo": self.repo, "pid": self.pid}
+
+
+class Agent:
+    """The renewal logic, without the socket: ``tick()`` runs one round. Clock injected."""
+
+    def __init__(self, open_service: Callable[[str], object], *, clock: Clock = SYSTEM,
+                 fraction: float = DEFAULT_FRACTION, margin: float = DEFAULT_MARGIN, idle: float = DEFAULT_IDLE,
+                 alive: Callable[[int, int | None], bool] | None = None) -> None:
+        if not 0 < fraction < 1:
+            raise UsageError("the renewal fraction must be between 0 and 1")
+        self.open_service = open_service
+        self.clock = clock
+        self.fraction, self.margin, self.idle = fraction, margin, idle
+        self.alive = alive or _process_alive
+        self.regs: dict[str, Registration] = {}
+        self.services: dict[str, object] = {}
+        self.lock = threading.Lock()
+        self.idle_since = clock.monotonic()
+        self.pushes = 0  # rounds that renewed something (one push per store and object store each)
+
+    def _service(self, repo: str, remote: str | None):
+        key = f"{repo}\0{remote or ''}"
+        svc = self.services.get(key)
+        if svc is None:
+            svc = self.services[key] = self.open_service(repo, remote)
+        return svc
+
+    # ------------------------------------------------------------------ requests
+    def register(self, repo: str, lease_id: str, pid: int, remote: str | None = None) -> Registration:
+        svc = self._service(repo, remote)
+        h = svc._held(lease_id)  # NotHeld if that worktree does not hold it
+        rec = records.parse(h.record.encode("utf-8"))
+        from .service import process_start
+        reg = Registration(lease_id, repo, remote, pid, process_start(pid) if pid else None, rec.expires, rec.ttl,
+                           rec.renew_every, rec.version)
+        with self.lock:
+            self.regs[lease_id] = reg
+        return reg
+
+    def unregister(self, lease_id: str) -> Registration | None:
+        with self.lock:
+            reg = self.regs.pop(lease_id, None)
+            if not self.regs:
+                self.idle_since = self.clock.monotonic()
+        return reg
+
+    def status(self, lease_id: str) -> Registration | None:
+        with self.lock:
+            return self.regs.get(lease_id)
+
+    # --------------------------------------------------------------------- round
+    def tick(self) -> float:
+        """One round: drop leases of dead holders, renew what is due (and what is nearly due, to share the
+        push), report losses. Returns the seconds until the next lease is due."""
+        from .batch import renew_many
+
+        now = self.clock.now()
+        with self.lock:
+            held = [r for r in self.regs.values() if r.state == "held"]
+        for r in held:
+            if r.pid and not self.alive(r.pid, r.pid_start):
+                r.state, r.error = "dropped", f"holder process {r.pid} is gone; not renewed"
+        held = [r for r in held if r.state == "held"]
+        due = [r for r in held if now + GATHER >= r.due_at(self.fraction)]
+        if due:
+            results = renew_many([(self._service(r.repo, r.remote), r.lease_id) for r in due])
+            self.pushes += 1
+            for r in due:
+                res = results[r.lease_id]
+                if isinstance(res, LeaseLost):
+                    r.state, r.error = "lost", res.message
+                elif isinstance(res, GitLeaseError):
+                    r.error = res.message
+                    if self.clock.now() >= r.expires - self.margin:
+                        r.state = "lost"
+                        r.error = f"renewal not confirmed before the deadline: {res.message}"
+                else:
+                    r.expires, r.version, r.error = res.record.expires, res.record.version, ""
+        with self.lock:
+            live = [r for r in self.regs.values() if r.state == "held"]
+        if not live:
+            return self.margin
+        return max(0.0, min(r.due_at(self.fraction) for r in live) - self.clock.now())
+
+    def idle_for(self) -> float:
+        with self.lock:
+            if self.regs:
+                return 0.0
+        return self.clock.monotonic() - self.idle_since
+
+
+def _process_alive(pid: int, start: int | None) -> bool:
+    from .service import process_start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return start is None or process_start(pid) == start
+
+
+# ---------------------------------------------------------------------------- the socket
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def serve(agent: Agent, path: str, *, stop: threading.Event | None = None) -> None:
+    """Answer requests and run rounds until idle (or ``stop`` is set). Runs in the agent process."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(64)
+    stop = stop or threading.Event()
+
+    def rounds():
+        while not stop.is_set():
+            try:
+                wait = agent.tick()
+            except Exception as exc:  # a round must never kill the agent: report it on every lease
+                with agent.lock:
+                    for r in agent.regs.values():
+                        r.error = f"agent round failed: {type(exc).__name__}: {exc}"
+                wait = 1.0
+            if agent.idle_for() >= agent.idle:
+                stop.set()
+                break
+            stop.wait(min(max(wait, 0.05), 1.0))
+
+    threading.Thread(target=rounds, daemon=True).start()
+    srv.settimeout(0.2)
+    try:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=_handle, args=(agent, conn), daemon=True).start()
+    finally:
+        srv.close()
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _handle(agent: Agent, conn: socket.socket) -> None:
+    with conn:
+        if _peer_uid(conn) != os.getuid():
+            return
+        f = conn.makefile("rwb")
+        for line in f:
+            try:
+                req = json.loads(line)
+                ans = _answer(agent, req)
+            except GitLeaseError as exc:
+                ans = {"ok": False, "error": exc.message, "kind": exc.kind}
+            except (ValueError, KeyError, TypeError) as exc:
+                ans = {"ok": False, "error": f"bad request: {exc}", "kind": "usage"}
+            f.write((json.dumps(ans) + "\n").encode())
+            f.flush()
+
+
+def _answer(agent: Agent, req: dict) -> dict:
+    op = req["op"]
+    if op == "ping":
+        return {"ok": True, "pid": os.getpid(), "leases": len(agent.regs)}
+    if op == "register":
+        return dict(agent.register(req["repo"], req["lease"], int(req.get("pid") or 0), req.get("remote")).to_json(),
+                    ok=True)
+    if op in ("status", "unregister"):
+        reg = agent.status(req["lease"]) if op == "status" else agent.unregister(req["lease"])
+        return dict(reg.to_json(), ok=True) if reg else {"ok": True, "lease": req["lease"], "state": "unknown"}
+    raise ValueError(f"unknown op {op!r}")
+
+
+# ---------------------------------------------------------------------------- the client
+
+class AgentClient:
+    """What a holder uses. Every call has a short timeout; an agent that does not answer is an agent gone
+    (the holder then renews by itself)."""
+
+    def __init__(self, path: str | None = None, *, timeout: float = 2.0) -> None:
+        self.path = path or socket_path()
+        self.timeout = timeout
+
+    def request(self, op: str, **kw) -> dict:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(self.timeout)
+            s.connect(self.path)
+            s.sendall((json.dumps(dict(op=op, **kw)) + "\n").encode())
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise ConnectionError("the agent closed the connection")
+                buf += chunk
+        return json.loads(buf)
+
+    def available(self) -> bool:
+        try:
+            return bool(self.request("ping").get("ok"))
+        except (OSError, ValueError):
+            return False
+
+    def ensure_running(self, *, idle: float = DEFAULT_IDLE, wait: float = 5.0, clock: Clock = SYSTEM) -> bool:
+        """Start the agent in the background if none answers; True once one does."""
+        if self.available():
+            return True
+        env = dict(os.environ, GITLEASE_AGENT_SOCKET=self.path)
+        subprocess.Popen([sys.executable, "-m", "gitlease.agent", "--socket", self.path, "--idle", str(idle)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True, env=env, close_fds=True)
+        deadline = clock.monotonic() + wait
+        while clock.monotonic() < deadline:
+            if self.available():
+                return True
+            clock.sleep(0.05)
+        return False
+
+
+def _open_service(repo: str, remote: str | None):
+    from . import open_service
+    return open_service(repo, remote=remote)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="gitlease.agent")
+    ap.add_argument("--socket", default=None)
+    ap.add_argument("--idle", type=float, default=DEFAULT_IDLE)
+    ap.add_argument("--fraction", type=float, default=DEFAULT_FRACTION)
+    args = ap.parse_args(argv)
+    agent = Agent(_open_service, idle=args.idle, fraction=args.fraction)
+    serve(agent, args.socket or socket_path())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
