@@ -89,8 +89,10 @@ def test_a_real_wheel_install_puts_the_page_where_man_finds_it(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)],
                    check=True, capture_output=True, timeout=300)
     prefix = tmp_path / "prefix"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--prefix", str(prefix),
-                    *map(str, wheels.glob("*.whl"))], check=True, capture_output=True, timeout=300)
+    # --ignore-installed: never uninstall the gitlease this test runs from
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed",
+                    "--prefix", str(prefix), *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
+                   timeout=300)
     assert (prefix / "share" / "man" / "man1" / "git-lease.1").read_text() == PAGE.read_text()
     res = subprocess.run(["git", "lease", "--help"], cwd=tmp_path, env=_user_env(prefix), capture_output=True,
                          text=True, timeout=60)
