@@ -49,13 +49,18 @@ def test_doctor_passes_on_every_transport(remote, make_repo):
     assert doctor_refs(remote.path) == ""
 
 
-def test_human_output_is_one_line_per_check(remote_file, make_repo):
-    res = cli(make_repo(), "doctor", "--remote", remote_file.url)
+def test_human_output_is_one_line_per_check_for_the_configured_remote(remote_file, make_repo):
+    work = make_repo()
+    git(work, "remote", "add", "leases", remote_file.url)
+    git(work, "config", "lease.remote", "leases")  # a remote name, from the configuration
+    res = cli(work, "doctor")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0] == f"gitlease doctor: {remote_file.url}"
+    assert lines[0] == "gitlease doctor: leases"
     assert any(ln.startswith("pass  custom-refs ") for ln in lines)
-    assert lines[-1].startswith(f"ok: {remote_file.url} can host leases")
+    assert all(ln.split()[0] in ("pass", "warn", "skip") for ln in lines[1:-1])
+    assert lines[-1].startswith("ok: leases can host leases")
+    assert doctor_refs(remote_file.path) == ""
 
 
 def test_local_store(make_repo):
