@@ -275,3 +275,29 @@ def test_probe_refs_do_not_block_acquires(make_repo):
     git(work, "update-ref", f"{doc.DOCTOR_PREFIX}{doc.run_name(time.time(), 'cafe')}/probe", "HEAD")
     res = cli(work, "can-start", "--scope", "services")
     assert res.returncode == 0, res.stderr
+
+
+def test_sigterm_during_a_probe_cleans_up_and_exits_130(remote_file, make_repo, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "hook-running"
+    os.mkfifo(fifo)
+    hook = remote_file.path / "hooks" / "pre-receive"  # holds the directory/file probe until we signal
+    hook.write_text(f'#!/bin/sh\nwhile read old new ref; do case "$ref" in */df/sub) echo go > "{fifo}";'
+                    ' exec sleep 60;; esac; done; exit 0\n')
+    hook.chmod(0o755)
+    exe = os.path.join(os.path.dirname(sys.executable), "git-lease")  # itself, not git's wrapper (which dies of
+    proc = subprocess.Popen([exe, "doctor", "--json", "--remote", remote_file.url], cwd=make_repo(),  # SIGTERM)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with open(fifo) as fh:  # returns once the hook runs: the probe refs exist now
+            assert fh.read().strip() == "go"
+        assert doctor_refs(remote_file.path) != ""
+        os.kill(proc.pid, signal.SIGTERM)
+    finally:
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert json.loads(out)["error"]["kind"] == "interrupted"
+    assert doctor_refs(remote_file.path) == ""
