@@ -50,7 +50,9 @@ from .store import (NAMESPACE, Outcome, RefUpdate, RemoteStore, Store, _last_err
 
 DOCTOR_PREFIX = NAMESPACE + "/doctor/"
 STALE_AFTER = 900  # seconds: a doctor run's refs older than this are leftovers of a run that was killed
-MIN_GIT = (2, 31)  # rev-parse --path-format (2.31), fetch --no-write-fetch-head (2.29), update-ref start (2.28)
+# The newest git features gitlease relies on: worktree list -z (2.36), rev-parse --path-format (2.31),
+# fetch --stdin and --no-write-fetch-head (2.29), update-ref --stdin start/prepare/commit (2.28).
+MIN_GIT = (2, 36)
 TESTED_GIT = (2, 39)
 HOOK_NAMES = ("pre-commit", "pre-push")
 HOOK_MARKERS = ("gitlease", "git-lease", "git lease")

@@ -162,7 +162,7 @@ def test_trust_file_on_the_default_branch(remote_file, make_repo):
     assert d.checks[-1].status == "warn" and "no trust file .gitlease/allowed_signers" in d.checks[-1].message
     (work / ".gitlease").mkdir()
     (work / ".gitlease" / "allowed_signers").write_text(
-        "# agents\nagent-1 namespaces=\"gitlease\" ssh-ed25519 AAAA\nagent-2 namespaces=\"gitlease\" ssh-ed25519 BBBB\n")
+        '# agents\nagent-1 namespaces="gitlease" ssh-ed25519 AAAA\nagent-2 namespaces="gitlease" ssh-ed25519 BBBB\n')
     git(work, "add", ".gitlease")
     git(work, "commit", "-q", "-m", "trust")
     git(work, "push", "-q", remote_file.url, "HEAD:refs/heads/main")
@@ -232,7 +232,8 @@ def test_git_version_parsing_and_minimum():
     assert doc.parse_git_version("git version 2.39.5.windows.1") == (2, 39, 5)
     assert doc.parse_git_version("git version 2.30.1 (Apple Git-130)") == (2, 30, 1)
     assert doc.parse_git_version("nonsense") is None
-    assert doc.MIN_GIT <= doc.parse_git_version("git version 2.31.0")[:2]
+    assert doc.parse_git_version("git version 2.36.0")[:2] >= doc.MIN_GIT
+    assert doc.parse_git_version("git version 2.35.9")[:2] < doc.MIN_GIT
 
 
 def test_capabilities_from_packet_traces():
