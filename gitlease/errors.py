@@ -98,3 +98,9 @@ class Forbidden(GitLeaseError):
     """The key in use may not do this (a forced release or a live reclaim needs a ``gitlease-admin`` key)."""
 
     kind = "forbidden"
+
+
+class DoctorFailed(GitLeaseError):
+    """``git lease doctor`` found a check that failed: the remote (or this set-up) cannot safely host leases."""
+
+    kind = "doctor-failed"

@@ -22,6 +22,7 @@ from .objects import RECORD_FILE, SIGNATURE_FILE
 NAMESPACE = "refs/leases"
 ID_PREFIX = "refs/leases/id/"
 SCOPE_REF = "refs/leases/scope"  # the whole repository ('.'); paths live below it
+RESERVED = (NAMESPACE + "/doctor/",)  # throw-away probe refs of `git lease doctor`: not leases, never listed
 ZERO = "0" * 40
 DEFAULT_TIMEOUT = 30.0
 PUSH_GRACE = 1.0  # seconds a timed-out push's children get to finish (gitcmd.run, grace)
@@ -170,7 +171,7 @@ class RemoteStore(Store):
         refs = {}
         for line in res.out.splitlines():
             oid, _, ref = line.partition("\t")
-            if ref == SCOPE_REF or ref.startswith(NAMESPACE + "/"):
+            if (ref == SCOPE_REF or ref.startswith(NAMESPACE + "/")) and not ref.startswith(RESERVED):
                 refs[ref] = oid
         return refs
 
@@ -280,7 +281,8 @@ class LocalStore(Store):
         refs = {}
         for line in res.out.splitlines():
             oid, _, ref = line.partition(" ")
-            refs[ref] = oid
+            if not ref.startswith(RESERVED):
+                refs[ref] = oid
         return refs
 
 

@@ -1,0 +1,99 @@
+"""The man page: generated from the code, committed up to date, valid roff, installed where man finds it, and
+opened by `git lease --help` (git turns --help into `man git-lease`)."""
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from conftest import ROOT
+from gitlease import manpage
+from gitlease.cli import COMMANDS
+
+PAGE = ROOT / "docs" / "man" / "git-lease.1"
+needs_man = pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
+
+
+def test_committed_page_is_up_to_date():
+    assert PAGE.read_text(encoding="utf-8") == manpage.render(), \
+        "docs/man/git-lease.1 is out of date: run python -m gitlease.manpage"
+    assert manpage.main(["--check", "-o", str(PAGE)]) == 0
+
+
+def test_check_mode_catches_a_stale_page(tmp_path, capsys):
+    stale = tmp_path / "git-lease.1"
+    stale.write_text(manpage.render().replace(".SS doctor", ".SS doktor"))
+    assert manpage.main(["--check", "-o", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().err
+
+
+def test_page_documents_every_command_its_options_and_the_exit_codes():
+    text = manpage.render()
+    for name in COMMANDS:
+        assert f".SS {manpage.esc(name)}\n" in text
+    assert "\\fB\\-\\-renew\\-every TEXT\\fR" in text and "\\fB\\-\\-remote TEXT\\fR" in text
+    assert "\\-\\-holder\\-pid" not in text  # hidden options stay hidden
+    assert "6\tlease lost" in text and "130\tinterrupted" in text
+    assert "\\fBlease.remote\\fR, \\fB\\-\\-remote\\fR" in text  # configuration, from docs/cli.md
+    assert manpage.render() == text  # deterministic
+
+
+def test_escaping():
+    assert manpage.esc(".hidden") == "\\&.hidden"
+    assert manpage.esc("a-b\\c") == "a\\-b\\ec"
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
+def test_page_is_valid_roff():
+    res = subprocess.run(["groff", "-man", "-t", "-Tutf8", "-ww", "-z", str(PAGE)], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_the_package_installs_the_page_under_share_man():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert data["share/man/man1"] == ["docs/man/git-lease.1"]
+
+
+def _installed_layout(prefix, bindir):
+    """What a wheel install leaves: <prefix>/bin/git-lease and <prefix>/share/man/man1/git-lease.1."""
+    (prefix / "bin").mkdir(parents=True)
+    os.symlink(os.path.join(bindir, "git-lease"), prefix / "bin" / "git-lease")
+    (prefix / "share" / "man" / "man1").mkdir(parents=True)
+    shutil.copy(PAGE, prefix / "share" / "man" / "man1" / "git-lease.1")
+
+
+def _user_env(prefix):
+    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "MANOPT")}
+    env.update(PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}", MANPAGER="cat", PAGER="cat",
+               MANWIDTH="80", GIT_PAGER="cat")
+    return env
+
+
+@needs_man
+@pytest.mark.parametrize("argv", [["lease", "--help"], ["help", "lease"]])
+def test_git_lease_help_opens_the_man_page(tmp_path, argv):
+    prefix = tmp_path / "prefix"
+    _installed_layout(prefix, os.path.dirname(sys.executable))
+    res = subprocess.run(["git", *argv], cwd=tmp_path, env=_user_env(prefix), capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "GIT-LEASE(1)" in res.stdout and "EXIT STATUS" in res.stdout and "doctor" in res.stdout
+
+
+@needs_man
+@pytest.mark.slow
+def test_a_real_wheel_install_puts_the_page_where_man_finds_it(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    prefix = tmp_path / "prefix"
+    # --ignore-installed: never uninstall the gitlease this test runs from
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed",
+                    "--prefix", str(prefix), *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
+                   timeout=300)
+    assert (prefix / "share" / "man" / "man1" / "git-lease.1").read_text() == PAGE.read_text()
+    res = subprocess.run(["git", "lease", "--help"], cwd=tmp_path, env=_user_env(prefix), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and "GIT-LEASE(1)" in res.stdout, res.stderr
