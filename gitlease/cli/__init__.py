@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),
     "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
+    "sweep-stale": ("sweep", "Reclaim stale leases (expired, heartbeats missed, holder gone, stalled), audited."),
+    "sweep": ("sweep", "Alias of sweep-stale."),
+    "log": ("sweep", "The audit log (reclaims, forced releases) with lease history."),
+    "ci": ("sweep", "ci install github|gitlab: a scheduled CI job that sweeps stale leases."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
