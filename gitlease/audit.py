@@ -156,7 +156,9 @@ class AuditLog:
             last = out.message
             refs = self.store.list_refs()
             if any(refs.get(u.ref) != u.old for u in deletes):
-                self._head = None
+                # Our ref did not move by us; if another process under our writer id moved it, the next
+                # append finds out (its CAS fails) and re-reads then.
+                self._head = (head, seq)
                 return Appended("changed", refs=refs, message=last)
             now_head, now_seq = self.read_head()
             if now_head == head:

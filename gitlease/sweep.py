@@ -18,12 +18,13 @@ and moves on. The module prints nothing; the CLI renders its results.
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .clock import iso, parse_iso
 from .errors import GitLeaseError
-from .service import LeaseService, LeaseView, process_start
+from .service import LeaseService, LeaseView, id_ref, process_start
 
 
 @dataclass(frozen=True)
@@ -109,42 +110,49 @@ class Sweeper:
     """``before_reclaim(view, verdict)`` is a seam for tests: it runs between the read and the write."""
 
     def __init__(self, service: LeaseService, *, before_reclaim: Callable[[LeaseView, Verdict], None] | None = None,
-                 host: str | None = None) -> None:
+                 host: str | None = None, rotate: bool = True) -> None:
         self.service = service
         self.before_reclaim = before_reclaim
         self.host = host or os.uname().nodename
+        self.rotate = rotate  # start at a random stale lease, so concurrent sweepers rarely race for the same one
 
     def sweep(self, *, dry_run: bool = False, limit: int = 0) -> Sweep:
         svc = self.service
         snap = svc.snapshot(use_cache=False)
         now = svc.clock.now()
         proc = process_start if proc_available() else None
+        stale = [(v, verdict) for v in snap.leases
+                 if (verdict := judge(v, now, svc.settings, host=self.host, proc_start=proc)) is not None]
+        if self.rotate and stale:
+            k = random.randrange(len(stale))
+            stale = stale[k:] + stale[:k]
         results: list[SweepResult] = []
-        for view in snap.leases:
-            verdict = judge(view, now, svc.settings, host=self.host, proc_start=proc)
-            if verdict is None:
-                continue
+        fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
+        for view, verdict in stale:
             if limit and len(results) >= limit:
                 break
             if dry_run:
                 results.append(_result(view, verdict, "would-reclaim"))
                 continue
-            results.append(self._reclaim(view, verdict, action="reclaim", by=svc.settings.agent))
+            if fresh is not None and any(fresh.get(r) != o for r, o in view.refs().items()):
+                results.append(_lost(view, verdict, fresh))
+                continue
+            res, refs = self._reclaim(view, verdict, action="reclaim", by=svc.settings.agent)
+            fresh = refs if refs else fresh
+            results.append(res)
         return Sweep(results, len(snap.leases), now, dry_run)
 
-    def _reclaim(self, view: LeaseView, verdict: Verdict, *, action: str, by: str) -> SweepResult:
+    def _reclaim(self, view: LeaseView, verdict: Verdict, *, action: str,
+                 by: str) -> tuple[SweepResult, dict[str, str] | None]:
         if self.before_reclaim:
             self.before_reclaim(view, verdict)
         got = self.service.reclaim(view, action=action, rule=verdict.rule, reason=verdict.reason, by=by)
         if got.ok:
             self.service._forget(view.lease_id)  # if this worktree held it, it does no more
-            return _result(view, verdict, "reclaimed", audit=got.oid)
+            return _result(view, verdict, "reclaimed", audit=got.oid), None
         if got.status == "changed":
-            cur = got.refs.get(f"refs/leases/id/{view.lease_id}")
-            if cur is not None and cur != view.current_oid:
-                return _result(view, verdict, "renewed", detail=f"now at {cur[:12]}")
-            return _result(view, verdict, "gone")
-        return _result(view, verdict, "failed", detail=got.message or "the store refused the reclaim")
+            return _lost(view, verdict, got.refs), got.refs
+        return _result(view, verdict, "failed", detail=got.message or "the store refused the reclaim"), None
 
     def force(self, lease_id: str, *, action: str = "reclaim") -> SweepResult:
         """Reclaim ``lease_id`` whatever its state (live, invalid): admin only, audited."""
@@ -154,7 +162,15 @@ class Sweeper:
         if view is None:
             raise GitLeaseError(f"no lease {lease_id} on store {svc.store.name}", leaseId=lease_id)
         state = view.state(svc.clock.now(), svc.settings.skew)
-        return self._reclaim(view, Verdict("forced", f"forced={state}"), action=action, by=admin)
+        return self._reclaim(view, Verdict("forced", f"forced={state}"), action=action, by=admin)[0]
+
+
+def _lost(view: LeaseView, verdict: Verdict, refs: dict[str, str]) -> SweepResult:
+    """The lease is no longer as read: renewed (it stays) or gone (released, or reclaimed by another)."""
+    cur = refs.get(id_ref(view.lease_id))
+    if cur is not None and cur != view.current_oid:
+        return _result(view, verdict, "renewed", detail=f"now at {cur[:12]}")
+    return _result(view, verdict, "gone")
 
 
 def _result(view: LeaseView, verdict: Verdict, outcome: str, *, detail: str = "",

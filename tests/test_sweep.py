@@ -206,7 +206,8 @@ def test_two_sweepers_at_once_each_lease_once(tmp_path, request, kind):
     stale = {plant(a, [f"two/{i}"], ttl=60) for i in range(3)}
     fleet.clock.advance(100)
     barrier = threading.Barrier(2, timeout=30)
-    sweepers = [Sweeper(fleet.agent(f"sweeper{i}"), before_reclaim=lambda v, r: barrier.wait()) for i in range(2)]
+    sweepers = [Sweeper(fleet.agent(f"sweeper{i}"), before_reclaim=lambda v, r: barrier.wait(), rotate=False)
+                for i in range(2)]  # the same order: both go for each lease at the same moment
     results, errs = [], []
 
     def go(s):
