@@ -73,8 +73,8 @@ def release(
             svc = service(remote)
             got = Sweeper(svc).force(lease_id, action="force-release")
             if got.outcome != "reclaimed":
-                raise errors.LeaseLost(f"forced release of {lease_id} did not happen: {got.line()}",
-                                       **got.to_json())
+                raise errors.GitLeaseError(f"forced release of {lease_id} did not happen: {got.line()}",
+                                           **got.to_json())
             return (dict(got.to_json(), auditRef=svc.audit.ref),
                     [f"lease released: {lease_id}", f"audited: {got.reason} in {svc.audit.ref}"])
         service(remote).release(lease_id)
