@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -34,7 +35,7 @@ AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
 ENTRY_FILE = "entry.json"
 ENTRY_SIG = "entry.sig"
 SCHEMA = "gitlease.audit/1"
-APPEND_ATTEMPTS = 5
+APPEND_ATTEMPTS = 50  # only processes sharing one writer id contend: each round one of them wins; back off, go again
 MAX_ENTRIES = 100_000  # per writer, read back at most
 
 
@@ -144,7 +145,7 @@ class AuditLog:
             pointer = None
         head, seq = self._head if self._head is not None else self.read_head()
         last = ""
-        for _attempt in range(APPEND_ATTEMPTS):
+        for attempt in range(APPEND_ATTEMPTS):
             oid, doc = self._entry_commit(fields, head, seq + 1, pointer)
             mine = RefUpdate(self.ref, oid, head)
             out = self.store.apply([*deletes, mine])
@@ -165,6 +166,7 @@ class AuditLog:
                 self._head = None
                 return Appended("failed", refs=refs, message=last or "the store refused the audit entry")
             head, seq = now_head, now_seq  # another process appended under our writer id: go again
+            self.clock.sleep(random.uniform(0, min(0.5, 0.02 * (attempt + 1))))
         self._head = None
         return Appended("failed", message=f"the audit ref {self.ref} kept moving: {last}")
 
