@@ -99,7 +99,8 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         sweep_expired=_bool("lease.sweep.expired", pick("sweep_expired", "lease.sweep.expired"), True),
         sweep_missed_heartbeats=_bool("lease.sweep.missedHeartbeats",
                                       pick("sweep_missed_heartbeats", "lease.sweep.missedheartbeats"), True),
-        sweep_dead_holder=_bool("lease.sweep.deadHolder", pick("sweep_dead_holder", "lease.sweep.deadholder"), True),
+        sweep_dead_holder=_bool("lease.sweep.deadHolder", pick("sweep_dead_holder", "lease.sweep.deadholder"),
+                                True),
         progress_timeout=_int("lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0,
                               366 * 86400) or None,
     )
