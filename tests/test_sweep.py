@@ -297,6 +297,7 @@ def test_holder_sigkilled_mid_renew_is_reclaimed_after_expiry(tmp_path, remote_f
     q, go = ctx.Queue(), ctx.Event()
     proc = ctx.Process(target=_holder, args=(fleet, q, go))
     proc.start()
+    released = False
     try:
         lease = q.get(timeout=60)
         (ctl / "arm").write_text("")
@@ -308,11 +309,19 @@ def test_holder_sigkilled_mid_renew_is_reclaimed_after_expiry(tmp_path, remote_f
         proc.join(30)
         assert proc.exitcode == -signal.SIGKILL
         _blocking(lambda: open(ctl / "release", "w").write("0\n" if landed else "1\n"))
+        released = True
         if landed:
             assert _blocking(lambda: open(ctl / "done").read()) == "done\n"
     finally:
         if proc.is_alive():
             os.kill(proc.pid, signal.SIGKILL)
+        if not released:  # never leave the orphaned push and its hook blocked
+            try:
+                fd = os.open(ctl / "release", os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b"1\n")
+                os.close(fd)
+            except OSError:
+                pass
     sw = fleet.agent("sweeper")
     view = sw.snapshot(use_cache=False).find(lease)
     assert view is not None and view.record.version == (2 if landed else 1)
@@ -480,3 +489,24 @@ def test_ci_install_gitlab_validates_against_the_gitlab_schema(make_repo):
     assert res.returncode == 0 and "add to .gitlab-ci.yml" in res.stdout
     assert (other / ".gitlab-ci.yml").read_text() == "test:\n  script: [make test]\n"  # theirs, untouched
     assert cli(other, "ci", "install", "jenkins").returncode == 2
+
+
+def test_sweep_keys_from_git_config(make_repo):
+    from gitlease.config import resolve
+    from gitlease.repo import Repo
+
+    repo = make_repo("cfg")
+    settings = resolve(Repo.discover(repo).config, env={})
+    assert (settings.sweep_expired, settings.sweep_missed_heartbeats, settings.sweep_dead_holder,
+            settings.progress_timeout) == (True, True, True, None)
+    for key, value in (("lease.sweep.expired", "false"), ("lease.sweep.missedHeartbeats", "no"),
+                       ("lease.sweep.deadHolder", "off"), ("lease.progressTimeout", "10m")):
+        git(repo, "config", key, value)
+    settings = resolve(Repo.discover(repo).config, env={})
+    assert (settings.sweep_expired, settings.sweep_missed_heartbeats, settings.sweep_dead_holder,
+            settings.progress_timeout) == (False, False, False, 600)
+    git(repo, "config", "lease.sweep.expired", "maybe")
+    with pytest.raises(errors.ConfigError):
+        resolve(Repo.discover(repo).config, env={})
+    res = cli(repo, "sweep", "--json")
+    assert res.returncode == 1 and json.loads(res.stdout)["error"]["kind"] == "config"

@@ -40,7 +40,8 @@ def sweep_stale(
         failed = [r for r in results if r.outcome == "failed"]
         doc = {"store": svc.store.name, "dryRun": dry_run, "examined": examined,
                "results": [r.to_json() for r in results], "auditRef": svc.audit.ref}
-        lines = [r.line() for r in results] or [f"nothing to reclaim ({examined} leases examined)"]
+        lines = [r.line() for r in results] or [
+            f"nothing to reclaim ({examined} lease{'' if examined == 1 else 's'} examined)"]
         if failed:
             raise errors.GitLeaseError("; ".join(lines), **doc)
         return doc, lines
