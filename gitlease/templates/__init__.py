@@ -46,6 +46,9 @@ def install(root: str, kind: str, *, install_spec: str | None = None, overwrite:
     text = render(kind, install_spec)
     out = Installed(kind)
     _write(root, KINDS[kind][1], text, overwrite, out)
+    if not install_spec:
+        out.next_steps.append(f"the job runs `pip install {default_install_spec()}`: make sure your package index "
+                              "serves this project under that name, or pass --install (a git URL, a wheel)")
     if kind == "github":
         out.next_steps.append("commit and push it to the default branch (GitHub runs schedules only from there)")
         out.next_steps.append("it sweeps every 5 minutes at best, often later; Actions > gitlease sweep > Run workflow "
