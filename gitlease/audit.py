@@ -162,7 +162,8 @@ class AuditLog:
                 self._head = (head, seq)
                 return Appended("changed", refs=refs, message=last)
             now_head, now_seq = self.read_head()
-            if now_head == head:
+            transient = "lock" in out.statuses.get(self.ref, "") + last  # a concurrent update held the ref lock
+            if now_head == head and not transient:
                 self._head = None
                 return Appended("failed", refs=refs, message=last or "the store refused the audit entry")
             head, seq = now_head, now_seq  # another process appended under our writer id: go again
