@@ -19,7 +19,7 @@ import json
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from . import gitcmd
 from .clock import iso
@@ -186,8 +186,14 @@ class AuditLog:
         return read_log(self.store, fetch=fetch)
 
 
-def read_log(store: Store, *, fetch: bool = True) -> list[AuditEntry]:
-    """Every entry of every writer, oldest first (by time, then writer, then sequence)."""
+Verify = Callable[[bytes, "bytes | None", dict], "str | None"]
+
+
+def read_log(store: Store, *, fetch: bool = True, verify: Verify | None = None) -> list[AuditEntry]:
+    """Every entry of every writer, oldest first (by time, then writer, then sequence).
+
+    ``verify(entry_bytes, signature, entry)`` returns a problem (or None) for an entry that is otherwise well
+    formed: the seam for checking ``entry.sig`` against the trust file (the signing work plugs in here)."""
     heads = list_audit_refs(store)
     if fetch and heads:
         store.ensure_objects(sorted(set(heads.values())))
@@ -200,6 +206,8 @@ def read_log(store: Store, *, fetch: bool = True) -> list[AuditEntry]:
             expected = n - idx
             if not problem and doc.get("seq") != expected:
                 problem = f"sequence number {doc.get('seq')!r} where {expected} belongs (an entry lost or doubled)"
+            if not problem and verify is not None:
+                problem = verify(canonical(doc), sig, doc)  # canonical: the stored bytes exactly
             pointer = next((p for p in parents if p != doc.get("prev")), None)
             out.append(AuditEntry(oid, ref, doc, sig is not None, problem, pointer))
     out.sort(key=lambda e: (e.at, e.ref, e.doc.get("seq") if isinstance(e.doc.get("seq"), int) else 0))

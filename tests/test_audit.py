@@ -225,3 +225,21 @@ def test_200_reclaims_by_6_concurrent_sweepers_two_sharing_a_writer(tmp_path, re
     fleet.clock.advance(100)
     results = _concurrent_sweeps(fleet, ["s0", "s1", "s2", "s3", "shared", "shared"])
     _assert_each_once(a, ids, results)
+
+
+def test_read_log_verify_seam_flags_entries(sfleet):
+    a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
+    sw.signer = FakeSigner()
+    plant(a, ["v/x"], ttl=60)
+    sfleet.clock.advance(100)
+    Sweeper(sw).sweep()
+    seen = []
+
+    def verify(data, sig, doc):
+        seen.append((data, sig))
+        return None if sig == FakeSigner().sign(data) else "bad signature"
+
+    (entry,) = read_log(sw.store, verify=verify)
+    assert entry.problem is None and seen and seen[0][1] is not None
+    (entry,) = read_log(sw.store, verify=lambda data, sig, doc: "key not trusted")
+    assert entry.problem == "key not trusted"
