@@ -25,6 +25,11 @@ class Settings:
     signing_key: str | None
     allowed_signers: str
     workspace: str | None
+    # sweeping (docs/sweeping.md): each reclaim rule can be turned off; progressTimeout None: rule off
+    sweep_expired: bool = True
+    sweep_missed_heartbeats: bool = True
+    sweep_dead_holder: bool = True
+    progress_timeout: int | None = None
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -41,6 +46,18 @@ def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
     if not lo <= n <= hi:
         raise ConfigError(f"{name} must be between {lo} and {hi} seconds, not {n}")
     return n
+
+
+def _bool(name: str, value: str | None, default: bool) -> bool:
+    """git's boolean spellings: true/false, yes/no, on/off, 1/0 (an empty value is true, as in git)."""
+    if value is None:
+        return default
+    text = value.strip().lower()
+    if text in ("", "true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
 def parse_duration(name: str, value: str, lo: int = 0, hi: int = 366 * 86400) -> int:
@@ -79,6 +96,13 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         signing_key=pick("signing_key", "lease.signingkey"),
         allowed_signers=pick("allowed_signers", "lease.allowedsignersfile") or ".gitlease/allowed_signers",
         workspace=pick("workspace", "lease.workspace"),
+        sweep_expired=_bool("lease.sweep.expired", pick("sweep_expired", "lease.sweep.expired"), True),
+        sweep_missed_heartbeats=_bool("lease.sweep.missedHeartbeats",
+                                      pick("sweep_missed_heartbeats", "lease.sweep.missedheartbeats"), True),
+        sweep_dead_holder=_bool("lease.sweep.deadHolder", pick("sweep_dead_holder", "lease.sweep.deadholder"),
+                                True),
+        progress_timeout=_int("lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0,
+                              366 * 86400) or None,
     )
 
 

@@ -6,6 +6,7 @@ It prints nothing and never exits; the CLI renders what it returns.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Iterable, Sequence
 
 from . import record as records
 from . import scope as scopes
+from .audit import Appended, AuditLog, writer_id
 from .clock import SYSTEM, Clock, iso
 from .config import Settings
 from .errors import Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable
@@ -230,14 +232,31 @@ class LeaseService:
                             f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}")
 
     def _clear(self, view: LeaseView) -> bool:
-        """CAS-delete exactly the refs of an expired lease, at the values we read."""
-        updates = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
-        if not updates:
+        """CAS-delete exactly the refs of an expired lease, at the values we read, with its audit entry."""
+        if not view.refs():
             return False
-        out = self.store.apply(updates)
-        if out.ambiguous:
-            out = self._resolve(updates, out)
-        return out.ok
+        exp = view.expires()
+        reason = f"expired={int(self.clock.now() - exp)}s" if exp is not None else "expired"
+        return self.reclaim(view, action="clear", rule="expired", reason=reason).ok
+
+    # ------------------------------------------------------------------ reclaim (audited)
+    @functools.cached_property
+    def audit(self) -> AuditLog:
+        """This writer's audit log (``refs/leases-audit/<agent>``: one ref per writer, no contention)."""
+        return AuditLog(self.store, self.objects, self.signer, self.clock, writer=writer_id(self.settings.agent))
+
+    def reclaim(self, view: LeaseView, *, action: str, rule: str, reason: str, by: str | None = None) -> Appended:
+        """Delete exactly ``view``'s refs at the values read AND append the audit entry (who, which lease,
+        which version, why, when) in ONE atomic transaction: never a reclaim without its record. A lease that
+        changed since it was read (renewed, released, reclaimed by another) makes it all fail: ``changed``."""
+        rec = view.record
+        fields = {"action": action, "rule": rule, "reason": reason, "by": by or self.settings.agent,
+                  "leaseId": view.lease_id, "version": rec.version if rec else None, "oid": view.current_oid,
+                  "grant": view.grant_oid, "refs": view.refs(), "paths": list(view.paths),
+                  "owner": rec.owner.to_json() if rec else None, "expiresAt": rec.expires_at if rec else None,
+                  "valid": view.valid}
+        deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
+        return self.audit.append_with(deletes, fields, pointer=view.current_oid or view.grant_oid)
 
     def _resolve(self, updates: Sequence[RefUpdate], out: Outcome, what: str = "write") -> Outcome:
         """After an unclear outcome, re-read and compare with what we meant to write (a delete landed when

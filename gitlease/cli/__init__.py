@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "Probe the lease remote with throw-away refs and check this set-up; exit 1 if unsafe."),
     "budget": ("doctor", "Pushes per minute a fleet makes against the host's limit; the largest fleet that fits."),
     "agent": ("agent", "The per-host renewal agent: one push renews every local holder's leases."),
+    "sweep-stale": ("sweep", "Reclaim stale leases (expired, heartbeats missed, holder gone, stalled), audited."),
+    "sweep": ("sweep", "Alias of sweep-stale."),
+    "log": ("sweep", "The audit log (reclaims, forced releases) with lease history."),
+    "ci": ("sweep", "ci install github|gitlab: a scheduled CI job that sweeps stale leases."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "

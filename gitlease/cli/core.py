@@ -58,9 +58,25 @@ def renew(
 
 
 @app.command()
-def release(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+def release(
+    lease_id: LeaseArg,
+    force: Annotated[bool, typer.Option(help="Release a lease this worktree does not hold, live or invalid: "
+                                        "admin only, audited.")] = False,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Give a lease back (its worktree stays)."""
     def body():
+        if force:
+            from ..sweep import Sweeper
+
+            svc = service(remote)
+            got = Sweeper(svc).force(lease_id, action="force-release")
+            if got.outcome != "reclaimed":
+                raise errors.GitLeaseError(f"forced release of {lease_id} did not happen: {got.line()}",
+                                           **got.to_json())
+            return (dict(got.to_json(), auditRef=svc.audit.ref),
+                    [f"lease released: {lease_id}", f"audited: {got.reason} in {svc.audit.ref}"])
         service(remote).release(lease_id)
         return {"leaseId": lease_id}, [f"lease released: {lease_id}"]
     run("release", as_json, body)

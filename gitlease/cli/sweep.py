@@ -1,0 +1,111 @@
+"""Sweeping commands: sweep-stale (alias sweep), log, and ci install."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import errors
+from .common import JsonOpt, RemoteOpt, make_app, run, service
+
+app = make_app()
+ci_app = make_app(help="CI jobs that sweep stale leases on a schedule.")
+app.add_typer(ci_app, name="ci", help="CI jobs that sweep stale leases on a schedule (ci install github|gitlab).")
+
+
+def sweep_stale(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be reclaimed and why; change "
+                                          "nothing.")] = False,
+    force: Annotated[Optional[str], typer.Option(metavar="LEASE", help="Reclaim this lease whatever its state "
+                                                 "(admin only, audited).")] = None,
+    limit: Annotated[int, typer.Option(help="Reclaim at most this many leases in this run (0: no limit).")] = 0,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reclaim stale leases (expired beyond lease.skew, heartbeat missed twice, holder process gone on this
+    host, progress stalled): each by one atomic CAS delete of exactly its refs, audited in the same push."""
+    def body():
+        from ..sweep import Sweeper
+
+        svc = service(remote)
+        sweeper = Sweeper(svc)
+        if force:
+            if dry_run:
+                raise errors.UsageError("--dry-run and a forced reclaim do not go together")
+            results = [sweeper.force(force)]
+            examined = 1
+        else:
+            got = sweeper.sweep(dry_run=dry_run, limit=max(limit, 0))
+            results, examined = got.results, got.examined
+        failed = [r for r in results if r.outcome == "failed"]
+        doc = {"store": svc.store.name, "dryRun": dry_run, "examined": examined,
+               "results": [r.to_json() for r in results], "auditRef": svc.audit.ref}
+        lines = [r.line() for r in results] or [
+            f"nothing to reclaim ({examined} lease{'' if examined == 1 else 's'} examined)"]
+        if failed:
+            raise errors.GitLeaseError("; ".join(lines), **doc)
+        return doc, lines
+    run("sweep-stale", as_json, body)
+
+
+app.command("sweep-stale")(sweep_stale)
+app.command("sweep", help="Alias of sweep-stale.")(sweep_stale)
+
+
+@app.command("log")
+def log(
+    since: Annotated[Optional[str], typer.Option(help="Only events at or after this: a duration back from now "
+                                                 "(30m, 2h, 7d) or a time (2026-06-22T12:00:00Z).")] = None,
+    lease: Annotated[Optional[str], typer.Option(help="Only events of this lease.")] = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The audit log (reclaims, forced releases) with lease history (acquire, renew) where the store keeps it."""
+    def body():
+        from ..sweep import history
+
+        svc = service(remote)
+        cut = _since(since, svc.clock.now()) if since else None
+        events = history(svc, since=cut, lease_id=lease)
+        lines = [e.line() for e in events] or ["no events"]
+        return {"store": svc.store.name, "events": [e.to_json() for e in events]}, lines
+    run("log", as_json, body)
+
+
+def _since(text: str, now: float) -> float:
+    from ..clock import parse_iso
+    from ..config import parse_duration
+
+    try:
+        return parse_iso(text)
+    except ValueError:
+        pass
+    try:
+        return now - parse_duration("--since", text)
+    except errors.ConfigError:
+        raise errors.UsageError(f"--since takes a duration (30m, 2h, 7d) or a time like 2026-06-22T12:00:00Z, "
+                                f"not {text!r}") from None
+
+
+@ci_app.command("install")
+def ci_install(
+    kind: Annotated[str, typer.Argument(metavar="github|gitlab", help="Which CI to install the sweep job for.")],
+    install: Annotated[Optional[str], typer.Option(help="What the job installs with pip (default: "
+                                                   "gitlease==<this version>).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different file.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the scheduled sweep job into this repository (.github/workflows/gitlease-sweep.yml, or
+    .gitlab/gitlease-sweep.yml included from .gitlab-ci.yml)."""
+    def body():
+        from ..repo import Repo
+        from ..templates import install as do_install
+
+        repo = Repo.discover(".")
+        if repo.worktree is None:
+            raise errors.UsageError("ci install needs a work tree (this repository is bare)")
+        got = do_install(repo.worktree, kind, install_spec=install, overwrite=overwrite)
+        lines = [f"wrote: {p}" for p in got.written] + [f"up to date: {p}" for p in got.unchanged]
+        lines += [f"next: {s}" for s in got.next_steps]
+        return {"kind": kind, "written": got.written, "unchanged": got.unchanged, "nextSteps": got.next_steps}, lines
+    run("ci", as_json, body)
