@@ -10,8 +10,8 @@ Properties checked (docs/reliability.md):
       owner and key, made no later than the previous version's expiry (plus tolerance);
   P4  no two overlapping leases exist at once (read from the server's refs, not from git's refusal);
   P5  never two overlapping *active* leases: a lease is active from its grant until its last expiry unless its
-      holder released it; a lease deleted before its expiry without a release intent or an audit entry, or
-      an audited reclaim made before the expiry, is an anomaly;
+      holder released it (or died: an audited ``dead-holder`` reclaim); every deletion other than a release is
+      an audited reclaim (else an anomaly), and an audited reclaim before expiry for another reason is one;
   P6  fencing: every branch update lands in the same transaction as a renewal of a live lease whose scope
       covers every path the update changes;
   P7  the run ends with no lease left on the server.
@@ -34,7 +34,8 @@ from gitlease.store import ID_PREFIX, SCOPE_REF  # noqa: E402
 
 from .serverlog import Txn, is_zero  # noqa: E402
 
-AUDIT_PREFIXES = ("refs/leases-audit/", "refs/leases/audit/")
+AUDIT_PREFIXES = ("refs/leases-audit/",)
+EARLY_RULES = ("dead-holder", "forced")  # audited reclaims that may come before expiry
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Report:
     renewals: int = 0
     releases: int = 0
     reclaims: int = 0
+    early_reclaims: int = 0
     branch_updates: int = 0
 
     def to_json(self) -> dict:
@@ -74,11 +76,11 @@ class Objects:
         self.bare = bare
         self.cache: dict[str, tuple[tuple[str, ...], bytes | None]] = {}
 
-    def load(self, oids: set[str]) -> None:
+    def load(self, oids: set[str], blob: str = "lease.json") -> None:
         todo = sorted(o for o in oids if o not in self.cache)
         if not todo:
             return
-        lines = "".join(f"{o}\n{o}:lease.json\n" for o in todo).encode()
+        lines = "".join(f"{o}\n{o}:{blob}\n" for o in todo).encode()
         out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.bare, input=lines, capture_output=True,
                              check=True).stdout
         pos = 0
@@ -119,6 +121,13 @@ class Objects:
         except Exception:
             return None
 
+    def entry(self, oid: str) -> dict:
+        blob = self.cache.get(oid, ((), None))[1]
+        try:
+            return json.loads(blob) if blob else {}
+        except ValueError:
+            return {}
+
     def parents(self, oid: str) -> tuple[str, ...]:
         return self.cache.get(oid, ((), None))[0]
 
@@ -141,6 +150,8 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
     objs = Objects(bare)
     objs.load({new for t in txns for _, new, ref in t.updates if not is_zero(new) and ref.startswith("refs/leases/")
                and not ref.startswith(AUDIT_PREFIXES)})
+    objs.load({new for t in txns for _, new, ref in t.updates if not is_zero(new) and ref.startswith(AUDIT_PREFIXES)},
+              blob="entry.json")
     state: dict[str, str] = {}
     live: dict[str, Lease] = {}  # lease id -> lease whose refs exist
     gone: list[Lease] = []
@@ -153,7 +164,9 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
         if t.partial:
             bad(f"txn {t.seq}: only part of a transaction landed (its server process died mid-commit): "
                 f"{[r for _, _, r in ups]}")
-        audited = any(ref.startswith(AUDIT_PREFIXES) for _, _, ref in ups)
+        entries = [objs.entry(n) for _, n, ref in ups if ref.startswith(AUDIT_PREFIXES) and not is_zero(n)]
+        audited = bool(entries)
+        early_ok = {e.get("leaseId") for e in entries if e.get("rule") in EARLY_RULES}
         ids = [(o, n, r) for o, n, r in ups if r.startswith(ID_PREFIX)]
         scope_ups = [(o, n, r) for o, n, r in ups if r == SCOPE_REF or r.startswith(SCOPE_REF + "/")]
         branches = [(o, n, r) for o, n, r in ups if r.startswith("refs/heads/")]
@@ -197,18 +210,18 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                 if audited:
                     lease.how = "reclaimed"
                     rep.reclaims += 1
-                    if early:
+                    if early and lid in early_ok:
+                        rep.early_reclaims += 1  # its holder was gone (or an admin forced it): not active
+                        lease.how = "released"
+                    elif early:
                         bad(f"txn {t.seq}: {lid} reclaimed {lease.expires - t.time:.1f}s before its expiry")
                 elif lid in release_intents:
                     lease.how = "released"
                     rep.releases += 1
                 else:
                     lease.how = "unexplained"
-                    if early:
-                        bad(f"txn {t.seq}: {lid} deleted {lease.expires - t.time:.1f}s before its expiry, "
-                            f"with neither a release by its holder nor an audit entry")
-                    else:
-                        rep.reclaims += 1  # an expired lease cleared by an acquire or a sweep
+                    bad(f"txn {t.seq}: {lid} deleted ({lease.expires - t.time:.1f}s before its expiry) with neither "
+                        f"a release by its holder nor an audit entry: an unaudited reclaim")
                 gone.append(lease)
             else:  # a renewal (P3)
                 lease = live.get(lid)

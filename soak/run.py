@@ -97,7 +97,7 @@ class Soak:
         if server is not None and server.pid:
             (self.state / f"server-{kind}.pid").write_text(str(os.getpgid(server.pid)))
 
-    def spawn(self, name: str, kind: str, offset: float) -> None:
+    def spawn(self, name: str, kind: str, offset: float, mode: str | None = None) -> None:
         repo = self.tmp / "repos" / name
         if not repo.exists():
             repo.mkdir(parents=True)
@@ -105,7 +105,7 @@ class Soak:
         argv = [sys.executable, "-m", "soak.worker", "--dir", str(self.state), "--repo", str(repo),
                 "--url", self.urls[kind], "--name", name, "--seed", str(self.rng.randrange(1 << 30)),
                 "--ttl", str(self.args.ttl), "--skew", str(self.args.skew), "--offset", f"{offset:.3f}",
-                "--timeout", str(self.args.timeout), "--mode", self.args.mode, "--paths", str(self.tmp / "paths.json")]
+                "--timeout", str(self.args.timeout), "--mode", mode or self.args.mode, "--paths", str(self.tmp / "paths.json")]
         self.procs[name] = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                                             stderr=open(self.state / f"{name}.stderr", "ab"))
 
@@ -122,6 +122,9 @@ class Soak:
         kinds = {f"w{i}": a.kinds[i % len(a.kinds)] for i in range(a.workers)}
         for name in offsets:
             self.spawn(name, kinds[name], offsets[name])
+        if a.mode == "safe":  # one sweeper per remote, on this host (not a fault target: its name is no w*)
+            for kind in a.kinds:
+                self.spawn(f"sweeper-{kind}", kind, 0.0, mode="sweep")
         inject = None
         if a.faults:
             inject = subprocess.Popen([sys.executable, "-m", "soak.inject", "--dir", str(self.state), "--seed",
@@ -130,7 +133,11 @@ class Soak:
         deadline = time.monotonic() + a.duration
         while time.monotonic() < deadline:
             for name, proc in list(self.procs.items()):
-                if proc.poll() is not None:
+                if proc.poll() is not None and name.startswith("sweeper-"):
+                    self.crashes.append(f"{name} exited with {proc.returncode}: "
+                                        f"{_tail(self.state / f'{name}.stderr')}")
+                    self.spawn(name, name.split("-", 1)[1], 0.0, mode="sweep")
+                elif proc.poll() is not None:
                     if proc.returncode != -signal.SIGKILL:
                         self.crashes.append(f"{name} exited with {proc.returncode}: "
                                             f"{_tail(self.state / f'{name}.stderr')}")
@@ -237,7 +244,7 @@ def _tail(path: Path) -> str:
 
 
 def sweep(tmp: Path, kind: str, url: str, a) -> None:
-    """Clear every expired lease (the same CAS delete an acquire makes of an expired blocker)."""
+    """One `git lease sweep-stale` of the store: every stale lease reclaimed, each with its audit entry."""
     from gitlease.config import resolve
     from gitlease.repo import Repo
     from gitlease.service import LeaseService
@@ -247,14 +254,9 @@ def sweep(tmp: Path, kind: str, url: str, a) -> None:
     git("init", "-q", str(repo))
     r = Repo.discover(str(repo))
     svc = LeaseService(r, resolve(r.config, env={}, remote=url, agent="sweeper", skew=a.skew, timeout=30))
-    now = svc.clock.now()
-    notes = []
-    for view in svc.snapshot(use_cache=False).leases:
-        st = view.state(now, a.skew)
-        cleared = st == "expired" and svc._clear(view)
-        notes.append(f"{view.lease_id} {st} expires={view.record.expires_at if view.record else '?'} "
-                     f"at={now:.1f} cleared={cleared}")
-    return notes
+    from gitlease.sweep import Sweeper
+
+    return [r.line() for r in Sweeper(svc).sweep().results]
 
 
 def write_doc(res: dict, path: Path) -> None:

@@ -94,7 +94,22 @@ class Worker:
         while time.monotonic() < end and not self.done():
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
 
+    def sweep_loop(self) -> None:
+        """``--mode sweep``: a sweeper on this host (it may reclaim the leases of killed workers early)."""
+        from gitlease.sweep import Sweeper
+
+        sweeper = Sweeper(self.svc)
+        while not self.done():
+            try:
+                for r in sweeper.sweep().results:
+                    self.count(f"sweep-{r.outcome}")
+            except GitLeaseError:
+                self.count("error")
+            self.pause(1.0)
+
     def loop(self) -> None:
+        if self.args.mode == "sweep":
+            return self.sweep_loop()
         while not self.done():
             paths = pick_scope(self.rng, self.tasks) if self.args.mode == "safe" else self.rng.choice(self.tasks)
             try:
@@ -166,7 +181,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skew", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=2)
     ap.add_argument("--offset", type=float, default=0.0)
-    ap.add_argument("--mode", choices=("safe", "force"), default="safe")
+    ap.add_argument("--mode", choices=("safe", "force", "sweep"), default="safe")
     args = ap.parse_args(argv)
     w = Worker(args)
     (Path(args.dir) / f"{args.name}.pid").write_text(str(os.getpid()))
