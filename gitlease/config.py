@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .enforce import parse_mode
 from .errors import ConfigError
 
 DEFAULT_TTL = 300
@@ -25,6 +26,7 @@ class Settings:
     signing_key: str | None
     allowed_signers: str
     workspace: str | None
+    enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -79,6 +81,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         signing_key=pick("signing_key", "lease.signingkey"),
         allowed_signers=pick("allowed_signers", "lease.allowedsignersfile") or ".gitlease/allowed_signers",
         workspace=pick("workspace", "lease.workspace"),
+        enforce=parse_mode(pick("enforce", "lease.enforce")),
     )
 
 

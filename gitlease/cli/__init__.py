@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),
     "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
+    "install-hooks": ("hooks", "Install the pre-commit and pre-push hooks that refuse edits outside held leases."),
+    "uninstall-hooks": ("hooks", "Remove gitlease's hooks; put back the hooks they replaced."),
+    "verify": ("hooks", "CI check: a change's paths lie inside its lease and outside others'; exit 4 if not."),
+    "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
