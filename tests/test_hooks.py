@@ -362,3 +362,15 @@ def test_fast_containment_is_scope_containment(a, b):
     a, b = scope.normalize(a), scope.normalize(b)
     assert enforce.contains(a, b) == scope.contains(a, b)
     assert enforce.contains(".", b) and scope.contains(".", b)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                           | st.text(), lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids), max_leaves=20)
+
+
+@given(json_values, st.booleans())
+def test_fast_json_reader_agrees_with_json(value, pretty):
+    text = json.dumps(value, indent=1 if pretty else None)
+    assert enforce.loads(text) == json.loads(text)
+    with pytest.raises(ValueError):
+        enforce.loads(text + " x")
