@@ -333,6 +333,27 @@ SCOPE_REF = "refs/leases/scope"
 ID_PREFIX = "refs/leases/id/"
 
 
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def encode_ref_component(segment: str) -> str:
+    """``scope.encode_segment``, repeated here because importing ``scope`` pulls in ``typing`` (more than the
+    rest of the hook costs); a test checks that the two agree on arbitrary segments."""
+    raw = segment.encode("utf-8", "surrogateescape")
+    n = len(raw)
+    out = []
+    for idx, byte in enumerate(raw):
+        ch = chr(byte)
+        escape = ch not in _SAFE or ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1:idx] == b".")
+        out.append(f"%{byte:02X}" if escape else ch)
+    enc = "".join(out)
+    if enc.endswith(".lock"):
+        enc = enc[: -len(".lock")] + "%2Elock"
+    if enc == "@":
+        enc = "%40"
+    return enc
+
+
 def prefix_refs(path: str, encode) -> list[tuple[str, str]]:
     """(scope ref, scope) of every scope that contains ``path``: the whole repository, then each folder,
     then the path itself. A lease overlapping a file path must be one of these (a file has nothing below)."""
@@ -352,8 +373,7 @@ def holders_from_refs(paths, refs: dict, mine_grants, records, now: float, skew:
     scope_refs = {r: o for r, o in refs.items() if r == SCOPE_REF or r.startswith(SCOPE_REF + "/")}
     if not scope_refs:
         return {}
-    from .scope import encode_segment  # only when there is something to match
-
+    encode_segment = encode_ref_component
     hits: dict[str, tuple[str, str]] = {}  # path -> (scope, grant oid)
     for p in paths:
         for ref, scope in prefix_refs(p, encode_segment):

@@ -336,7 +336,14 @@ def test_hook_entry_imports_only_a_little_stdlib(repo):
     git(repo, "add", ".")
     code = ("import sys; sys.path.append(sys.argv[1]); from gitlease import hook_entry; rc = hook_entry.run("
             "['pre-commit']); heavy = {'subprocess', 'dataclasses', 'typing', 'typer', 'gitlease.service', "
-            "'gitlease.record'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)")
+            "'gitlease.record', 'gitlease.scope', 'json', 're'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)")
+    res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    # others mode with another worktree's lease on the repository: the refs are read, still nothing heavy
+    wt = repo.parent / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(wt))
+    acquire(wt, "zzz")
+    git(repo, "config", "lease.enforce", "others")
     res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
@@ -355,6 +362,11 @@ def test_mirrored_layouts_agree_with_the_library(tmp_path):
 segment = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=5).filter(
     lambda s: "/" not in s and "\\" not in s and s not in (".", "..") and s.lower() != ".git")
 paths = st.lists(segment, min_size=1, max_size=4).map("/".join)
+
+
+@given(segment)
+def test_fast_ref_encoding_is_scope_encoding(seg):
+    assert enforce.encode_ref_component(seg) == scope.encode_segment(seg)
 
 
 @given(paths, paths)
