@@ -248,6 +248,22 @@ def test_recursion_guard_when_our_hook_is_its_own_legacy(make_repo):
     assert commit(r, "nope").returncode == 1
 
 
+def test_chain_survives_another_manager_moving_our_hook_aside(make_repo):
+    """pre-commit (the framework) moves the hook it finds to ``pre-commit.legacy`` and runs it from its own."""
+    r = make_repo("mgr")
+    hooks = r / ".git" / "hooks"
+    (hooks / "pre-commit").write_text("#!/bin/sh\necho first >> \"$(git rev-parse --git-dir)/legacy.log\"\n")
+    (hooks / "pre-commit").chmod(0o755)
+    assert cli(r, "install-hooks").returncode == 0
+    os.replace(hooks / "pre-commit", hooks / "pre-commit.legacy")
+    (hooks / "pre-commit").write_text('#!/bin/sh\nexec "$(dirname "$0")/pre-commit.legacy" "$@"\n')
+    (hooks / "pre-commit").chmod(0o755)
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert (r / ".git" / "legacy.log").read_text() == "first\n"
+    assert commit(r, "outside").returncode == 1
+
+
 def test_core_hooks_path(make_repo):
     r = make_repo("hp")
     git(r, "config", "core.hooksPath", ".githooks")
