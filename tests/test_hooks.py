@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -262,6 +263,32 @@ def test_chain_survives_another_manager_moving_our_hook_aside(make_repo):
     assert commit(r, "src/a").returncode == 0
     assert (r / ".git" / "legacy.log").read_text() == "first\n"
     assert commit(r, "outside").returncode == 1
+
+
+PRE_COMMIT = os.environ.get("GITLEASE_TEST_PRE_COMMIT") or shutil.which("pre-commit")
+
+
+@pytest.mark.skipif(not PRE_COMMIT, reason="the pre-commit framework is not installed (set GITLEASE_TEST_PRE_COMMIT)")
+def test_with_the_real_pre_commit_framework_installed_before_and_after(make_repo):
+    r = make_repo("framework")
+    (r / ".pre-commit-config.yaml").write_text(
+        "repos:\n  - repo: local\n    hooks:\n"
+        "      - {id: marker, name: marker, entry: sh -c 'echo ran >> .git/pc.log', language: system, "
+        "pass_filenames: false, always_run: true}\n"
+        f"      - {{id: gitlease, name: gitlease, entry: {sys.executable} -m gitlease.hook_entry pre-commit, "
+        "language: system, pass_filenames: false, always_run: true}\n")
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "config")
+    subprocess.run([PRE_COMMIT, "install"], cwd=r, check=True, capture_output=True)
+    assert cli(r, "install-hooks").returncode == 0  # chains pre-commit's hook
+    subprocess.run([PRE_COMMIT, "install"], cwd=r, check=True, capture_output=True)  # moves ours to .legacy
+    acquire(r, "src")
+    res = commit(r, "src/a")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = commit(r, "out")
+    assert res.returncode == 1 and "  out: scope out, not leased by this worktree" in res.stderr
+    assert "exit code: 4" in res.stdout + res.stderr  # the framework's own gitlease hook refused too
+    assert (r / ".git" / "pc.log").read_text() == "ran\nran\n"  # once per commit, never twice
 
 
 def test_core_hooks_path(make_repo):
