@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from . import enforce, gitcmd
-from .errors import GitLeaseError, InvalidRecord, RemoteUnavailable, UsageError
+from .errors import InvalidRecord, RemoteUnavailable, UsageError
 from .service import LeaseService, Snapshot
 
 ZERO_RE = re.compile(r"^0+$")
@@ -223,4 +223,4 @@ def describe(verdict: Verdict) -> list[str]:
     return lines
 
 
-__all__ = ["pre_push", "verify", "Verdict", "describe", "touched_paths", "GitLeaseError"]
+__all__ = ["pre_push", "verify", "Verdict", "describe", "touched_paths", "others_lookup"]

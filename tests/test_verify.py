@@ -7,7 +7,7 @@ import pytest
 from conftest import cli, git
 from gitlease import record as records
 from gitlease.objects import ObjectWriter, ident_for
-from test_hooks import acquire, commit, run, write
+from test_hooks import acquire, commit, run
 
 
 @pytest.fixture
