@@ -162,11 +162,11 @@ def expired(expires_at: str, now: float) -> bool:
 
 # ----------------------------------------------------------------------------------- check
 
-def check(paths, mine, mode: str, now: float, others) -> list[Violation]:
+def check(paths, mine, mode: str, now: float, others, who: str = "this worktree") -> list[Violation]:
     """The violations among ``paths``. ``mine``: the checker's leases (Mine); ``others(paths)`` returns
     {path: Holder} for the paths some other, not yet expired (or invalid) lease covers; it is called once,
     only with the paths that need it. ``mode``: strict | others (warn and off decide about the result, not
-    the check: pass ``strict`` or ``others`` for them)."""
+    the check: pass ``strict`` or ``others`` for them). ``who`` names the writer in the reasons."""
     if mode == "off":
         return []
     usable = [m for m in mine if m.usable(now)]
@@ -190,12 +190,12 @@ def check(paths, mine, mode: str, now: float, others) -> list[Violation]:
             if stale is not None:
                 s = covering(stale.paths, p) or p
                 if stale.problem:
-                    out.append(Violation(p, s, f"this worktree's lease {stale.lease_id} {stale.problem}", code=6))
+                    out.append(Violation(p, s, f"{who}'s lease {stale.lease_id} {stale.problem}", code=6))
                 else:
-                    out.append(Violation(p, s, f"this worktree's lease {stale.lease_id} expired at "
+                    out.append(Violation(p, s, f"{who}'s lease {stale.lease_id} expired at "
                                                f"{stale.expires_at} (local clock)"))
                 continue
-            out.append(Violation(p, suggest_scope(p), "not leased by this worktree"))
+            out.append(Violation(p, suggest_scope(p), f"not leased by {who}"))
         return out
     held = others(ask) if ask else {}
     for p in ask:
@@ -220,11 +220,11 @@ def exit_code(violations) -> int:
 
 
 def refusal(action: str, mode: str, violations, *, warn: bool = False, why: str | None = None,
-            limit: int = 50) -> list[str]:
+            mine: str = "the leases held here", limit: int = 50) -> list[str]:
     """The lines printed on a refusal (or, in warn mode, a warning). ``action``: commit, push, verify."""
     n = len(violations)
     plural = "s" if n != 1 else ""
-    what = (f"{n} path{plural} outside the leases held here" if mode == "strict" else
+    what = (f"{n} path{plural} outside {mine}" if mode == "strict" else
             f"{n} path{plural} inside leases held by others")
     label = why or f"lease.enforce={mode}"
     head = (f"gitlease: warning (lease.enforce=warn): {action} has {what}" if warn else

@@ -223,11 +223,12 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
             mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
     check_mode = "strict" if mode == "strict" else "others"
     violations = enforce.check(paths, mine, check_mode, now,
-                               others_lookup(snap, {m.lease_id for m in mine}, now, settings.skew))
+                               others_lookup(snap, {m.lease_id for m in mine}, now, settings.skew), who="this push")
     if not violations:
         return [], []
     lines = [ln.removeprefix("gitlease: ") for ln in
-             enforce.refusal("push", check_mode, violations, warn=mode == "warn", why="server")]
+             enforce.refusal("push", check_mode, violations, warn=mode == "warn", why="server",
+                             mine="the leases this push names")]
     lines[-1] = ("name your lease with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or a "
                  "'Lease: LEASE_ID' commit trailer; see git lease status")
     if mode == "warn":

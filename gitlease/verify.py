@@ -207,7 +207,8 @@ def verify(svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[
         # (signatures, issue 3: once records are signed, the snapshot's views say whether they verify.)
         mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
     usable = {m.lease_id for m in mine if m.problem is None}
-    verdict.violations = enforce.check(paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew))
+    verdict.violations = enforce.check(paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew),
+                                       who="this change")
     return verdict
 
 
@@ -219,7 +220,7 @@ def describe(verdict: Verdict) -> list[str]:
     if verdict.ok:
         return [f"verify ok: {n} path{'s' if n != 1 else ''} in {c} commit{'s' if c != 1 else ''} ({span}), {scope}"]
     lines = [f"gitlease: {note}" for note in verdict.notes]
-    lines += enforce.refusal("verify", verdict.mode, verdict.violations, why=scope)
+    lines += enforce.refusal("verify", verdict.mode, verdict.violations, why=scope, mine="the change's leases")
     return lines
 
 

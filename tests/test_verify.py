@@ -51,8 +51,8 @@ def test_no_verify_commit_pushed_is_refused_by_verify(remote):
     res = cli(ci, "verify", "--base", "origin/main")
     assert res.returncode == 4
     assert res.stderr.splitlines()[:2] == [
-        f"gitlease: verify refused (lease {lease} (from trailer)): 1 path outside the leases held here",
-        "  docs/x.md: scope docs, not leased by this worktree",
+        f"gitlease: verify refused (lease {lease} (from trailer)): 1 path outside the change's leases",
+        "  docs/x.md: scope docs, not leased by this change",
     ]
     assert res.stderr.splitlines()[-1] == "git-lease: verify refused: 1 path may not be written by this change"
     # the clean part of the branch passes, naming the lease by flag
