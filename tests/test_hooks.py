@@ -41,13 +41,11 @@ def commit(repo, *paths, msg="change", extra=()):
     return run(repo, "commit", "-q", "-m", msg, *extra)
 
 
-def acquire(repo, *scopes, agent="agent-a", task="task-a", ttl="300"):
-    args = ["acquire", "--agent", agent, "--task", task, "--ttl", ttl, "--json"]
-    for s in scopes:
-        args += ["--scope", s]
-    res = cli(repo, *args)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)["result"]["leaseId"]
+def acquire(repo, *scopes, agent="agent-a", task="task-a", ttl=300):
+    """A lease for the worktree at ``repo``, on the store its config names (in-process: the same service the
+    CLI calls, without a process start per test)."""
+    r = Repo.discover(repo)
+    return LeaseService(r, resolve(r.config, env={}, agent=agent, task=task)).acquire(list(scopes), ttl=ttl).lease_id
 
 
 def hook(repo, name="pre-commit", *args, input=None):

@@ -118,6 +118,11 @@ def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
     # the holder pushes the same kind of change, naming its lease in a trailer (or -o lease=...)
     assert commit(a, "svc/g", msg=f"work\n\nLease: {lease}").returncode == 0
     assert run(a, "push", "-q", "origin", "HEAD:main").returncode == 0
+    # or names it with a push option (the server must advertise them)
+    git(guarded.bare, "config", "receive.advertisePushOptions", "true")
+    assert commit(a, "svc/i").returncode == 0
+    assert run(a, "push", "-q", "origin", "HEAD:main").returncode == 1
+    assert run(a, "push", "-q", "-o", f"lease={lease}", "origin", "HEAD:main").returncode == 0
     git(b, "reset", "-q", "--hard", "HEAD~1")
     assert commit(b, "free/h").returncode == 0  # unleased paths pass
     git(b, "pull", "-q", "--rebase", "origin", "main")
