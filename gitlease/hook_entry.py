@@ -85,9 +85,27 @@ def lease_config() -> dict[str, str]:
     return cfg
 
 
-def staged_paths() -> list[str]:
-    """Every path the commit changes, both sides of a rename and deletions included."""
-    rc, out = _git(["diff-index", "--cached", "--name-only", "--no-renames", "-z", "HEAD"])
+def staged_paths(gdir: str) -> list[str]:
+    """Every path the commit changes, both sides of a rename and deletions included. Concluding a merge:
+    only the paths that differ from every parent (what the merge itself changes, as ``git log --cc`` sees it),
+    not those the merged branch brings."""
+    paths = _diff_index("HEAD")
+    try:
+        with open(os.path.join(gdir, "MERGE_HEAD"), encoding="ascii") as fh:
+            heads = fh.read().split()
+    except (OSError, ValueError):
+        heads = []
+    for oid in heads:
+        if paths:
+            keep = set(_diff_index(oid))
+            paths = [p for p in paths if p in keep]
+    return paths
+
+
+def _diff_index(tree: str) -> list[str]:
+    rc, out = _git(["diff-index", "--cached", "--name-only", "--no-renames", "-z", tree])
+    if rc != 0 and tree != "HEAD":
+        raise GitLeaseError(f"cannot compare the index with {tree} (git diff-index failed)")
     if rc != 0:  # no HEAD yet: the first commit; compare with the empty tree
         for tree in EMPTY_TREES:
             rc, out = _git(["diff-index", "--cached", "--name-only", "--no-renames", "-z", tree])
@@ -178,7 +196,7 @@ def pre_commit() -> int:
         _say([f"gitlease: commit refused: {exc.message}"])
         return exc.exit_code
     mode = enforce.effective_mode(configured, bool(mine))
-    paths = staged_paths()
+    paths = staged_paths(gdir)
     if not paths:
         return 0
     now = time.time()

@@ -182,6 +182,26 @@ def test_bad_paths_spaces_unicode_newlines_dashes(repo):
     ]
 
 
+def test_concluding_a_merge_checks_only_what_the_merge_changes(repo):
+    git(repo, "switch", "-q", "-c", "other")
+    assert commit(repo, "docs/from-other").returncode == 0  # nobody holds docs: others mode passes
+    git(repo, "switch", "-q", "-")
+    acquire(repo, "src")
+    assert commit(repo, "src/a").returncode == 0
+    git(repo, "merge", "-q", "--no-commit", "--no-ff", "other")
+    res = run(repo, "commit", "-q", "-m", "merge")
+    assert res.returncode == 0, res.stderr  # docs/from-other came with the merged branch
+    git(repo, "switch", "-q", "other")
+    assert commit(repo, "docs/z", extra=("--no-verify",)).returncode == 0
+    git(repo, "switch", "-q", "-")
+    git(repo, "merge", "-q", "--no-commit", "--no-ff", "other")
+    write(repo, "README", "changed inside the merge\n")  # an "evil merge": a change of its own
+    git(repo, "add", "README")
+    res = run(repo, "commit", "-q", "-m", "evil merge")
+    assert res.returncode == 1
+    assert res.stderr.splitlines()[1:] == ["  README: scope README, not leased by this worktree", HINT]
+
+
 def test_corrupt_local_state_refuses(repo):
     acquire(repo, "a")
     state = repo / ".git" / "gitlease" / "held.json"
