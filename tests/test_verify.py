@@ -177,3 +177,21 @@ def test_pre_receive_refuses_improper_lease_versions(guarded):
     assert res.returncode == 0, res.stderr
     assert cli(a, "release", lease).returncode == 0
     assert git(guarded.bare, "for-each-ref", "refs/leases/") == ""
+
+
+def test_server_hook_command_for_gitea_and_gitlab(remote):
+    """``git lease server-hook pre-receive`` (what a Gitea/GitLab hook script calls) reads refs on stdin."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    line = f"{'0' * 40} {'1' * 40} refs/leases/junk\n"
+    res = subprocess.run(["git", "lease", "server-hook", "pre-receive"], cwd=remote.bare, input=line,
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 4
+    assert res.stderr.splitlines() == [
+        "gitlease: refs/leases/junk: not a gitlease ref (only refs/leases/id/* and refs/leases/scope/* live here)",
+        "git-lease: push refused by the lease server hook (1 problem)"]
+    res = subprocess.run(["git", "lease", "server-hook", "pre-receive", "--json"], cwd=remote.bare, input="",
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and json.loads(res.stdout)["ok"]
