@@ -98,7 +98,11 @@ SAME = ("lease_id", "paths", "acquired_at", "owner", "repo", "workspace_id", "sc
 
 def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
     """Problems with the lease ref updates of one push (``(old, new, ref)``, zero oids for none)."""
-    lease = [(o, n, r) for o, n, r in updates if r == SCOPE_REF or r.startswith(NAMESPACE + "/")]
+    from . import store
+
+    reserved = tuple(getattr(store, "RESERVED", ()))  # e.g. `git lease doctor`'s throw-away probe refs
+    lease = [(o, n, r) for o, n, r in updates if (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))
+             and not (reserved and r.startswith(reserved))]
     if not lease:
         return []
     problems: list[str] = []

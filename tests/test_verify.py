@@ -195,3 +195,15 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     res = subprocess.run(["git", "lease", "server-hook", "pre-receive", "--json"], cwd=remote.bare, input="",
                          capture_output=True, text=True, env=env)
     assert res.returncode == 0 and json.loads(res.stdout)["ok"]
+
+
+def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
+    """Refs the store reserves for other tools (``store.RESERVED``: doctor's probes) are not leases."""
+    from gitlease import receive, store
+
+    monkeypatch.chdir(remote.bare)
+    probe = [("0" * 40, "1" * 40, "refs/leases/doctor/20261202T000000Z/x")]
+    monkeypatch.setattr(store, "RESERVED", (), raising=False)
+    assert receive.check_lease_updates(probe) != []
+    monkeypatch.setattr(store, "RESERVED", ("refs/leases/doctor/",), raising=False)
+    assert receive.check_lease_updates(probe) == []
