@@ -864,6 +864,16 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     return "\n".join(head) + "\n" + body + "\n", body
 
 
+def keep_marked_sections(path: Path, doc: str) -> str:
+    """Sections other benchmarks write into the same file (``<!-- NAME:begin -->`` ... ``<!-- NAME:end -->``,
+    e.g. bench/hooks.py's) survive a rewrite: appended to ``doc`` unless it has them."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    for m in re.finditer(r"<!-- ([a-z0-9-]+):begin -->.*?<!-- \1:end -->\n?", old, re.S):
+        if f"<!-- {m.group(1)}:begin -->" not in doc:
+            doc = doc.rstrip("\n") + "\n\n" + m.group(0)
+    return doc
+
+
 # --------------------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -930,7 +940,7 @@ def main(argv=None) -> int:
 
     print(doc)
     if args.write:
-        Path(args.write).write_text(doc, encoding="utf-8")
+        Path(args.write).write_text(keep_marked_sections(Path(args.write), doc), encoding="utf-8")
         log(f"wrote {args.write}")
     return 0
 

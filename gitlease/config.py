@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .enforce import parse_mode
 from .errors import ConfigError
 
 DEFAULT_TTL = 300
@@ -30,6 +31,7 @@ class Settings:
     sweep_missed_heartbeats: bool = True
     sweep_dead_holder: bool = True
     progress_timeout: int | None = None
+    enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -103,6 +105,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
                                 True),
         progress_timeout=_int("lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0,
                               366 * 86400) or None,
+        enforce=parse_mode(pick("enforce", "lease.enforce")),
     )
 
 

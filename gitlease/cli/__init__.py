@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sweep", "Alias of sweep-stale."),
     "log": ("sweep", "The audit log (reclaims, forced releases) with lease history."),
     "ci": ("sweep", "ci install github|gitlab: a scheduled CI job that sweeps stale leases."),
+    "install-hooks": ("hooks", "Install the pre-commit and pre-push hooks that refuse edits outside held leases."),
+    "uninstall-hooks": ("hooks", "Remove gitlease's hooks; put back the hooks they replaced."),
+    "verify": ("hooks", "CI check: a change's paths lie inside its lease and outside others'; exit 4 if not."),
+    "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "

@@ -1,0 +1,105 @@
+"""Enforcement commands: install-hooks, uninstall-hooks, verify, server-hook."""
+from __future__ import annotations
+
+import sys
+from typing import Annotated, List, Optional
+
+import typer
+
+from .. import errors
+from .common import JsonOpt, RemoteOpt, make_app, run, service
+
+app = make_app()
+
+ServerOpt = Annotated[bool, typer.Option("--server", help="The server side: pre-receive, in a bare repository "
+                                          "(instead of pre-commit and pre-push).")]
+
+
+def _change_lines(changes) -> list[str]:
+    lines = []
+    for c in changes:
+        extra = ""
+        if c.action == "installed" and c.legacy:
+            extra = f" (the hook that was there is kept as {c.legacy} and runs first)"
+        elif c.action == "restored":
+            extra = " (the hook it replaced is back)"
+        elif c.action == "foreign":
+            extra = " (not gitlease's hook: left alone)"
+        lines.append(f"{c.name}: {c.action} {c.path}{extra}")
+    return lines
+
+
+@app.command("install-hooks")
+def install_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
+    """Install gitlease's pre-commit and pre-push hooks where git looks for hooks (core.hooksPath and linked
+    worktrees included); a hook already there is kept and run first. Idempotent."""
+    def body():
+        from ..hooks import CLIENT_HOOKS, SERVER_HOOKS, install
+
+        changes = install(".", SERVER_HOOKS if server else CLIENT_HOOKS)
+        return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
+    run("install-hooks", as_json, body)
+
+
+@app.command("uninstall-hooks")
+def uninstall_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
+    """Remove gitlease's hooks and put back the hooks they replaced."""
+    def body():
+        from ..hooks import CLIENT_HOOKS, SERVER_HOOKS, uninstall
+
+        changes = uninstall(".", SERVER_HOOKS if server else CLIENT_HOOKS)
+        return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
+    run("uninstall-hooks", as_json, body)
+
+
+@app.command()
+def verify(
+    base: Annotated[str, typer.Option(help="What the change is compared with (the pull request's base).")]
+    = "origin/main",
+    lease: Annotated[Optional[List[str]], typer.Option("--lease", help="The lease the change was made under "
+                                                       "(default: the commits' 'Lease:' trailers, else a lease id "
+                                                       "in the branch name); repeat for more.")] = None,
+    head: Annotated[str, typer.Option(help="The commit or branch to check.")] = "HEAD",
+    require_lease: Annotated[bool, typer.Option("--require-lease", help="Refuse a change that names no lease "
+                                                "(default: check it against others' leases only).")] = False,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """CI check of a pull request: every path its commits touch must lie inside the lease it was made under
+    (active on the store) and outside every other active lease. Exit 4 on a violation."""
+    def body():
+        from ..verify import describe, verify as check
+
+        verdict = check(service(remote), base=base, head=head, lease_ids=lease or None,
+                        require_lease=require_lease)
+        lines = describe(verdict)
+        if not verdict.ok:
+            if not as_json:
+                sys.stderr.write("".join(line + "\n" for line in lines))
+            n = len(verdict.violations)
+            raise errors.ScopeViolation(f"verify refused: {n} path{'s' if n != 1 else ''} may not be written by "
+                                        "this change", **verdict.to_json())
+        return verdict.to_json(), lines
+    run("verify", as_json, body)
+
+
+@app.command("server-hook")
+def server_hook(
+    hook: Annotated[str, typer.Argument(help="The hook git runs: pre-receive.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Run as a server-side hook (refs on stdin): refuses lease ref updates that are not a proper next version
+    and branch updates touching paths leased to someone else."""
+    def body():
+        if hook != "pre-receive":
+            raise errors.UsageError(f"unknown server hook {hook!r} (only pre-receive)")
+        from ..receive import pre_receive
+
+        refusals, notes = pre_receive(sys.stdin.buffer.read())
+        if refusals:
+            if not as_json:
+                sys.stderr.write("".join(f"gitlease: {line}\n" for line in refusals))
+            raise errors.ScopeViolation(f"push refused by the lease server hook ({len(refusals)} "
+                                        f"problem{'s' if len(refusals) != 1 else ''})", problems=refusals)
+        return {"notes": notes}, [f"gitlease: {n}" for n in notes]
+    run("server-hook", as_json, body)

@@ -1,0 +1,449 @@
+"""The hooks, installed by the real ``git lease install-hooks``, run by real ``git commit`` and ``git push``."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import ROOT, cli, git
+from gitlease import enforce, scope
+from gitlease.clock import FakeClock
+from gitlease.config import resolve
+from gitlease.repo import Repo
+from gitlease.service import LeaseService, _RefsCache
+from gitlease.state import Held, HeldState
+
+HINT = "gitlease: acquire the scope first (git lease acquire --scope SCOPE), or see git lease status"
+
+
+def run(cwd, *args, input=None, env=None):
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, input=input, env=full)
+
+
+def write(repo, rel, text="x\n"):
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def commit(repo, *paths, msg="change", extra=()):
+    for p in paths:
+        write(repo, p, f"{p} {os.urandom(4).hex()}\n")
+    if paths:
+        git(repo, "add", "--", *paths)
+    return run(repo, "commit", "-q", "-m", msg, *extra)
+
+
+def acquire(repo, *scopes, agent="agent-a", task="task-a", ttl=300):
+    """A lease for the worktree at ``repo``, on the store its config names (in-process: the same service the
+    CLI calls, without a process start per test)."""
+    r = Repo.discover(repo)
+    return LeaseService(r, resolve(r.config, env={}, agent=agent, task=task)).acquire(list(scopes), ttl=ttl).lease_id
+
+
+def hook(repo, name="pre-commit", *args, input=None):
+    """Run the installed hook directly (as git would), to see its own exit code."""
+    hooks = git(repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip()
+    return subprocess.run([os.path.join(hooks, name), *args], cwd=repo, capture_output=True, text=True,
+                          input=input)
+
+
+@pytest.fixture
+def repo(make_repo):
+    r = make_repo("work")
+    res = cli(r, "install-hooks")
+    assert res.returncode == 0, res.stderr
+    return r
+
+
+# ------------------------------------------------------------------------------ pre-commit
+
+def test_inside_scope_passes_outside_refused_with_exact_message(repo):
+    acquire(repo, "services/billing")
+    assert commit(repo, "services/billing/api.py").returncode == 0
+    res = commit(repo, "services/billing2/x.py", "docs/guide.md")
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [
+        "gitlease: commit refused (lease.enforce=strict): 2 paths outside the leases held here",
+        "  docs/guide.md: scope docs, not leased by this worktree",
+        "  services/billing2/x.py: scope services/billing2, not leased by this worktree",
+        HINT,
+    ]
+    assert hook(repo).returncode == 4  # the hook's own code; git commit itself exits 1
+    assert git(repo, "log", "--format=%s", "-1").strip() == "change"  # the refused commit did not happen
+
+
+def test_rename_inside_to_outside_and_deletion_outside_refused(repo):
+    write(repo, "services/billing/a.py")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "base")
+    acquire(repo, "services/billing")
+    (repo / "docs").mkdir()
+    git(repo, "mv", "services/billing/a.py", "docs/a.py")
+    res = run(repo, "commit", "-q", "-m", "move")
+    assert res.returncode == 1 and "  docs/a.py: scope docs, not leased by this worktree" in res.stderr
+    assert "services/billing/a.py" not in res.stderr  # the source side is inside the lease
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "rm", "-q", "README")
+    res = run(repo, "commit", "-q", "-m", "delete")
+    assert res.returncode == 1 and "  README: scope README, not leased by this worktree" in res.stderr
+    git(repo, "reset", "-q", "--hard")
+    # a rename from outside to inside: the deleted source is outside
+    write(repo, "tools/t.py")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "--no-verify", "-m", "tools")
+    git(repo, "mv", "tools/t.py", "services/billing/t.py")
+    res = run(repo, "commit", "-q", "-m", "move in")
+    assert res.returncode == 1 and "  tools/t.py: scope tools, not leased" in res.stderr
+
+
+def test_commit_after_expiry_refused(repo):
+    """A lease acquired on a clock 400 s in the past (ttl 300) has expired by the local clock now."""
+    import time
+
+    r = Repo.discover(repo)
+    svc = LeaseService(r, resolve(r.config, env={}, agent="a", task="t"), clock=FakeClock(time.time() - 400))
+    got = svc.acquire(["services"], ttl=300)
+    res = commit(repo, "services/x.py")
+    assert res.returncode == 1
+    assert (f"  services/x.py: scope services, this worktree's lease {got.lease_id} expired at "
+            f"{got.record.expires_at} (local clock)") in res.stderr.splitlines()
+
+
+def test_holder_is_named_and_default_mode_without_lease_is_others(make_repo):
+    main = make_repo("main")
+    assert cli(main, "install-hooks").returncode == 0
+    wt = main.parent / "linked"
+    git(main, "worktree", "add", "-q", str(wt))
+    lease = acquire(wt, "services", agent="codex-7", task="job-9")
+    assert commit(wt, "services/a.py").returncode == 0  # the linked worktree uses the same hooks
+    assert commit(wt, "docs/x").returncode == 1
+    git(wt, "reset", "-q", "--hard")
+    # the main worktree holds nothing: default mode "others": free paths pass, the linked one's lease does not
+    assert commit(main, "docs/x").returncode == 0
+    res = commit(main, "services/b.py")
+    assert res.returncode == 1
+    lines = res.stderr.splitlines()
+    assert lines[0] == "gitlease: commit refused (lease.enforce=others): 1 path inside leases held by others"
+    assert re.fullmatch(rf"  services/b\.py: scope services, held by {lease} \(task=job-9 agent=codex-7, "
+                        r"\d+s left\)", lines[1])
+
+
+@pytest.mark.parametrize("mode", ["default", "strict", "others", "warn", "off"])
+def test_worktree_without_lease_under_each_mode(make_repo, mode):
+    main = make_repo("main")
+    assert cli(main, "install-hooks").returncode == 0
+    other = main.parent / "other"
+    git(main, "worktree", "add", "-q", str(other))
+    acquire(other, "held")
+    if mode != "default":
+        git(main, "config", "lease.enforce", mode)
+    free = commit(main, "free/a")
+    git(main, "reset", "-q", "--hard")
+    held = commit(main, "held/a")
+    expect = {"default": (0, 1), "strict": (1, 1), "others": (0, 1), "warn": (0, 0), "off": (0, 0)}[mode]
+    assert (free.returncode, held.returncode) == expect, (free.stderr, held.stderr)
+    if mode == "warn":
+        assert held.stderr.startswith("gitlease: warning (lease.enforce=warn): commit has 1 path inside leases")
+    if mode == "off":
+        assert held.stderr == ""
+    if mode == "strict":
+        assert "  free/a: scope free, not leased by this worktree" in free.stderr
+
+
+def test_worktree_config_strict_for_attached_worktrees(make_repo):
+    """The contract with the worktree manager: ``git config --worktree lease.enforce strict``."""
+    main = make_repo("main")
+    assert cli(main, "install-hooks").returncode == 0
+    wt = main.parent / "attached"
+    git(main, "worktree", "add", "-q", str(wt))
+    git(main, "config", "extensions.worktreeConfig", "true")
+    git(wt, "config", "--worktree", "lease.enforce", "strict")
+    assert commit(wt, "free/a").returncode == 1  # strict there, holding nothing
+    assert commit(main, "free/a").returncode == 0  # others in the main worktree
+
+
+def test_bad_paths_spaces_unicode_newlines_dashes(repo):
+    acquire(repo, "dir with space", "ünïcode", "-dash")
+    assert commit(repo, "dir with space/a b.txt", "ünïcode/ß.txt", "-dash/--x").returncode == 0
+    res = commit(repo, "new\nline", "--outside", "ünï/x")
+    assert res.returncode == 1
+    assert res.stderr.splitlines()[1:4] == [
+        "  --outside: scope --outside, not leased by this worktree",
+        '  "new\\nline": scope "new\\nline", not leased by this worktree',
+        "  ünï/x: scope ünï, not leased by this worktree",
+    ]
+
+
+def test_concluding_a_merge_checks_only_what_the_merge_changes(repo):
+    git(repo, "switch", "-q", "-c", "other")
+    assert commit(repo, "docs/from-other").returncode == 0  # nobody holds docs: others mode passes
+    git(repo, "switch", "-q", "-")
+    acquire(repo, "src")
+    assert commit(repo, "src/a").returncode == 0
+    git(repo, "merge", "-q", "--no-commit", "--no-ff", "other")
+    res = run(repo, "commit", "-q", "-m", "merge")
+    assert res.returncode == 0, res.stderr  # docs/from-other came with the merged branch
+    git(repo, "switch", "-q", "other")
+    assert commit(repo, "docs/z", extra=("--no-verify",)).returncode == 0
+    git(repo, "switch", "-q", "-")
+    git(repo, "merge", "-q", "--no-commit", "--no-ff", "other")
+    write(repo, "README", "changed inside the merge\n")  # an "evil merge": a change of its own
+    git(repo, "add", "README")
+    res = run(repo, "commit", "-q", "-m", "evil merge")
+    assert res.returncode == 1
+    assert res.stderr.splitlines()[1:] == ["  README: scope README, not leased by this worktree", HINT]
+
+
+def test_corrupt_local_state_refuses(repo):
+    acquire(repo, "a")
+    state = repo / ".git" / "gitlease" / "held.json"
+    state.write_text("{not json")
+    res = commit(repo, "a/x")
+    assert res.returncode == 1
+    assert res.stderr.strip() == (f"gitlease: commit refused: local lease state {state} is corrupt (move it "
+                                  "aside; the leases on the remote are unaffected and expire on their own)")
+    assert hook(repo).returncode == 5
+    git(repo, "config", "lease.enforce", "off")
+    assert run(repo, "commit", "-q", "-m", "off").returncode == 0
+
+
+def test_first_commit_and_nothing_staged(tmp_path):
+    r = tmp_path / "fresh"
+    git(tmp_path, "init", "-q", str(r))
+    assert cli(r, "install-hooks").returncode == 0
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0  # no HEAD yet: compared with the empty tree
+    assert run(r, "commit", "-q", "--allow-empty", "-m", "empty").returncode == 0
+
+
+# -------------------------------------------------------------------------------- chaining
+
+def test_existing_hook_chained_failure_fails_uninstall_restores(make_repo):
+    r = make_repo("chain")
+    hooks = r / ".git" / "hooks"
+    legacy_text = "#!/bin/sh\necho legacy-ran >> \"$(git rev-parse --git-dir)/legacy.log\"\nexit ${LEGACY_RC:-0}\n"
+    (hooks / "pre-commit").write_text(legacy_text)
+    (hooks / "pre-commit").chmod(0o755)
+    res = cli(r, "install-hooks", "--json")
+    changes = {c["name"]: c for c in json.loads(res.stdout)["result"]["hooks"]}
+    assert changes["pre-commit"]["action"] == "installed"
+    assert changes["pre-commit"]["legacy"] == str(hooks / "pre-commit.gitlease-legacy")
+    again = json.loads(cli(r, "install-hooks", "--json").stdout)["result"]["hooks"]
+    assert [c["action"] for c in again] == ["unchanged", "unchanged"]  # idempotent
+    assert (hooks / "pre-commit.gitlease-legacy").read_text() == legacy_text
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert (r / ".git" / "legacy.log").read_text() == "legacy-ran\n"
+    write(r, "src/b")
+    git(r, "add", ".")
+    res = run(r, "commit", "-q", "-m", "x", env={"LEGACY_RC": "3"})
+    assert res.returncode == 1  # inside the lease, but the pre-existing hook failed
+    assert (r / ".git" / "legacy.log").read_text() == "legacy-ran\nlegacy-ran\n"
+    assert commit(r, "outside").returncode == 1  # legacy passes, gitlease refuses
+    res = cli(r, "uninstall-hooks")
+    assert res.returncode == 0 and "pre-commit: restored" in res.stdout and "pre-push: removed" in res.stdout
+    assert (hooks / "pre-commit").read_text() == legacy_text
+    assert not (hooks / "pre-commit.gitlease-legacy").exists() and not (hooks / "pre-push").exists()
+    assert commit(r, "outside2").returncode == 0
+
+
+def test_recursion_guard_when_our_hook_is_its_own_legacy(make_repo):
+    """E.g. another manager moved gitlease's hook aside and put a copy back: no endless chain."""
+    r = make_repo("loop")
+    assert cli(r, "install-hooks").returncode == 0
+    hooks = r / ".git" / "hooks"
+    (hooks / "pre-commit.gitlease-legacy").write_bytes((hooks / "pre-commit").read_bytes())
+    (hooks / "pre-commit.gitlease-legacy").chmod(0o755)
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert commit(r, "nope").returncode == 1
+
+
+def test_chain_survives_another_manager_moving_our_hook_aside(make_repo):
+    """pre-commit (the framework) moves the hook it finds to ``pre-commit.legacy`` and runs it from its own."""
+    r = make_repo("mgr")
+    hooks = r / ".git" / "hooks"
+    (hooks / "pre-commit").write_text("#!/bin/sh\necho first >> \"$(git rev-parse --git-dir)/legacy.log\"\n")
+    (hooks / "pre-commit").chmod(0o755)
+    assert cli(r, "install-hooks").returncode == 0
+    os.replace(hooks / "pre-commit", hooks / "pre-commit.legacy")
+    (hooks / "pre-commit").write_text('#!/bin/sh\nexec "$(dirname "$0")/pre-commit.legacy" "$@"\n')
+    (hooks / "pre-commit").chmod(0o755)
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert (r / ".git" / "legacy.log").read_text() == "first\n"
+    assert commit(r, "outside").returncode == 1
+
+
+PRE_COMMIT = os.environ.get("GITLEASE_TEST_PRE_COMMIT") or shutil.which("pre-commit")
+
+
+@pytest.mark.skipif(not PRE_COMMIT, reason="the pre-commit framework is not installed (set GITLEASE_TEST_PRE_COMMIT)")
+def test_with_the_real_pre_commit_framework_installed_before_and_after(make_repo):
+    r = make_repo("framework")
+    (r / ".pre-commit-config.yaml").write_text(
+        "repos:\n  - repo: local\n    hooks:\n"
+        "      - {id: marker, name: marker, entry: sh -c 'echo ran >> .git/pc.log', language: system, "
+        "pass_filenames: false, always_run: true}\n"
+        f"      - {{id: gitlease, name: gitlease, entry: {sys.executable} -m gitlease.hook_entry pre-commit, "
+        "language: system, pass_filenames: false, always_run: true}\n")
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "config")
+    subprocess.run([PRE_COMMIT, "install"], cwd=r, check=True, capture_output=True)
+    assert cli(r, "install-hooks").returncode == 0  # chains pre-commit's hook
+    subprocess.run([PRE_COMMIT, "install"], cwd=r, check=True, capture_output=True)  # moves ours to .legacy
+    acquire(r, "src")
+    res = commit(r, "src/a")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = commit(r, "out")
+    assert res.returncode == 1 and "  out: scope out, not leased by this worktree" in res.stderr
+    assert "exit code: 4" in res.stdout + res.stderr  # the framework's own gitlease hook refused too
+    assert (r / ".git" / "pc.log").read_text() == "ran\nran\n"  # once per commit, never twice
+
+
+def test_core_hooks_path(make_repo):
+    r = make_repo("hp")
+    git(r, "config", "core.hooksPath", ".githooks")
+    res = cli(r, "install-hooks")
+    assert res.returncode == 0 and str(r / ".githooks" / "pre-commit") in res.stdout
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert commit(r, "elsewhere").returncode == 1
+
+
+def test_install_refuses_to_overwrite_a_kept_hook(make_repo):
+    r = make_repo("two")
+    hooks = r / ".git" / "hooks"
+    for name in ("pre-commit", "pre-commit.gitlease-legacy"):
+        (hooks / name).write_text("#!/bin/sh\nexit 0\n")
+    res = cli(r, "install-hooks")
+    assert res.returncode == 1 and "already exists" in res.stderr
+    assert (hooks / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+# --------------------------------------------------------------------------------- pre-push
+
+@pytest.fixture
+def pushing(make_repo, tmp_path):
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    r = make_repo("pusher")
+    git(r, "remote", "add", "origin", bare.as_uri())
+    git(r, "push", "-q", "origin", "HEAD:main")
+    git(r, "fetch", "-q", "origin")
+    git(r, "config", "lease.remote", "origin")
+    assert cli(r, "install-hooks").returncode == 0
+    return r, bare
+
+
+def test_pre_push_inside_passes_outside_and_others_refused(pushing, make_repo):
+    r, bare = pushing
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert run(r, "push", "-q", "origin", "HEAD:main").returncode == 0
+    # a --no-verify commit outside the lease: the push refuses it
+    assert commit(r, "docs/x", extra=("--no-verify",)).returncode == 0
+    res = run(r, "push", "-q", "origin", "HEAD:main")
+    assert res.returncode == 1
+    assert "gitlease: push refused (lease.enforce=strict): 1 path outside the leases held here" in res.stderr
+    assert "  docs/x: scope docs, not leased by this worktree" in res.stderr
+    assert hook(r, "pre-push", "origin", bare.as_uri(),
+                input=f"refs/heads/main {git(r, 'rev-parse', 'HEAD').strip()} refs/heads/main "
+                      f"{'0' * 40}\n").returncode == 4
+    git(r, "reset", "-q", "--hard", "origin/main")
+    # another agent's lease: the commit hook knows it from the cached listing (status refreshes it) ...
+    other = make_repo("other")
+    git(other, "config", "lease.remote", bare.as_uri())
+    theirs = acquire(other, "shared", agent="agent-b", task="task-b")
+    assert cli(r, "status").returncode == 0
+    res = commit(r, "shared/x")
+    assert res.returncode == 1 and f"  shared/x: scope shared, held by {theirs} (task=task-b agent=agent-b" in res.stderr
+    # ... and the push checks the remote itself
+    git(r, "config", "lease.enforce", "others")
+    assert commit(r, "shared/y", extra=("--no-verify",)).returncode == 0
+    res = run(r, "push", "-q", "origin", "HEAD:main")
+    assert res.returncode == 1
+    assert "gitlease: push refused (lease.enforce=others): 2 paths inside leases held by others" in res.stderr  # x was still staged
+
+
+def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
+    r, bare = pushing
+    lease = acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    for ref in git(bare, "for-each-ref", "--format=%(refname)", "refs/leases/").split():
+        git(bare, "update-ref", "-d", ref)  # someone cleared the lease on the remote
+    res = run(r, "push", "-q", "origin", "HEAD:main")
+    assert res.returncode == 1
+    assert (f"  src/a: scope src, this worktree's lease {lease} is gone from the lease store (released, or "
+            "cleared and lost)") in res.stderr
+    git(r, "config", "lease.remote", str(bare.parent / "missing.git"))
+    res = run(r, "push", "-q", "origin", "HEAD:main")
+    assert res.returncode == 1 and "cannot read the lease store" in res.stderr and "fail closed" in res.stderr
+
+
+# ------------------------------------------------------------------------- the fast path
+
+def test_hook_entry_imports_only_a_little_stdlib(repo):
+    acquire(repo, "src")
+    write(repo, "src/a")
+    git(repo, "add", ".")
+    code = ("import sys; sys.path.append(sys.argv[1]); from gitlease import hook_entry; rc = hook_entry.run("
+            "['pre-commit']); heavy = {'subprocess', 'dataclasses', 'typing', 'typer', 'gitlease.service', "
+            "'gitlease.record', 'gitlease.scope', 'json', 're'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)")
+    res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    # others mode with another worktree's lease on the repository: the refs are read, still nothing heavy
+    wt = repo.parent / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(wt))
+    acquire(wt, "zzz")
+    git(repo, "config", "lease.enforce", "others")
+    res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_mirrored_layouts_agree_with_the_library(tmp_path):
+    st_ = HeldState(str(tmp_path))
+    with st_.locked() as held:
+        held["lease_abcdefgh"] = Held(lease_id="lease_abcdefgh", store="origin", current="c" * 40, grant="g" * 40,
+                                      record="{}", paths=["a", "b/c"], expires_at="2030-01-01T00:00:00Z", version=3)
+    (m,) = enforce.load_held(st_.path)
+    assert (m.lease_id, m.paths, m.expires_at, m.grant) == ("lease_abcdefgh", ("a", "b/c"), "2030-01-01T00:00:00Z",
+                                                            "g" * 40)
+    assert enforce.refs_cache_path(str(tmp_path), "origin") == _RefsCache(str(tmp_path / "gitlease"), "origin").path
+
+
+segment = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=5).filter(
+    lambda s: "/" not in s and "\\" not in s and s not in (".", "..") and s.lower() != ".git")
+paths = st.lists(segment, min_size=1, max_size=4).map("/".join)
+
+
+@given(segment)
+def test_fast_ref_encoding_is_scope_encoding(seg):
+    assert enforce.encode_ref_component(seg) == scope.encode_segment(seg)
+
+
+@given(paths, paths)
+def test_fast_containment_is_scope_containment(a, b):
+    a, b = scope.normalize(a), scope.normalize(b)
+    assert enforce.contains(a, b) == scope.contains(a, b)
+    assert enforce.contains(".", b) and scope.contains(".", b)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                           | st.text(), lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids), max_leaves=20)
+
+
+@given(json_values, st.booleans())
+def test_fast_json_reader_agrees_with_json(value, pretty):
+    text = json.dumps(value, indent=1 if pretty else None)
+    assert enforce.loads(text) == json.loads(text)
+    with pytest.raises(ValueError):
+        enforce.loads(text + " x")

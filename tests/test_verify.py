@@ -1,0 +1,209 @@
+"""Where hooks cannot be skipped: ``git lease verify`` in CI, and the server's pre-receive hook."""
+import json
+import os
+
+import pytest
+
+from conftest import cli, git
+from gitlease import record as records
+from gitlease.objects import ObjectWriter, ident_for
+from test_hooks import acquire, commit, run
+
+
+@pytest.fixture
+def remote(tmp_path, make_repo):
+    """A bare remote with a main branch; agents' clones keep their leases on it (lease.remote=origin)."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    seed = make_repo("seed")
+    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    clones = iter(range(100))
+
+    def clone(name=None):
+        path = tmp_path / (name or f"clone{next(clones)}")
+        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
+        git(path, "config", "lease.remote", "origin")
+        return path
+    clone.bare = bare
+    return clone
+
+
+def verify(repo, *args):
+    res = cli(repo, "verify", "--json", *args)
+    return res, json.loads(res.stdout)
+
+
+def test_no_verify_commit_pushed_is_refused_by_verify(remote):
+    agent = remote("agent")
+    lease = acquire(agent, "services/billing")
+    git(agent, "switch", "-q", "-c", "task")
+    assert commit(agent, "services/billing/a.py", msg=f"billing\n\nLease: {lease}").returncode == 0
+    assert commit(agent, "docs/x.md", msg=f"sneaky\n\nLease: {lease}", extra=("--no-verify",)).returncode == 0
+    git(agent, "push", "-q", "--no-verify", "origin", "task")
+
+    ci = remote("ci")
+    git(ci, "switch", "-q", "task")
+    res, env = verify(ci, "--base", "origin/main")
+    assert res.returncode == 4 and not env["ok"] and env["error"]["kind"] == "scope-violation"
+    details = env["error"]["details"]
+    assert details["leases"] == [lease] and details["foundBy"] == "trailer" and details["commits"] == 2
+    assert [v["path"] for v in details["violations"]] == ["docs/x.md"]
+    res = cli(ci, "verify", "--base", "origin/main")
+    assert res.returncode == 4
+    assert res.stderr.splitlines()[:2] == [
+        f"gitlease: verify refused (lease {lease} (from trailer)): 1 path outside the change's leases",
+        "  docs/x.md: scope docs, not leased by this change",
+    ]
+    assert res.stderr.splitlines()[-1] == "git-lease: verify refused: 1 path may not be written by this change"
+    # the clean part of the branch passes, naming the lease by flag
+    res = cli(ci, "verify", "--base", "origin/main", "--head", "HEAD~1", "--lease", lease)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == (f"verify ok: 1 path in 1 commit (origin/main..HEAD~1), lease {lease} "
+                                  "(from flag)")
+
+
+def test_verify_finds_the_lease_in_the_branch_name_and_checks_others(remote):
+    a, b = remote("a"), remote("b")
+    lease = acquire(a, "svc")
+    theirs = acquire(b, "lib", agent="agent-b", task="task-b")
+    git(a, "switch", "-q", "-c", f"agent/{lease}")
+    assert commit(a, "svc/x", "lib/y", extra=("--no-verify",)).returncode == 0
+    git(a, "push", "-q", "--no-verify", "origin", f"agent/{lease}")
+    ci = remote("ci")
+    git(ci, "switch", "-q", f"agent/{lease}")
+    res, env = verify(ci, "--head", f"agent/{lease}")
+    assert res.returncode == 4 and env["error"]["details"]["foundBy"] == "branch"
+    (v,) = env["error"]["details"]["violations"]
+    assert v["path"] == "lib/y" and v["holder"]["leaseId"] == theirs
+    # a change that names no lease is checked against others' leases only (or refused with --require-lease)
+    git(ci, "switch", "-q", "-c", "human", "origin/main")
+    assert commit(ci, "free/z", extra=("--no-verify",)).returncode == 0
+    res, env = verify(ci)
+    assert res.returncode == 0 and env["result"]["mode"] == "others"
+    res, env = verify(ci, "--require-lease")
+    assert res.returncode == 2
+    # a lease that is gone refuses (it must be active while CI checks the change)
+    assert cli(a, "release", lease).returncode == 0
+    res, env = verify(remote("ci2"), "--base", "origin/main", "--head", f"origin/agent/{lease}", "--lease", lease)
+    assert res.returncode == 4 and f"lease {lease} is not on the lease store" in env["error"]["details"]["notes"]
+
+
+def test_verify_fails_closed_when_store_unreachable(remote, tmp_path):
+    ci = remote("ci")
+    assert commit(ci, "x", extra=("--no-verify",)).returncode == 0
+    res, env = verify(ci, "--remote", str(tmp_path / "nowhere.git"))
+    assert res.returncode == 1 and env["error"]["kind"] == "remote-unavailable"
+    res, env = verify(ci, "--base", "origin/nope")
+    assert res.returncode == 2 and "fetch-depth" in env["error"]["message"]
+
+
+# ------------------------------------------------------------------------------ pre-receive
+
+@pytest.fixture
+def guarded(remote):
+    res = cli(remote.bare, "install-hooks", "--server")
+    assert res.returncode == 0 and "pre-receive: installed" in res.stdout, res.stderr
+    return remote
+
+
+def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
+    a, b = guarded("a"), guarded("b")
+    lease = acquire(a, "svc", agent="agent-a", task="task-a")
+    assert cli(a, "renew", lease).returncode == 0
+    assert commit(b, "svc/f", extra=("--no-verify",)).returncode == 0
+    res = run(b, "push", "--no-verify", "origin", "HEAD:main")
+    assert res.returncode == 1 and "pre-receive hook declined" in res.stderr
+    assert "remote: gitlease: push refused (server): 1 path inside leases held by others" in res.stderr
+    assert f"remote: gitlease:   svc/f: scope svc, held by {lease} (task=task-a agent=agent-a" in res.stderr
+    # the holder pushes the same kind of change, naming its lease in a trailer (or -o lease=...)
+    assert commit(a, "svc/g", msg=f"work\n\nLease: {lease}").returncode == 0
+    assert run(a, "push", "-q", "origin", "HEAD:main").returncode == 0
+    # or names it with a push option (the server must advertise them)
+    git(guarded.bare, "config", "receive.advertisePushOptions", "true")
+    assert commit(a, "svc/i").returncode == 0
+    assert run(a, "push", "-q", "origin", "HEAD:main").returncode == 1
+    assert run(a, "push", "-q", "-o", f"lease={lease}", "origin", "HEAD:main").returncode == 0
+    git(b, "reset", "-q", "--hard", "HEAD~1")
+    assert commit(b, "free/h").returncode == 0  # unleased paths pass
+    git(b, "pull", "-q", "--rebase", "origin", "main")
+    assert run(b, "push", "-q", "origin", "HEAD:main").returncode == 0
+    assert cli(a, "release", lease).returncode == 0
+
+
+def _forge(repo, rec, parents=(), data=None):
+    git_dir = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
+    w = ObjectWriter(os.path.join(git_dir, "objects"))
+    return w.lease_commit(data if data is not None else rec.canonical(), None, tuple(parents),
+                          ident_for("forger", "host"), 1_800_000_000, "forged")
+
+
+def _push(repo, *specs, pins=()):
+    args = ["push", "--porcelain", "--no-verify", "--atomic"]
+    args += [f"--force-with-lease={ref}:{old}" for ref, old in pins]
+    return run(repo, *args, "origin", *specs)
+
+
+def test_pre_receive_refuses_improper_lease_versions(guarded):
+    a = guarded("a")
+    lease = acquire(a, "svc")
+    git(a, "fetch", "-q", "origin", f"refs/leases/id/{lease}")
+    v1 = git(a, "rev-parse", "FETCH_HEAD").strip()
+    rec1 = records.parse(git(a, "cat-file", "blob", f"{v1}:lease.json").encode())
+    ref = f"refs/leases/id/{lease}"
+    v3 = _forge(a, records.Record(**{**rec1.__dict__, "version": 3, "nonce": "1" * 32}), [v1])
+    res = _push(a, f"{v3}:{ref}", pins=[(ref, v1)])
+    assert res.returncode == 1 and "version 3 does not follow version 1" in res.stderr
+    orphan = _forge(a, rec1.next_version(rec1.renewed + 1))
+    res = _push(a, f"{orphan}:{ref}", pins=[(ref, v1)])
+    assert "not a next version" in res.stderr
+    moved = _forge(a, records.Record(**{**rec1.next_version(rec1.renewed + 1).__dict__, "paths": ("other",)}), [v1])
+    res = _push(a, f"{moved}:{ref}", pins=[(ref, v1)])
+    assert "a renewal may not change paths" in res.stderr
+    late = _forge(a, rec1.next_version(rec1.expires + 5), [v1])
+    res = _push(a, f"{late}:{ref}", pins=[(ref, v1)])
+    assert "after the lease expired" in res.stderr
+    junk = _forge(a, rec1, [v1], data=rec1.canonical() + b" ")
+    res = _push(a, f"{junk}:{ref}", pins=[(ref, v1)])
+    assert "invalid record" in res.stderr
+    res = _push(a, f"{v1}:refs/leases/scope/other", pins=[("refs/leases/scope/other", "")])
+    assert "created without their lease's id ref" in res.stderr
+    res = _push(a, f"{v1}:refs/leases/junk", pins=[("refs/leases/junk", "")])
+    assert "not a gitlease ref" in res.stderr
+    res = _push(a, f"{orphan}:refs/leases/scope/svc", pins=[("refs/leases/scope/svc", v1)])
+    assert "scope refs never move" in res.stderr
+    # nothing above landed; the real renewal still works
+    assert git(guarded.bare, "rev-parse", ref).strip() == v1
+    res = cli(a, "renew", lease)
+    assert res.returncode == 0, res.stderr
+    assert cli(a, "release", lease).returncode == 0
+    assert git(guarded.bare, "for-each-ref", "refs/leases/") == ""
+
+
+def test_server_hook_command_for_gitea_and_gitlab(remote):
+    """``git lease server-hook pre-receive`` (what a Gitea/GitLab hook script calls) reads refs on stdin."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    line = f"{'0' * 40} {'1' * 40} refs/leases/junk\n"
+    res = subprocess.run(["git", "lease", "server-hook", "pre-receive"], cwd=remote.bare, input=line,
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 4
+    assert res.stderr.splitlines() == [
+        "gitlease: refs/leases/junk: not a gitlease ref (only refs/leases/id/* and refs/leases/scope/* live here)",
+        "git-lease: push refused by the lease server hook (1 problem)"]
+    res = subprocess.run(["git", "lease", "server-hook", "pre-receive", "--json"], cwd=remote.bare, input="",
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and json.loads(res.stdout)["ok"]
+
+
+def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
+    """Refs the store reserves for other tools (``store.RESERVED``: doctor's probes) are not leases."""
+    from gitlease import receive, store
+
+    monkeypatch.chdir(remote.bare)
+    probe = [("0" * 40, "1" * 40, "refs/leases/doctor/20261202T000000Z/x")]
+    monkeypatch.setattr(store, "RESERVED", (), raising=False)
+    assert receive.check_lease_updates(probe) != []
+    monkeypatch.setattr(store, "RESERVED", ("refs/leases/doctor/",), raising=False)
+    assert receive.check_lease_updates(probe) == []
