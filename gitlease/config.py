@@ -25,6 +25,7 @@ class Settings:
     signing_key: str | None
     allowed_signers: str
     workspace: str | None
+    worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -79,6 +80,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         signing_key=pick("signing_key", "lease.signingkey"),
         allowed_signers=pick("allowed_signers", "lease.allowedsignersfile") or ".gitlease/allowed_signers",
         workspace=pick("workspace", "lease.workspace"),
+        worktree_root=pick("worktree_root", "lease.worktreeroot"),
     )
 
 
