@@ -48,7 +48,7 @@ DEFAULT_BRANCH_PREFIX = "lease/"
 IN_PROGRESS = (("MERGE_HEAD", "merge in progress"), ("CHERRY_PICK_HEAD", "cherry-pick in progress"),
                ("REVERT_HEAD", "revert in progress"), ("rebase-merge", "rebase in progress"),
                ("rebase-apply", "rebase or am in progress"), ("BISECT_LOG", "bisect in progress"),
-               ("sequencer", "cherry-pick/revert sequence in progress"))
+               ("BISECT_START", "bisect in progress"), ("sequencer", "cherry-pick/revert sequence in progress"))
 
 
 # ------------------------------------------------------------------------------- records
@@ -62,7 +62,7 @@ class Meta:
     branch: str
     base: str  # the base as the user named it
     base_oid: str
-    state: str  # leased | free | quarantined
+    state: str  # bound (to a lease) | free (in the pool) | quarantined
     created_at: str
     since: str  # when it entered its current state
     lease: str | None = None
@@ -280,8 +280,7 @@ class WorktreeManager:
     def inspect(self, wt: Worktree) -> Inspection:
         """Everything that makes a worktree not provably clean. Read-only."""
         if not wt.exists:
-            return Inspection([f"directory {wt.path} is missing (deleted by hand?); its branch "
-                               f"{wt.meta.branch if wt.meta else wt.branch} is kept"], [])
+            return Inspection([f"directory {wt.path} is missing (deleted by hand?)"], [])
         dirt: list[str] = []
         meta = wt.meta
         branch = _current_branch(wt.path)
@@ -291,7 +290,7 @@ class WorktreeManager:
             dirt.append(f"HEAD is on branch {branch}, not its task branch {meta.branch}")
         dirt += _status_dirt(wt.path)
         for name, label in IN_PROGRESS:
-            if os.path.exists(os.path.join(wt.git_dir, name)):
+            if os.path.exists(os.path.join(wt.git_dir, name)) and label not in dirt:
                 dirt.append(label)
         branches = {b for b in (branch, meta.branch if meta else None) if b}
         own = _own_stashes(wt.path, branches)
@@ -442,7 +441,7 @@ class WorktreeManager:
                         path, base_oid], cwd=self.repo.cwd)
             git_dir = _git_dir_of(path)
             meta = Meta(id=os.path.basename(path), path=path, branch=branch, base=base_name, base_oid=base_oid,
-                        state="leased", created_at=now, since=now, lease=lease_id)
+                        state="bound", created_at=now, since=now, lease=lease_id)
             reused = False
         else:
             wt = chosen
@@ -461,7 +460,7 @@ class WorktreeManager:
             gitcmd.run(["worktree", "lock", "--reason", reason, wt.path], cwd=self.repo.cwd)
             path, git_dir = wt.path, wt.git_dir
             meta.branch, meta.base, meta.base_oid = branch, base_name, base_oid
-            meta.state, meta.since, meta.lease, meta.claim, meta.quarantine_ref = "leased", now, lease_id, None, None
+            meta.state, meta.since, meta.lease, meta.claim, meta.quarantine_ref = "bound", now, lease_id, None, None
             reused = True
         _save_meta(git_dir, meta)
         gitcmd.run(["config", "--worktree", "lease.enforce", "strict"], cwd=path)
@@ -540,7 +539,7 @@ class WorktreeManager:
                     actions.append(PruneAction(wt.id, "kept", self.inspect(wt).dirt +
                                                [f"'git lease worktree remove {wt.id}' forgets it"]))
                     continue
-                if meta.state == "leased" and not self._lease_free(wt):
+                if meta.state == "bound" and not self._lease_free(wt):
                     continue
                 if meta.state == "free" and not remove:
                     continue
@@ -789,7 +788,7 @@ def _only_here(path: str, branch: str | None) -> int:
     """Commits reachable from HEAD that no other branch, remote-tracking branch or tag holds."""
     args = ["rev-list", "--count", "HEAD", "--not"]
     if branch:
-        args.append(f"--exclude=refs/heads/{branch}")
+        args.append(f"--exclude={branch}")  # --exclude before --branches takes names without refs/heads/
     args += ["--branches", "--remotes", "--tags"]
     res = gitcmd.run(args, cwd=path, check=False)
     try:
@@ -804,7 +803,7 @@ def _delete_branch_if_contained(cwd: str, branch: str, tip: str) -> bool:
     ref = f"refs/heads/{branch}"
     if _rev(cwd, ref) != tip:
         return False
-    res = gitcmd.run(["rev-list", "--count", ref, "--not", f"--exclude={ref}", "--branches", "--remotes",
+    res = gitcmd.run(["rev-list", "--count", ref, "--not", f"--exclude={branch}", "--branches", "--remotes",
                       "--tags"], cwd=cwd, check=False)
     if res.returncode != 0 or res.out.strip() != "0":
         return False
