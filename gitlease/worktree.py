@@ -471,8 +471,14 @@ class WorktreeManager:
                         reused=reused, skipped=skipped)
 
     def _reason(self, lease_id: str) -> str:
-        s = self.svc.settings
-        return f"{REASON_PREFIX} lease {lease_id} (task {s.task}, agent {s.agent})"
+        """The lock reason: the lease and its owner as recorded (falling back to this command's settings)."""
+        task, agent = self.svc.settings.task, self.svc.settings.agent
+        held = self.svc.held_here().get(lease_id)
+        if held is not None:
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                owner = json.loads(held.record)["owner"]
+                task, agent = str(owner["taskId"]), str(owner["agentId"])
+        return f"{REASON_PREFIX} lease {lease_id} (task {task}, agent {agent})"
 
     @staticmethod
     def _move_held(lease_id: str, dst: HeldState, src: HeldState) -> None:
@@ -642,6 +648,8 @@ class WorktreeManager:
             return (wt, *self._remove(wt, save=save))
 
     def _remove(self, wt: Worktree, *, save: bool) -> tuple[str | None, str | None]:
+        if wt.meta is None:
+            raise UsageError(f"worktree {wt.path} was not attached by gitlease; use 'git worktree remove'")
         if os.path.realpath(wt.path) == os.path.realpath(self.repo.cwd):
             raise UsageError(f"cannot remove the worktree this command runs in ({wt.path}); run it from another")
         insp = self.inspect(wt)

@@ -470,3 +470,15 @@ def test_cli_acquire_worktree_list_add_prune_remove(repo, tmp_path):
     assert res.returncode == 2 and "--base and --branch need --worktree" in res.stderr
     res = cli(repo, "acquire", "--scope", "x", "--worktree", "--base", "nope", "--json")
     assert res.returncode == 2 and json.loads(res.stdout)["error"]["kind"] == "usage"
+
+
+def test_worktrees_not_made_by_gitlease_are_listed_but_never_touched(repo, clock, tmp_path):
+    mine = tmp_path / "my own"
+    git(repo, "worktree", "add", "-q", "-b", "mine", str(mine))
+    (mine / "scratch").write_text("mine\n")
+    m = manager(repo, clock)
+    assert [(e.state, e.lease_state) for e in m.list()] == [("unmanaged", "none")]
+    assert m.acquire(["a"], ttl=TTL).path != str(mine) and m.prune() == []
+    with pytest.raises(UsageError, match="not attached by gitlease"):
+        m.remove(str(mine))
+    assert (mine / "scratch").read_text() == "mine\n"
