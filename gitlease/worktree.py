@@ -330,7 +330,7 @@ class WorktreeManager:
         base_name, base_oid = self.resolve_base(base)
         if branch is not None:
             _check_branch_name(self.repo.cwd, branch)
-        chosen, skipped = self._choose(paths, base_oid)
+        chosen, skipped = self._choose(paths)
         try:
             got = self.svc.acquire(paths, ttl=ttl, holder_pid=holder_pid, workspace=_id_of(chosen))
         except BaseException:
@@ -352,7 +352,7 @@ class WorktreeManager:
         base_name, base_oid = self.resolve_base(base)
         if branch is not None:
             _check_branch_name(self.repo.cwd, branch)
-        chosen, skipped = self._choose(tuple(held.paths), base_oid)
+        chosen, skipped = self._choose(tuple(held.paths))
         try:
             return self._attach(chosen, lease_id, base_name, base_oid, branch, skipped)
         except BaseException:
@@ -382,15 +382,15 @@ class WorktreeManager:
             raise UsageError(f"base {base!r} does not exist here (fetch it first, or pass another --base)")
         raise UsageError("no base to start a worktree from: this repository has no commit yet; pass --base")
 
-    def _choose(self, paths: Sequence[str], base_oid: str) -> tuple[Worktree | str, list[tuple[str, list[str]]]]:
+    def _choose(self, paths: Sequence[str]) -> tuple[Worktree | str, list[tuple[str, list[str]]]]:
         """Under the pool lock: claim a free, provably clean worktree, or reserve a fresh directory (its
         name is the new worktree's id). Returns the claimed Worktree or the reserved path."""
         skipped: list[tuple[str, list[str]]] = []
         with self._pool_lock():
-            for wt in self.managed():
+            every = self.worktrees()
+            for wt in every:
                 meta = wt.meta
-                assert meta is not None
-                if meta.state == "quarantined" or not self._lease_free(wt):
+                if meta is None or meta.state == "quarantined" or not self._lease_free(wt):
                     continue
                 insp = self.inspect(wt)
                 if not insp.clean:
@@ -400,13 +400,12 @@ class WorktreeManager:
                               "at": iso(self.clock.now())}
                 _save_meta(wt.git_dir, meta)
                 return wt, skipped
-            return self._reserve(paths), skipped
+            return self._reserve(paths, {os.path.basename(w.path) for w in every}), skipped
 
-    def _reserve(self, paths: Sequence[str]) -> str:
+    def _reserve(self, paths: Sequence[str], taken: set[str]) -> str:
         root = self.root()
         os.makedirs(root, exist_ok=True)
         slug = _slug(paths, os.path.basename(self.main_dir()))
-        taken = {os.path.basename(w.path) for w in self.worktrees()}
         n = 1
         while True:
             name = f"wt-{slug}-{n}"

@@ -482,3 +482,13 @@ def test_worktrees_not_made_by_gitlease_are_listed_but_never_touched(repo, clock
     with pytest.raises(UsageError, match="not attached by gitlease"):
         m.remove(str(mine))
     assert (mine / "scratch").read_text() == "mine\n"
+
+
+def test_a_lease_on_a_remote_named_by_flag_is_renewable_inside_its_worktree(repo, clock, remote_file):
+    r = Repo.discover(repo)
+    m = WorktreeManager(LeaseService(r, resolve(r.config, env={}, remote=remote_file.url, agent="a"), clock=clock))
+    att = m.acquire(["a"], ttl=TTL)
+    assert git(att.path, "config", "--worktree", "lease.remote").strip() == remote_file.url
+    inside = manager(att.path, clock).svc  # no --remote: the worktree's own config names the store
+    assert inside.store.name == m.svc.store.name and inside.renew(att.lease_id).record.version == 2
+    inside.release(att.lease_id)
