@@ -618,7 +618,7 @@ class WorktreeManager:
                     idx = gitcmd.run(["commit-tree", res.out.strip(), "-p", head, "-m", "index"],
                                      cwd=wt.path, env=ident).out.strip()
                     parents += ["-p", idx]
-            gitcmd.run(["add", "--all", *(["--force"] if include_ignored else []), "--", "."], cwd=wt.path,
+            gitcmd.run(["add", "--all", *(["-f"] if include_ignored else []), "--", "."], cwd=wt.path,
                        env={"GIT_INDEX_FILE": tmp})
             tree = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}).out.strip()
         finally:
@@ -664,6 +664,10 @@ class WorktreeManager:
             raise GitLeaseError(f"worktree {wt.id} has uncommitted work: {'; '.join(at_risk)} (commit it, or "
                                 "pass --save to keep it in a quarantine ref, then remove)", dirt=at_risk)
         if at_risk:
+            nested = _nested_repositories(wt.path)
+            if nested:  # a snapshot holds only a gitlink for them: their contents would be lost
+                raise GitLeaseError(f"worktree {wt.id} contains another repository ({', '.join(nested[:3])}); "
+                                    "move it out first: --save cannot keep its contents")
             ref = self.save(wt, insp, include_ignored=True)
         handed = self._hand_back(wt)
         gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
@@ -779,6 +783,13 @@ def _status_dirt(path: str) -> list[str]:
         if n:
             out.append(f"{n} {label}{'s' if n > 1 else ''}")
     return out
+
+
+def _nested_repositories(path: str) -> list[str]:
+    """Untracked or ignored directories that are repositories of their own (git status does not descend)."""
+    res = gitcmd.run(["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"], cwd=path)
+    return [item[2:] for item in res.out.split("\0") if item[:2] in ("? ", "! ") and item.endswith("/")
+            and os.path.exists(os.path.join(path, item[2:], ".git"))]
 
 
 def _own_stashes(path: str, branches: set[str]) -> int:

@@ -492,3 +492,14 @@ def test_a_lease_on_a_remote_named_by_flag_is_renewable_inside_its_worktree(repo
     inside = manager(att.path, clock).svc  # no --remote: the worktree's own config names the store
     assert inside.store.name == m.svc.store.name and inside.renew(att.lease_id).record.version == 2
     inside.release(att.lease_id)
+
+
+def test_remove_save_refuses_a_nested_repository_it_could_not_keep(repo, clock, tmp_path):
+    m = manager(repo, clock)
+    att = m.acquire(["a"], ttl=TTL)
+    nested = Path(att.path) / "vendor" / "lib"
+    git(tmp_path, "init", "-q", str(nested))
+    (nested / "only-here.txt").write_text("precious\n")
+    with pytest.raises(GitLeaseError, match="contains another repository"):
+        m.remove(att.id, save=True)
+    assert (nested / "only-here.txt").read_text() == "precious\n"
