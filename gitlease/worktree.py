@@ -268,13 +268,21 @@ class WorktreeManager:
         return lease, "active" if self.clock.now() < _expiry(held) else "expired", held
 
     def _lease_free(self, wt: Worktree) -> bool:
-        """Its lease is released, or expired beyond the skew margin (so nobody may still be writing under it)."""
-        lease, state, held = self.lease_of(wt)
-        if state in ("none", "released"):
-            return True
-        if state == "expired" and held is not None:
-            return self.clock.now() > _expiry(held) + self.svc.settings.skew
-        return False
+        """Every lease the worktree holds (its bound one, and any acquired inside it since) is released or
+        expired beyond the skew margin, so nobody may still be writing under it."""
+        try:
+            held = HeldState(wt.private_dir).load()
+        except InvalidRecord:
+            return False
+        now, skew = self.clock.now(), self.svc.settings.skew
+        return all(now > _expiry(h) + skew for h in held.values())
+
+    def _drop_dead_leases(self, wt: Worktree) -> None:
+        """Forget held entries expired beyond the skew margin (renewal after expiry is refused anyway)."""
+        now, skew = self.clock.now(), self.svc.settings.skew
+        with HeldState(wt.private_dir).locked() as held:
+            for lease_id in [k for k, h in held.items() if now > _expiry(h) + skew]:
+                del held[lease_id]
 
     # ------------------------------------------------------------------------- inspection
     def inspect(self, wt: Worktree) -> Inspection:
@@ -450,6 +458,7 @@ class WorktreeManager:
             if not insp.clean:
                 raise GitLeaseError(f"worktree {wt.id} stopped being clean while it was being attached: "
                                     f"{'; '.join(insp.reasons())}")
+            self._drop_dead_leases(wt)
             old_branch, old_tip = _current_branch(wt.path), wt.head
             # checkout without -f refuses to overwrite any local change: the reset cannot destroy work
             gitcmd.run(["checkout", "--quiet", "--no-track", "-b", branch, base_oid], cwd=wt.path)
@@ -570,7 +579,7 @@ class WorktreeManager:
     def _to_pool(self, wt: Worktree) -> None:
         meta = wt.meta
         assert meta is not None
-        self._drop_dead_lease(wt)
+        self._drop_dead_leases(wt)
         now = iso(self.clock.now())
         if meta.lease:
             meta.last_lease = meta.lease
@@ -579,13 +588,6 @@ class WorktreeManager:
         gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
         gitcmd.run(["worktree", "lock", "--reason", f"{REASON_PREFIX} pool, free since {now} "
                     f"(last lease {meta.last_lease or 'none'})", wt.path], cwd=self.repo.cwd)
-
-    def _drop_dead_lease(self, wt: Worktree) -> None:
-        """Forget an expired lease's held entry (renewal after expiry is refused anyway)."""
-        lease, state, _ = self.lease_of(wt)
-        if lease and state == "expired" and self._lease_free(wt):
-            with HeldState(wt.private_dir).locked() as held:
-                held.pop(lease, None)
 
     def _quarantine(self, wt: Worktree, insp: Inspection) -> str:
         meta = wt.meta

@@ -503,3 +503,14 @@ def test_remove_save_refuses_a_nested_repository_it_could_not_keep(repo, clock, 
     with pytest.raises(GitLeaseError, match="contains another repository"):
         m.remove(att.id, save=True)
     assert (nested / "only-here.txt").read_text() == "precious\n"
+
+
+def test_a_lease_acquired_inside_a_released_worktree_keeps_it_out_of_the_pool(repo, clock):
+    m = manager(repo, clock)
+    first = m.acquire(["a"], ttl=TTL)
+    inside = manager(first.path, clock).svc
+    extra = inside.acquire(["docs"], ttl=TTL)  # the agent took another scope from inside its worktree
+    inside.release(first.lease_id)
+    assert m.acquire(["b"], ttl=TTL).id != first.id and m.prune() == []
+    inside.release(extra.lease_id)
+    assert m.acquire(["c"], ttl=TTL).id == first.id
