@@ -346,9 +346,10 @@ class WorktreeManager:
             raise
         try:
             att = self._attach(chosen, got.lease_id, base_name, base_oid, branch, skipped)
-        except GitLeaseError as exc:
+        except Exception as exc:
             self._unchoose(chosen)
-            raise GitLeaseError(f"lease {got.lease_id} acquired, but no worktree was attached: {exc.message} "
+            why = exc.message if isinstance(exc, GitLeaseError) else f"{type(exc).__name__}: {exc}"
+            raise GitLeaseError(f"lease {got.lease_id} acquired, but no worktree was attached: {why} "
                                 f"(the lease is held here: 'git lease worktree add {got.lease_id}' or "
                                 f"'git lease release {got.lease_id}')", leaseId=got.lease_id) from None
         att.acquired = got
@@ -472,6 +473,7 @@ class WorktreeManager:
             reused = True
         _save_meta(git_dir, meta)
         gitcmd.run(["config", "--worktree", "lease.enforce", "strict"], cwd=path)
+        gitcmd.run(["config", "--worktree", "--unset-all", "lease.remote"], cwd=path, check=False)
         if self.svc.settings.remote and self.repo.config.get("lease.remote") != self.svc.settings.remote:
             gitcmd.run(["config", "--worktree", "lease.remote", self.svc.settings.remote], cwd=path)
         self._move_held(lease_id, HeldState(os.path.join(git_dir, "gitlease")), self.svc.held)
@@ -553,7 +555,7 @@ class WorktreeManager:
                     actions.append(PruneAction(wt.id, "kept", self.inspect(wt).dirt +
                                                [f"'git lease worktree remove {wt.id}' forgets it"]))
                     continue
-                if meta.state == "bound" and not self._lease_free(wt):
+                if not self._lease_free(wt):  # an active lease (or one within the skew margin) lives in it
                     continue
                 if meta.state == "free" and not remove:
                     continue
