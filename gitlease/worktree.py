@@ -149,7 +149,7 @@ class Entry:
         return {"workspaceId": wt.id, "path": wt.path, "managed": meta is not None, "state": self.state,
                 "branch": wt.branch, "head": wt.head, "leaseId": self.lease, "leaseState": self.lease_state,
                 "clean": self.inspection.clean, "dirt": self.inspection.dirt, "busy": self.inspection.busy,
-                "ageSeconds": self.age, "locked": wt.locked,
+                "ageSeconds": self.age, "since": meta.since if meta else None, "locked": wt.locked,
                 "quarantineRef": meta.quarantine_ref if meta else None}
 
 
