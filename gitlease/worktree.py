@@ -397,9 +397,11 @@ class WorktreeManager:
         skipped: list[tuple[str, list[str]]] = []
         with self._pool_lock():
             every = self.worktrees()
+            here = os.path.realpath(self.repo.worktree) if self.repo.worktree else None
             for wt in every:
                 meta = wt.meta
-                if meta is None or meta.state == "quarantined" or not self._lease_free(wt):
+                if meta is None or meta.state == "quarantined" or os.path.realpath(wt.path) == here \
+                        or not self._lease_free(wt):
                     continue
                 insp = self.inspect(wt)
                 if not insp.clean:

@@ -514,3 +514,20 @@ def test_a_lease_acquired_inside_a_released_worktree_keeps_it_out_of_the_pool(re
     assert m.acquire(["b"], ttl=TTL).id != first.id and m.prune() == []
     inside.release(extra.lease_id)
     assert m.acquire(["c"], ttl=TTL).id == first.id
+
+
+def test_two_cli_processes_at_once_get_different_worktrees(repo):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    procs = [subprocess.Popen(["git", "lease", "acquire", "--scope", scope, "--worktree", "--json"], cwd=repo,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for scope in ("services/a", "services/b")]
+    docs = [json.loads(p.communicate(timeout=60)[0])["result"] for p in procs]
+    paths = {d["worktree"]["path"] for d in docs}
+    assert len(paths) == 2 and {d["workspaceId"] for d in docs} == {os.path.basename(p) for p in paths}
+
+
+def test_the_worktree_a_command_runs_in_is_not_handed_out(repo, clock):
+    m = manager(repo, clock)
+    first = m.acquire(["a"], ttl=TTL)
+    release_in(first, clock)
+    assert manager(first.path, clock).acquire(["b"], ttl=TTL).id != first.id
