@@ -291,21 +291,21 @@ class WorktreeManager:
             return Inspection([f"directory {wt.path} is missing (deleted by hand?)"], [])
         dirt: list[str] = []
         meta = wt.meta
-        branch = _current_branch(wt.path)
+        branch = _current_branch(wt)
         if branch is None:
             dirt.append("detached HEAD (not on its task branch)")
         elif meta and branch != meta.branch:
             dirt.append(f"HEAD is on branch {branch}, not its task branch {meta.branch}")
-        dirt += _status_dirt(wt.path)
+        dirt += _status_dirt(wt)
         for name, label in IN_PROGRESS:
             if os.path.exists(os.path.join(wt.git_dir, name)) and label not in dirt:
                 dirt.append(label)
         branches = {b for b in (branch, meta.branch if meta else None) if b}
-        own = _own_stashes(wt.path, branches)
+        own = _own_stashes(wt, branches)
         if own:
             dirt.append(f"{own} stash entr{'y' if own == 1 else 'ies'} of its own (branch "
                         f"{', '.join(sorted(branches))})")
-        n = _only_here(wt.path, branch)
+        n = _only_here(wt, branch)
         if n:
             dirt.append(f"{n} unpushed commit{'s' if n > 1 else ''} (on no other branch, remote or tag)")
         return Inspection(dirt, self._busy(wt))
@@ -403,6 +403,9 @@ class WorktreeManager:
                 if meta is None or meta.state == "quarantined" or os.path.realpath(wt.path) == here \
                         or not self._lease_free(wt):
                     continue
+                if meta.claim and _alive(meta.claim) and meta.claim.get("token") != self._token:
+                    skipped.append((wt.id, [f"being attached by process {meta.claim.get('pid')}"]))
+                    continue  # (not inspected: another agent is re-inspecting it right now)
                 insp = self.inspect(wt)
                 if not insp.clean:
                     skipped.append((wt.id, insp.reasons()))
@@ -462,7 +465,7 @@ class WorktreeManager:
                 raise GitLeaseError(f"worktree {wt.id} stopped being clean while it was being attached: "
                                     f"{'; '.join(insp.reasons())}")
             self._drop_dead_leases(wt)
-            old_branch, old_tip = _current_branch(wt.path), wt.head
+            old_branch, old_tip = _current_branch(wt), wt.head
             # checkout without -f refuses to overwrite any local change: the reset cannot destroy work
             gitcmd.run(["checkout", "--quiet", "--no-track", "-b", branch, base_oid], cwd=wt.path)
             if old_branch and old_branch != branch and old_tip:
@@ -562,6 +565,8 @@ class WorktreeManager:
                 if meta.state == "free" and not remove:
                     continue
                 insp = self.inspect(wt)
+                if self.repo.worktree and os.path.realpath(wt.path) == os.path.realpath(self.repo.worktree):
+                    insp.busy.append("this command runs in it")
                 if insp.busy:
                     actions.append(PruneAction(wt.id, "skipped", insp.busy))
                     continue
@@ -663,14 +668,14 @@ class WorktreeManager:
         # What removing the directory would destroy (unpushed commits and stashes survive: their refs stay).
         at_risk = [d for d in insp.dirt if not d.startswith(("detached", "HEAD is on")) and "stash" not in d
                    and "unpushed" not in d] if wt.exists else []
-        if wt.exists and _current_branch(wt.path) is None and _only_here(wt.path, None):
+        if wt.exists and _current_branch(wt) is None and _only_here(wt, None):
             at_risk.append("commits on a detached HEAD that no ref holds")
         ref = None
         if at_risk and not save:
             raise GitLeaseError(f"worktree {wt.id} has uncommitted work: {'; '.join(at_risk)} (commit it, or "
                                 "pass --save to keep it in a quarantine ref, then remove)", dirt=at_risk)
         if at_risk:
-            nested = _nested_repositories(wt.path)
+            nested = _nested_repositories(wt)
             if nested:  # a snapshot holds only a gitlink for them: their contents would be lost
                 raise GitLeaseError(f"worktree {wt.id} contains another repository ({', '.join(nested[:3])}); "
                                     "move it out first: --save cannot keep its contents")
@@ -749,8 +754,14 @@ def _rev(cwd: str, name: str) -> str | None:
     return res.out.strip() or None if res.returncode == 0 else None
 
 
-def _current_branch(path: str) -> str | None:
-    res = gitcmd.run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=path, check=False)
+def _on(wt: Worktree, args: Sequence[str], **kw) -> gitcmd.Result:
+    """git on a worktree from outside it (``--git-dir``/``--work-tree``, run in its git dir), so that one
+    agent's inspection is never itself "a process with its working directory in it" for another's."""
+    return gitcmd.run(["--git-dir", wt.git_dir, "--work-tree", wt.path, *args], cwd=wt.git_dir, **kw)
+
+
+def _current_branch(wt: Worktree) -> str | None:
+    res = _on(wt, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
     return res.out.strip() or None if res.returncode == 0 else None
 
 
@@ -759,9 +770,9 @@ def _head_of(git_dir: str) -> str | None:
     return text if re.fullmatch(r"[0-9a-f]{40,64}", text) else None
 
 
-def _status_dirt(path: str) -> list[str]:
-    res = gitcmd.run(["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching",
-                      "--ignore-submodules=none"], cwd=path)
+def _status_dirt(wt: Worktree) -> list[str]:
+    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching",
+                   "--ignore-submodules=none"])
     staged = unstaged = unmerged = untracked = ignored = 0
     items = res.out.split("\0")
     i = 0
@@ -791,30 +802,30 @@ def _status_dirt(path: str) -> list[str]:
     return out
 
 
-def _nested_repositories(path: str) -> list[str]:
+def _nested_repositories(wt: Worktree) -> list[str]:
     """Untracked or ignored directories that are repositories of their own (git status does not descend)."""
-    res = gitcmd.run(["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"], cwd=path)
+    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"])
     return [item[2:] for item in res.out.split("\0") if item[:2] in ("? ", "! ") and item.endswith("/")
-            and os.path.exists(os.path.join(path, item[2:], ".git"))]
+            and os.path.exists(os.path.join(wt.path, item[2:], ".git"))]
 
 
-def _own_stashes(path: str, branches: set[str]) -> int:
+def _own_stashes(wt: Worktree, branches: set[str]) -> int:
     """Stashes are shared by all worktrees; one is this worktree's when git's own message names its
     branch ("WIP on BRANCH: ..." or "On BRANCH: ...")."""
     if not branches:
         return 0
-    res = gitcmd.run(["stash", "list", "--format=%gs"], cwd=path, check=False)
+    res = _on(wt, ["stash", "list", "--format=%gs"], check=False)
     heads = tuple(p for b in branches for p in (f"WIP on {b}: ", f"On {b}: "))
     return sum(1 for line in res.out.splitlines() if line.startswith(heads))
 
 
-def _only_here(path: str, branch: str | None) -> int:
+def _only_here(wt: Worktree, branch: str | None) -> int:
     """Commits reachable from HEAD that no other branch, remote-tracking branch or tag holds."""
     args = ["rev-list", "--count", "HEAD", "--not"]
     if branch:
         args.append(f"--exclude={branch}")  # --exclude before --branches takes names without refs/heads/
     args += ["--branches", "--remotes", "--tags"]
-    res = gitcmd.run(args, cwd=path, check=False)
+    res = _on(wt, args, check=False)
     try:
         return int(res.out.strip() or 0) if res.returncode == 0 else 0
     except ValueError:
