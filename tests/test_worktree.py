@@ -531,3 +531,19 @@ def test_the_worktree_a_command_runs_in_is_not_handed_out(repo, clock):
     first = m.acquire(["a"], ttl=TTL)
     release_in(first, clock)
     assert manager(first.path, clock).acquire(["b"], ttl=TTL).id != first.id
+
+
+def test_an_expired_lease_whose_holder_process_lives_is_not_reclaimed(repo, clock):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        m = manager(repo, clock)
+        att = m.acquire(["a"], ttl=TTL, holder_pid=holder.pid)
+        clock.advance(TTL + 31)  # expired beyond the skew margin, but its holder may still be writing
+        assert [(a.action, a.reasons) for a in m.prune()] == [("skipped", [f"lease holder process {holder.pid} "
+                                                                             "is alive"])]
+        assert m.acquire(["b"], ttl=TTL).id != att.id
+    finally:
+        holder.communicate(b"")
+    assert [a.action for a in m.prune() if a.id == att.id] == ["pooled"]
+    assert held_in(att.path) == {}  # the dead lease's entry is forgotten on the way into the pool
+    assert m.acquire(["c"], ttl=TTL).id == att.id
