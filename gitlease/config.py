@@ -32,6 +32,7 @@ class Settings:
     sweep_dead_holder: bool = True
     progress_timeout: int | None = None
     enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
+    worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -106,6 +107,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         progress_timeout=_int("lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0,
                               366 * 86400) or None,
         enforce=parse_mode(pick("enforce", "lease.enforce")),
+        worktree_root=pick("worktree_root", "lease.worktreeroot"),
     )
 
 

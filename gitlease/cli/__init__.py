@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "uninstall-hooks": ("hooks", "Remove gitlease's hooks; put back the hooks they replaced."),
     "verify": ("hooks", "CI check: a change's paths lie inside its lease and outside others'; exit 4 if not."),
     "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
+    "worktree": ("worktree", "Worktrees bound to leases: add, list, prune, remove."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "

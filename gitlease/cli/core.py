@@ -25,18 +25,41 @@ def acquire(
     holder_pid: Annotated[int, typer.Option(help="Pid of the process that holds the lease (same-host sweep).",
                                             hidden=True)] = 0,
     remote: RemoteOpt = None,
+    worktree: Annotated[bool, typer.Option("--worktree", help="Then attach a clean worktree bound to the lease "
+                                           "(docs/worktrees.md).")] = False,
+    base: Annotated[Optional[str], typer.Option(help="With --worktree: start the task branch here "
+                                                "(default: origin/HEAD, else origin/main, else HEAD).")] = None,
+    branch: Annotated[Optional[str], typer.Option(help="With --worktree: task branch name "
+                                                  "(default: lease/LEASE).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Lease path prefixes. Refused with exit 3, naming the holder, when another lease overlaps."""
     def body():
         svc = service(remote, task=task, agent=agent)
-        got = svc.acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
+        att = None
+        if worktree:
+            if workspace:
+                raise errors.UsageError("--workspace and --worktree do not go together: the worktree's id is "
+                                        "the workspace")
+            from ..worktree import WorktreeManager
+            att = WorktreeManager(svc).acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, base=base,
+                                               branch=branch)
+            got = att.acquired
+        elif base or branch:
+            raise errors.UsageError("--base and --branch need --worktree")
+        else:
+            got = svc.acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
         rec = got.record
         lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]
-        return {"leaseId": got.lease_id, "workspaceId": rec.workspace_id, "ttl": rec.ttl, "paths": list(rec.paths),
-                "version": rec.version, "expiresAt": rec.expires_at, "store": svc.store.name,
-                "cleared": list(got.cleared)}, lines
+        result = {"leaseId": got.lease_id, "workspaceId": rec.workspace_id, "ttl": rec.ttl, "paths": list(rec.paths),
+                  "version": rec.version, "expiresAt": rec.expires_at, "store": svc.store.name,
+                  "cleared": list(got.cleared)}
+        if att is not None:
+            from .worktree import attached_lines
+            lines += attached_lines(att)
+            result["worktree"] = att.to_json()
+        return result, lines
     run("acquire", as_json, body)
 
 
