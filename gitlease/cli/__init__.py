@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),
     "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
+    "keygen": ("keys", "Make an Ed25519 signing key for an agent; print its allowed_signers line."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
