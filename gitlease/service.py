@@ -445,12 +445,15 @@ class LeaseService:
         if missing:
             blobs = dict(blobs)
             blobs.update(self.store.read(missing, fetch=False))
+        known = {v.current_oid or v.grant_oid: v.record for v in views
+                 if v.record is not None and not v.problems and (v.current_oid or v.grant_oid)}
         for v in views:
             head = v.current_oid or v.grant_oid
             if v.record is None or head is None:
                 v.verification = INVALID
                 continue
-            chk = trust.check_chain(v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now)
+            chk = trust.check_chain(v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now,
+                                    known)
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
             v.problems.extend(p for p in chk.problems if p not in v.problems)
             if v.current_oid:

@@ -25,11 +25,11 @@ UNSIGNED = Signer()
 class SshSigner(Signer):
     """SSHSIG (``ssh-keygen -Y sign -n gitlease``) with an Ed25519 OpenSSH private key file, in-process."""
 
-    def __init__(self, key: object) -> None:  # key: sshsig.SigningKey
-        from .sshsig import SigningKey
+    def __init__(self, key: object) -> None:  # key: sshsig.SigningKey or sshsig.AgentKey
+        from .sshsig import AgentKey, SigningKey
 
-        if not isinstance(key, SigningKey):
-            raise TypeError("SshSigner needs a sshsig.SigningKey")
+        if not isinstance(key, (SigningKey, AgentKey)):
+            raise TypeError("SshSigner needs a sshsig.SigningKey or sshsig.AgentKey")
         self._key = key
         self.public_key = key.public_key()
         self.fingerprint = key.fingerprint()
@@ -44,10 +44,30 @@ class SshSigner(Signer):
         return f"SshSigner({self.fingerprint})"
 
 
-def load_signer(path: str) -> SshSigner:
-    """The signer of ``lease.signingKey`` (a private key file; ``~`` is expanded). ConfigError on any problem.
+def load_signer(value: str) -> SshSigner:
+    """The signer of ``lease.signingKey``. ConfigError on any problem. Like git's ``user.signingKey`` for ssh:
 
-    ssh-agent keys are not supported: the key must be an unencrypted OpenSSH Ed25519 private key file."""
-    from .sshsig import SigningKey
+    * a private key file (``~`` expanded): an unencrypted OpenSSH Ed25519 key, used in-process;
+    * a public key file (``.pub`` content), or a literal ``key::ssh-ed25519 AAAA...``: the key is in ssh-agent
+      (``SSH_AUTH_SOCK``), which signs."""
+    from .errors import ConfigError
+    from .sshsig import AgentKey, SigningKey
 
-    return SshSigner(SigningKey.load(os.path.expanduser(path)))
+    literal = value[len("key::"):] if value.startswith("key::") else None
+    if literal is None and value.startswith("ssh-"):
+        literal = value
+    path = os.path.expanduser(value)
+    if literal is None:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(8192)
+        except OSError:
+            head = b""  # SigningKey.load says what is wrong with the file
+        if head.startswith(b"ssh-"):
+            try:
+                literal = head.decode("ascii").splitlines()[0]
+            except (UnicodeDecodeError, IndexError):
+                raise ConfigError(f"signing key {value}: not a public key file") from None
+    if literal is not None:
+        return SshSigner(AgentKey(literal))
+    return SshSigner(SigningKey.load(path))

@@ -86,10 +86,12 @@ class Trust:
         return VersionCheck(v, VERIFIED, key, fp, rec.owner.agent_id)
 
     def check_chain(self, lease_id: str, head: str, grant: str | None, parents: Mapping[str, Sequence[str]],
-                    blobs: Mapping[str, object], when: float) -> "ChainCheck":
+                    blobs: Mapping[str, object], when: float,
+                    known: Mapping[str, records.Record] | None = None) -> "ChainCheck":
         """Check the history of one lease from ``head`` (its id ref, or the grant) back to version 1.
 
-        ``parents``: commit -> parents (``Store.parents``); ``blobs``: commit -> ``store.Blob``."""
+        ``parents``: commit -> parents (``Store.parents``); ``blobs``: commit -> ``store.Blob``; ``known``:
+        records already parsed from those blobs (parsing is most of a reader's time)."""
         out = ChainCheck()
         chain: list[str] = []
         oid: str | None = head
@@ -117,7 +119,7 @@ class Trust:
                 out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
                 continue
             try:
-                rec = records.parse(data)
+                rec = known[c] if known and c in known else records.parse(data)
             except InvalidRecord as exc:
                 out.problems.append(f"version {c[:12]}: {exc}")
                 out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))

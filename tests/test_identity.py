@@ -441,3 +441,53 @@ def test_keygen_and_a_signed_cli_session(tmp_path, remote_file):
     assert f"signed by {key.fingerprint()} (agent codex-worker-4): verified" in res.stdout
     assert res.stdout.count(": verified") == 2
     assert cli(work, "release", lease).returncode == 0
+
+
+# ------------------------------------------------------------------------------------------ ssh-agent
+
+@pytest.fixture
+def ssh_agent(tmp_path):
+    """A real ssh-agent on a socket of ours (it daemonizes; killed by its own pid at the end)."""
+    agent_bin, add_bin = shutil.which("ssh-agent"), shutil.which("ssh-add")
+    if not agent_bin or not add_bin:
+        pytest.skip("OpenSSH ssh-agent not installed")
+    sock = tmp_path / "agent.sock"
+    out = subprocess.run([agent_bin, "-s", "-a", str(sock)], capture_output=True, text=True, check=True).stdout
+    pid = int(out.split("SSH_AGENT_PID=", 1)[1].split(";", 1)[0])
+    try:
+        yield str(sock), add_bin
+    finally:
+        os.kill(pid, 15)
+
+
+def test_ssh_agent_key_signs_like_the_key_file(tmp_path, remote_file, ssh_agent, monkeypatch):
+    sock, add_bin = ssh_agent
+    fleet = Signed(tmp_path, remote_file.url)
+    key = fleet.keys["a"]
+    env = dict(os.environ, SSH_AUTH_SOCK=sock)
+    subprocess.run([add_bin, "-q", key.path], env=env, check=True, capture_output=True)
+    monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+    from gitlease.signer import load_signer
+
+    agent_signer = load_signer(key.path + ".pub")  # a public key file: the private half is in the agent
+    data = b'{"some":"record"}'
+    assert agent_signer.public_key == key.public_key()
+    assert agent_signer.sign(data) == SshSigner(key).sign(data)  # Ed25519 is deterministic: same bytes
+    assert load_signer("key::" + key.public_key()).sign(data) == agent_signer.sign(data)
+
+    w = fleet.path("a")
+    git(w, "config", "lease.remote", remote_file.url)
+    git(w, "config", "lease.agent", "a")
+    git(w, "config", "lease.signingKey", key.path + ".pub")
+    res = cli(w, "acquire", "--scope", "svc", env={"SSH_AUTH_SOCK": sock})
+    assert res.returncode == 0, res.stderr
+    lease = res.stdout.split()[2]
+    res = cli(w, "show", lease, env={"SSH_AUTH_SOCK": sock})
+    assert res.returncode == 0 and f"signed by {key.fingerprint()} (agent a): verified" in res.stdout
+
+    # a key the agent does not hold, and no agent at all: clear errors, exit 1, no traceback
+    git(w, "config", "lease.signingKey", fleet.keys["b"].path + ".pub")
+    res = cli(w, "renew", lease, env={"SSH_AUTH_SOCK": sock})
+    assert res.returncode == 1 and "not in the ssh-agent" in res.stderr and "Traceback" not in res.stderr
+    res = cli(w, "renew", lease, env={"SSH_AUTH_SOCK": str(tmp_path / "nope.sock")})
+    assert res.returncode == 1 and "ssh-agent" in res.stderr and "Traceback" not in res.stderr
