@@ -350,12 +350,19 @@ class Seen:
         self.path = _cache_name(folder, "seen", store_name)
 
     def load(self) -> dict[str, dict[str, object]]:
+        """The memory, without any entry that is not well-formed (a damaged file forgets, never crashes)."""
         try:
             with open(self.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
-            return {str(k): dict(v) for k, v in doc.items() if isinstance(v, dict)}
+            items = doc.items()
         except (OSError, ValueError, TypeError, AttributeError):
             return {}
+        out: dict[str, dict[str, object]] = {}
+        for k, v in items:
+            if (isinstance(v, dict) and isinstance(v.get("v"), int) and isinstance(v.get("oid"), str)
+                    and isinstance(v.get("exp"), (int, float)) and isinstance(v.get("gone", False), bool)):
+                out[str(k)] = dict(v)
+        return out
 
     @staticmethod
     def replay_problem(before: Mapping[str, Mapping[str, object]], lease_id: str, version: int,
@@ -366,11 +373,8 @@ class Seen:
         if prev.get("gone"):
             return (f"replay: lease {lease_id} reappeared after it was seen gone (released or cleared); "
                     "lease ids are never reused")
-        try:
-            pv = int(prev.get("v", 0))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return None
-        if version < pv:
+        pv = prev["v"]
+        if version < pv:  # type: ignore[operator]
             return f"replay: the id ref moved back to v{version} after v{pv} was seen"
         if version == pv and prev.get("oid") and prev.get("oid") != oid:
             return f"replay: v{version} is now {oid[:12]}, but {str(prev.get('oid'))[:12]} was seen as v{version}"
@@ -382,11 +386,11 @@ class Seen:
         set of every lease id present. A lease remembered *before* the listing began and absent from it is
         marked gone (one first seen by a later read is not: our listing may predate it)."""
         listed = list(listed)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
             lock = open(self.path + ".lock", "a+")
         except OSError:
-            return
+            return  # a memory that cannot be written only forgets
         with contextlib.closing(lock):
             fcntl.flock(lock, fcntl.LOCK_EX)
             seen = self.load()
@@ -394,10 +398,10 @@ class Seen:
                 cur = seen.get(lease_id)
                 if cur and cur.get("gone"):
                     continue
-                if cur is None or int(cur.get("v", 0)) < version:  # type: ignore[arg-type]
+                if cur is None or cur["v"] < version:  # type: ignore[operator]
                     seen[lease_id] = {"v": version, "oid": oid, "exp": expires}
             for lease_id, entry in seen.items():
                 if lease_id in before and lease_id not in present and not entry.get("gone"):
                     entry["gone"] = True
-            seen = {k: v for k, v in seen.items() if float(v.get("exp", 0)) + self.KEEP >= now}  # type: ignore
+            seen = {k: v for k, v in seen.items() if v["exp"] + self.KEEP >= now}  # type: ignore[operator]
             _write_json(self.path, seen)

@@ -491,3 +491,15 @@ def test_ssh_agent_key_signs_like_the_key_file(tmp_path, remote_file, ssh_agent,
     assert res.returncode == 1 and "not in the ssh-agent" in res.stderr and "Traceback" not in res.stderr
     res = cli(w, "renew", lease, env={"SSH_AUTH_SOCK": str(tmp_path / "nope.sock")})
     assert res.returncode == 1 and "ssh-agent" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_damaged_replay_memory_forgets_and_never_crashes(signed):
+    a, c = signed.agent("a"), signed.agent("c")
+    got = a.acquire(["svc"])
+    assert c.status().find(got.lease_id).valid
+    from gitlease.trust import Seen
+    path = Seen(c.repo.shared_dir(), c.store.name).path
+    for junk in ("not json", '{"%s": {"v": "x", "oid": 1}}' % got.lease_id, "[1, 2]"):
+        Path(path).write_text(junk)
+        assert c.status().find(got.lease_id).valid
+    assert json.loads(Path(path).read_text())[got.lease_id]["v"] == 1
