@@ -503,3 +503,14 @@ def test_damaged_replay_memory_forgets_and_never_crashes(signed):
         Path(path).write_text(junk)
         assert c.status().find(got.lease_id).valid
     assert json.loads(Path(path).read_text())[got.lease_id]["v"] == 1
+
+
+def test_oversized_signature_is_reported_not_ignored(signed):
+    from gitlease.store import MAX_BLOB_BYTES
+
+    a, c = signed.agent("a"), signed.agent("c")
+    got = a.acquire(["svc"])
+    big = _forge(a, got.lease_id, got.oid, got.record.next_version(signed.clock.now()), sig=b"x" * (MAX_BLOB_BYTES + 1))
+    assert a.store.apply([RefUpdate(id_ref(got.lease_id), big, got.oid)]).ok
+    view = _current(c, got.lease_id)
+    assert not view.valid and "lease.sig is not a file, or over the size limit" in view.problems
