@@ -927,9 +927,13 @@ def main(argv=None) -> int:
         scale = part_scale(bare, clients, checkers, plan, log, tmp)
         log("part 5: start-up")
         start = part_startup(clients["file"].path, tmp / "bin" / "git-benchnoop", plan, log)
+        log("part 6: signing")
+        import signing  # bench/signing.py: sign + verify per operation, start-up cost of a key
+        signing_section = signing.run(tmp, args.quick, log)
         elapsed = time.monotonic() - started
         info["load_end"] = "%.2f" % os.getloadavg()[0]
         doc, body = build_report(info, plan, args.quick, ops, scale, start, elapsed)
+        doc += "\n" + signing_section
     except BenchError as exc:
         log(f"bench failed: {exc}")
         return 1

@@ -22,11 +22,13 @@ def open_service(path: str = ".", *, remote: str | None = None, clock=None, sign
     from .config import resolve
     from .repo import Repo
     from .service import LeaseService
-    from .signer import UNSIGNED
+    from .signer import UNSIGNED, load_signer
 
     repo = Repo.discover(path)
     settings = resolve(repo.config, remote=remote, **flags)
-    return LeaseService(repo, settings, clock=clock or SYSTEM, signer=signer or UNSIGNED)
+    if signer is None:
+        signer = load_signer(settings.signing_key) if settings.signing_key else UNSIGNED
+    return LeaseService(repo, settings, clock=clock or SYSTEM, signer=signer)
 
 
 __all__ = ["open_service", "GitLeaseError", "HeldError", "InvalidRecord", "LeaseLost", "NotHeld",

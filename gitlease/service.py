@@ -21,9 +21,10 @@ from .errors import Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLos
 from .objects import ObjectWriter, ident_for
 from .record import Owner, Record
 from .repo import Repo
-from .signer import UNSIGNED, Signer
+from .signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 from .state import Held, HeldState
 from .store import ID_PREFIX, SCOPE_REF, Blob, Outcome, RefUpdate, Store, open_store
+from .trust import INVALID, ChainCheck, Seen, Trust, load_trust
 
 ACQUIRE_ATTEMPTS = 4
 
@@ -65,6 +66,9 @@ class LeaseView:
     scope_refs: dict[str, str] = field(default_factory=dict)  # ref -> oid, as listed
     problems: list[str] = field(default_factory=list)
     signed: bool = False
+    verification: str = "unsigned"  # verified | unsigned | untrusted (no trust file) | invalid (trust.py)
+    signer: str | None = None  # fingerprint of the key that signed version 1
+    chain: ChainCheck | None = field(default=None, repr=False)
 
     @property
     def valid(self) -> bool:
@@ -98,6 +102,8 @@ class LeaseView:
             "valid": self.valid,
             "problems": list(self.problems),
             "signed": self.signed,
+            "verification": self.verification if self.valid else INVALID,
+            "signer": self.signer,
             "version": rec.version if rec else None,
             "owner": rec.owner.to_json() if rec else None,
             "workspaceId": rec.workspace_id if rec else None,
@@ -113,6 +119,8 @@ class Snapshot:
     fetched_at: float
     stale: bool = False  # answered from the last fetched state because the store could not be read
     error: str | None = None
+    trust: str = "unsigned"  # Trust.describe(): signed (and from where) or unsigned (and why)
+    signed_store: bool = False
 
     def blocking(self, paths: Iterable[str], now: float, skew: int) -> list[LeaseView]:
         """Every lease whose scope overlaps ``paths`` and is not expired beyond the skew margin."""
@@ -148,6 +156,9 @@ class HistoryEntry:
     record: Record | None
     problem: str | None
     signed: bool
+    verification: str = "unsigned"  # verified | unsigned | untrusted | invalid
+    signer: str | None = None  # fingerprint of the key whose signature verifies
+    principal: str | None = None  # the agent id the trust file vouches for
 
 
 # ------------------------------------------------------------------------------- service
@@ -162,6 +173,7 @@ class LeaseService:
         self.signer = signer
         self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
         self.held = HeldState(repo.private_dir())
+        self._trust: Trust | None = None
 
     # ------------------------------------------------------------------ writing versions
     def _write_version(self, rec: Record, parent: str | None, action: str) -> str:
@@ -184,14 +196,53 @@ class LeaseService:
         return os.path.basename(self.repo.worktree or self.repo.git_dir.rstrip("/")) or "workspace"
 
     # --------------------------------------------------------------------------- identity
+    def trust(self, *, offline: bool = False) -> Trust:
+        """The trust file of this store (read once per service; see trust.load_trust). With a signing key
+        configured a missing trust file is an error (InvalidRecord, exit 5); an unparsable one always is."""
+        if self._trust is not None:
+            return self._trust
+        trust = load_trust(self.store, self.settings.allowed_signers, cache_dir=self.repo.shared_dir(),
+                           required=self.signer.public_key is not None, offline=offline)
+        if not offline:
+            self._trust = trust
+        return trust
+
     def require_admin(self, action: str) -> str:
         """The identity allowed to ``action`` (a forced release, a reclaim of a live lease), or Forbidden.
 
-        Unsigned mode has no identities to tell apart: anyone may, and the returned name says it was unsigned.
-        (Signed mode, issue 3: only a key the trust file allows the ``gitlease-admin`` namespace.)"""
-        if self.signer.public_key is None:
+        Unsigned mode (no key, no trust file) has no identities to tell apart: anyone may, and the returned
+        name says it was unsigned. Signed mode: only a key the trust file allows namespace ``gitlease-admin``
+        (returned as "<principal> (<fingerprint>)"); a store with a trust file refuses a client without a key."""
+        trust = self.trust()
+        key = self.signer.public_key
+        if key is None:
+            if trust.signed:
+                raise Forbidden(f"{action} needs a {ADMIN_NAMESPACE} key: this store is signed ({trust.source}) "
+                                "and lease.signingKey is not set")
             return f"unsigned:{self.settings.agent}"
-        raise Forbidden(f"{action} needs a gitlease-admin key")
+        principals = trust.admin_principals(key, self.clock.now())
+        if not principals:
+            raise Forbidden(f"{action} needs a {ADMIN_NAMESPACE} key: key {self.signer.fingerprint} is not allowed "
+                            f"namespace {ADMIN_NAMESPACE} in {trust.source}")
+        from .sshsig import allowed
+
+        name = self.settings.agent if allowed(trust.signers or (), self.settings.agent, key, ADMIN_NAMESPACE,
+                                              when=self.clock.now()) else principals[0]
+        return f"{name} ({self.signer.fingerprint})"
+
+    def _require_owner_key(self, rec: Record, action: str) -> None:
+        """Owner binding on the writer's side: a lease is renewed or released only with the key that signed
+        its version 1 (or, unsigned, only without a key)."""
+        if rec.owner.key == self.signer.public_key:
+            return
+        if rec.owner.key is None:
+            raise Forbidden(f"cannot {action} {rec.lease_id}: it was acquired unsigned, and lease.signingKey is "
+                            "now set (unset it to renew or release this lease)")
+        from .sshsig import fingerprint_of
+
+        mine = self.signer.fingerprint or "no key (lease.signingKey is not set)"
+        raise Forbidden(f"cannot {action} {rec.lease_id}: it is owned by key {fingerprint_of(rec.owner.key)}, "
+                        f"and this client signs with {mine}")
 
     # ------------------------------------------------------------------------- acquire
     def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
@@ -290,6 +341,7 @@ class LeaseService:
         if h.pending:
             h = self._settle_pending(h)
         current = records.parse(h.record.encode("utf-8"))
+        self._require_owner_key(current, "renew")
         now = self.clock.now()
         if now >= current.expires:
             self._forget(lease_id)
@@ -349,6 +401,7 @@ class LeaseService:
     # ------------------------------------------------------------------------- release
     def release(self, lease_id: str) -> None:
         h = self._held(lease_id)
+        self._require_owner_key(records.parse(h.record.encode("utf-8")), "release")
         if h.pending:
             h = self._settle_pending(h)
         updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
@@ -368,9 +421,12 @@ class LeaseService:
 
     # ---------------------------------------------------------------------------- read
     def snapshot(self, *, use_cache: bool = True) -> Snapshot:
-        """Every lease on the store. When the store cannot be read and ``use_cache``, the last listing
-        fetched (its objects are local) is returned, marked stale with its age."""
+        """Every lease on the store, each verified (signatures, trust, owner binding, replay: trust.py).
+        When the store cannot be read and ``use_cache``, the last listing fetched (its objects are local) is
+        returned, marked stale with its age."""
         cache = _RefsCache(self.repo.shared_dir(), self.store.name)
+        seen = Seen(self.repo.shared_dir(), self.store.name)
+        before = seen.load()  # before listing: see Seen
         try:
             refs = self.store.list_refs()
             fetched_at = self.clock.now()
@@ -383,9 +439,46 @@ class LeaseService:
                 raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
             refs, fetched_at = cached
             blobs = self.store.read(set(refs.values()), fetch=False)
-            return Snapshot(build_views(refs, blobs), fetched_at, stale=True, error=str(exc))
+            trust = self.trust(offline=True)
+            views = build_views(refs, blobs)
+            self._verify(views, blobs, trust, before)
+            return Snapshot(views, fetched_at, stale=True, error=str(exc), trust=trust.describe(),
+                            signed_store=trust.signed)
         cache.save(refs, fetched_at)
-        return Snapshot(build_views(refs, blobs), fetched_at)
+        trust = self.trust()
+        views = build_views(refs, blobs)
+        self._verify(views, blobs, trust, before)
+        seen.update(before, [(v.lease_id, v.record.version, v.current_oid, v.record.expires) for v in views
+                             if v.valid and v.record is not None and v.current_oid],
+                    {v.lease_id for v in views}, self.clock.now())
+        return Snapshot(views, fetched_at, trust=trust.describe(), signed_store=trust.signed)
+
+    def _verify(self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust,
+                before: dict[str, dict[str, object]]) -> None:
+        """Check each lease's whole history (trust.Trust.check_chain) and this machine's replay memory; every
+        problem makes the view invalid, so its scope stays blocked (fail closed)."""
+        now = self.clock.now()
+        heads = {v.current_oid or v.grant_oid for v in views if v.record is not None}
+        parents = self.store.parents(h for h in heads if h)
+        missing = set(parents) - set(blobs)
+        if missing:
+            blobs = dict(blobs)
+            blobs.update(self.store.read(missing, fetch=False))
+        known = {v.current_oid or v.grant_oid: v.record for v in views
+                 if v.record is not None and not v.problems and (v.current_oid or v.grant_oid)}
+        for v in views:
+            head = v.current_oid or v.grant_oid
+            if v.record is None or head is None:
+                v.verification = INVALID
+                continue
+            chk = trust.check_chain(v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now,
+                                    known)
+            v.chain, v.verification, v.signer = chk, chk.status, chk.signer
+            v.problems.extend(p for p in chk.problems if p not in v.problems)
+            if v.current_oid:
+                replay = Seen.replay_problem(before, v.lease_id, v.record.version, v.current_oid)
+                if replay:
+                    v.problems.append(replay)
 
     def status(self) -> Snapshot:
         return self.snapshot()
@@ -399,7 +492,11 @@ class LeaseService:
         snap = self.snapshot()
         view = snap.find(lease_id)
         entries: list[HistoryEntry] = []
-        if view and (view.current_oid or view.grant_oid):
+        if view and view.chain is not None and view.chain.versions:
+            for h in view.chain.versions:
+                entries.append(HistoryEntry(h.oid, h.record, h.check.problem, h.signed, h.check.status,
+                                            h.check.fingerprint, h.check.principal))
+        elif view and (view.current_oid or view.grant_oid):
             head = view.current_oid or view.grant_oid
             assert head is not None
             chain = [oid for oid, _ in self.store.history(head)]
@@ -415,6 +512,7 @@ class LeaseService:
 
 
 # ------------------------------------------------------------------------- view building
+
 
 def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
     if b.record is None:

@@ -1,4 +1,4 @@
-"""OpenSSH SSHSIG signatures for Ed25519 keys, made and checked in-process (no ssh-keygen, no agent).
+"""OpenSSH SSHSIG signatures for Ed25519 keys, made and checked in-process (no ssh-keygen), or made by ssh-agent.
 
 The formats are OpenSSH's own, so the other tools interoperate:
 
@@ -7,7 +7,7 @@ The formats are OpenSSH's own, so the other tools interoperate:
 * ``verify`` accepts what ``ssh-keygen -Y sign`` writes (hash sha512 or sha256) and refuses everything else
   with ``InvalidRecord``, whatever the input;
 * ``SigningKey.load`` reads an unencrypted ``-----BEGIN OPENSSH PRIVATE KEY-----`` file and ``generate_key``
-  writes one (plus ``.pub``) that ssh-keygen reads;
+  writes one (plus ``.pub``) that ssh-keygen reads; ``AgentKey`` signs with a key held by ssh-agent;
 * ``parse_allowed_signers``, ``principals_for`` and ``allowed`` read and apply an ``allowed_signers`` file
   (ssh-keygen(1), ALLOWED SIGNERS) the way ``ssh-keygen -Y verify`` does, principal and namespace patterns
   included (OpenSSH ``match_pattern_list``).
@@ -34,8 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["KEY_TYPE", "HASH_ALG", "SigningKey", "generate_key", "sign", "verify", "fingerprint_of",
-           "AllowedSigner", "parse_allowed_signers", "principals_for", "allowed"]
+__all__ = ["KEY_TYPE", "HASH_ALG", "SigningKey", "AgentKey", "generate_key", "sign", "verify",
+           "fingerprint_of", "AllowedSigner", "parse_allowed_signers", "principals_for", "allowed"]
 
 KEY_TYPE = "ssh-ed25519"
 HASH_ALG = "sha512"  # what sign() uses (ssh-keygen's default); verify() also takes sha256
@@ -412,16 +412,121 @@ def _signed_data(namespace: bytes, reserved: bytes, hash_alg: bytes, digest: byt
     return _SIG_MAGIC + _string(namespace) + _string(reserved) + _string(hash_alg) + _string(digest)
 
 
-def sign(key: SigningKey, data: bytes, namespace: str) -> str:
+def sign(key: SigningKey | AgentKey, data: bytes, namespace: str) -> str:
     """The armored SSHSIG of ``data`` in ``namespace`` (hash sha512), as ``ssh-keygen -Y sign`` writes it."""
-    if not isinstance(key, SigningKey):
-        raise TypeError("sign needs a SigningKey")
+    if not isinstance(key, (SigningKey, AgentKey)):
+        raise TypeError("sign needs a SigningKey or an AgentKey")
     ns = _check_namespace(namespace)
     alg = HASH_ALG.encode()
-    signature = key._private.sign(_signed_data(ns, b"", alg, _hash(HASH_ALG, data)))
+    to_sign = _signed_data(ns, b"", alg, _hash(HASH_ALG, data))
+    if isinstance(key, AgentKey):
+        sig_blob = key._agent_sign(to_sign)
+    else:
+        sig_blob = _string(_KEY_TYPE_B) + _string(key._private.sign(to_sign))
     blob = (_SIG_MAGIC + _u32(_SIG_VERSION) + _string(key.public_blob) + _string(ns) + _string(b"")
-            + _string(alg) + _string(_string(_KEY_TYPE_B) + _string(signature)))
+            + _string(alg) + _string(sig_blob))
     return f"{_SIG_BEGIN}\n{_wrap(_b64(blob))}\n{_SIG_END}\n"
+
+
+# --- ssh-agent --------------------------------------------------------------------------------------------
+
+_AGENT_FAILURE, _AGENTC_REQUEST_IDENTITIES, _AGENT_IDENTITIES_ANSWER = 5, 11, 12
+_AGENTC_SIGN_REQUEST, _AGENT_SIGN_RESPONSE = 13, 14
+_AGENT_TIMEOUT = 10.0
+_MAX_AGENT_REPLY = 256 * 1024
+
+
+class AgentKey:
+    """An Ed25519 key whose private half is held by ssh-agent (``SSH_AUTH_SOCK``), named by its public key.
+
+    The agent signs the SSHSIG signed-data blob (PROTOCOL.agent, SSH_AGENTC_SIGN_REQUEST), exactly the bytes
+    that ``SigningKey`` signs in-process; Ed25519 is deterministic, so the armored result is the same. Every
+    problem (no agent, key not in it, agent refuses) is ``ConfigError``."""
+
+    __slots__ = ("public_blob", "comment", "sock", "path")
+
+    def __init__(self, public_key: str, sock: str | None = None, comment: str = "") -> None:
+        try:
+            blob = _parse_public_key(public_key)
+            _ed25519_pub(blob, "public key")
+        except _Malformed as exc:
+            raise ConfigError(f"signing key: {exc} (ssh-agent keys must be {KEY_TYPE})") from None
+        self.public_blob = blob
+        self.comment = comment
+        self.path = None
+        self.sock = sock if sock is not None else os.environ.get("SSH_AUTH_SOCK", "")
+        if not self.sock:
+            raise ConfigError("signing key names a public key, so its private half must be in ssh-agent, but "
+                              "SSH_AUTH_SOCK is not set")
+        if blob not in self._identities():
+            raise ConfigError(f"signing key {self.fingerprint()} is not in the ssh-agent at {_show_path(self.sock)} "
+                              "(ssh-add it, or set lease.signingKey to the private key file)")
+
+    def public_key(self) -> str:
+        return KEY_TYPE + " " + _b64(self.public_blob)
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self.public_blob)
+
+    def __repr__(self) -> str:
+        return f"AgentKey({self.fingerprint()})"
+
+    def _request(self, kind: int, payload: bytes) -> tuple[int, _Reader]:
+        import socket
+
+        msg = bytes([kind]) + payload
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(_AGENT_TIMEOUT)
+                s.connect(self.sock)
+                s.sendall(_u32(len(msg)) + msg)
+                head = _recv_exact(s, 4)
+                size = int.from_bytes(head, "big")
+                if not 1 <= size <= _MAX_AGENT_REPLY:
+                    raise ConfigError("ssh-agent sent a malformed reply")
+                reply = _recv_exact(s, size)
+        except OSError as exc:
+            raise ConfigError(f"cannot talk to ssh-agent at {_show_path(self.sock)}: "
+                              f"{exc.strerror or type(exc).__name__}") from None
+        return reply[0], _Reader(reply[1:])
+
+    def _identities(self) -> list[bytes]:
+        kind, r = self._request(_AGENTC_REQUEST_IDENTITIES, b"")
+        if kind != _AGENT_IDENTITIES_ANSWER:
+            raise ConfigError("ssh-agent refused to list its keys")
+        keys = []
+        try:
+            for _ in range(r.u32("count")):
+                keys.append(r.string("key"))
+                r.string("comment")
+        except _Malformed:
+            raise ConfigError("ssh-agent sent a malformed key list") from None
+        return keys
+
+    def _agent_sign(self, data: bytes) -> bytes:
+        kind, r = self._request(_AGENTC_SIGN_REQUEST, _string(self.public_blob) + _string(data) + _u32(0))
+        if kind != _AGENT_SIGN_RESPONSE:
+            raise ConfigError(f"ssh-agent refused to sign with key {self.fingerprint()}"
+                              + (" (it may need confirmation, or the key was removed)" if kind == _AGENT_FAILURE
+                                 else ""))
+        try:
+            sig_blob = r.string("signature")
+            s = _Reader(sig_blob)
+            if s.string("signature") != _KEY_TYPE_B or len(s.string("signature")) != 64 or not s.at_end():
+                raise _Malformed("not an ssh-ed25519 signature")
+        except _Malformed as exc:
+            raise ConfigError(f"ssh-agent sent a malformed signature: {exc}") from None
+        return sig_blob
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConfigError("ssh-agent closed the connection")
+        buf += chunk
+    return buf
 
 
 def _dearmor(armored: object) -> bytes:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from . import gitcmd
-from .errors import RemoteUnavailable
+from .errors import InvalidRecord, RemoteUnavailable
 from .objects import RECORD_FILE, SIGNATURE_FILE
 
 NAMESPACE = "refs/leases"
@@ -114,8 +114,43 @@ class Store:
                     problem = "lease.json is not a file"
                 else:
                     problem = f"record is {size} bytes, over the limit"
+            if problem is None and sname in sizes and sname not in contents:
+                problem = "lease.sig is not a file, or over the size limit"
             out[oid] = Blob(contents.get(rname), contents.get(sname), problem)
         return out
+
+    def parents(self, heads: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """{commit: its parents} for every commit reachable from ``heads`` (already local), in one call."""
+        heads = sorted(set(heads))
+        if not heads:
+            return {}
+        res = gitcmd.run(["rev-list", "--parents", "--stdin"], cwd=self.repo_dir,
+                         input="".join(h + "\n" for h in heads).encode(), check=False)
+        if res.returncode != 0 and len(heads) > 1:  # one unreadable head: the others still answer
+            out = {}
+            for h in heads:
+                out.update(self.parents([h]))
+            return out
+        out: dict[str, tuple[str, ...]] = {}
+        for line in res.out.splitlines():
+            parts = line.split()
+            if parts:
+                out[parts[0]] = tuple(parts[1:])
+        return out
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        """(branch ref, commit) of the store's default branch (what trust is read from), or None if unborn."""
+        raise NotImplementedError
+
+    def file_at(self, commit: str, path: str, *, limit: int = MAX_BLOB_BYTES) -> bytes | None:
+        """The bytes of ``path`` in ``commit`` (already local), or None when there is no such file."""
+        name = f"{commit}:{path}"
+        kind, size = _batch_check(self.repo_dir, [name]).get(name, (None, -1))
+        if kind != "blob":
+            return None
+        if size > limit:
+            raise InvalidRecord(f"{path} is {size} bytes, over the {limit}-byte limit")
+        return _batch_contents(self.repo_dir, [name]).get(name)
 
     def history(self, oid: str, *, limit: int = 1000) -> list[tuple[str, tuple[str, ...]]]:
         """(commit, parents) from ``oid`` back to the grant, newest first."""
@@ -174,6 +209,30 @@ class RemoteStore(Store):
             if (ref == SCOPE_REF or ref.startswith(NAMESPACE + "/")) and not ref.startswith(RESERVED):
                 refs[ref] = oid
         return refs
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        """``git ls-remote --symref <remote> HEAD``: the branch the remote's HEAD names, and its commit
+        (fetched by oid, like lease commits, when it is not local yet)."""
+        try:
+            res = gitcmd.run(["ls-remote", "--symref", self.remote, "HEAD"], cwd=self.repo_dir,
+                             timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: {_last_error(res.err)}")
+        branch = oid = None
+        for line in res.out.splitlines():
+            left, _, right = line.partition("\t")
+            if right != "HEAD":
+                continue
+            if left.startswith("ref: "):
+                branch = left[5:].strip()
+            else:
+                oid = left.strip()
+        if not oid:
+            return None
+        self.ensure_objects([oid], timeout=timeout)
+        return branch or "HEAD", oid
 
     def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
         oids = list(oids)
@@ -274,6 +333,16 @@ class LocalStore(Store):
             return Outcome(ok=True, statuses={u.ref: "ok" for u in updates})
         msg = _last_error(res.err)
         return Outcome(ok=False, statuses={u.ref: "rejected:" + msg for u in updates}, message=msg)
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        """The repository's own default branch: the branch its main worktree's HEAD names (the common git
+        dir's HEAD, the same for every linked worktree), and its commit."""
+        res = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=self.repo_dir)
+        common = res.out.strip()
+        ref = gitcmd.run(["--git-dir", common, "symbolic-ref", "-q", "HEAD"], check=False).out.strip()
+        head = gitcmd.run(["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"],
+                          check=False).out.strip()
+        return (ref or "HEAD", head) if head else None
 
     def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
         res = gitcmd.run(["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"],

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .clock import iso, parse_iso
-from .errors import GitLeaseError
+from .errors import Forbidden, GitLeaseError
 from .service import LeaseService, LeaseView, id_ref, process_start
 
 
@@ -39,7 +39,7 @@ class SweepResult:
     owner: str  # the holder's task id ("?" when the record is unreadable)
     rule: str
     reason: str
-    outcome: str  # reclaimed | would-reclaim | renewed | gone | failed
+    outcome: str  # reclaimed | would-reclaim | renewed | gone | forbidden | failed
     detail: str = ""
     audit: str | None = None  # the audit entry's commit
 
@@ -53,6 +53,8 @@ class SweepResult:
             return f"skipped: {head}: renewed since it was read, it stays"
         if self.outcome == "gone":
             return f"skipped: {head}: already gone (reclaimed or released by another)"
+        if self.outcome == "forbidden":
+            return f"skipped: {head}: {self.detail}"
         return f"failed: {head}: {self.detail}"
 
     def to_json(self) -> dict[str, Any]:
@@ -137,7 +139,16 @@ class Sweeper:
             if fresh is not None and any(fresh.get(r) != o for r, o in view.refs().items()):
                 results.append(_lost(view, verdict, fresh))
                 continue
-            res, refs = self._reclaim(view, verdict, action="reclaim", by=svc.settings.agent)
+            by = svc.settings.agent
+            if verdict.rule != "expired" and view.state(now, svc.settings.skew) != "expired":
+                # issue 3: ordinary agents reclaim only expired leases; the early rules need a gitlease-admin
+                # key when leases are signed (unsigned mode has no identities: anyone)
+                try:
+                    by = svc.require_admin(f"reclaiming a live lease by the {verdict.rule} rule")
+                except Forbidden as exc:
+                    results.append(_result(view, verdict, "forbidden", detail=exc.message))
+                    continue
+            res, refs = self._reclaim(view, verdict, action="reclaim", by=by)
             fresh = refs if refs else fresh
             results.append(res)
         return Sweep(results, len(snap.leases), now, dry_run)

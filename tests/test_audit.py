@@ -82,25 +82,20 @@ def test_entry_records_who_which_version_why_when_and_keeps_the_history(sfleet):
     assert [ev.event for ev in only] == ["acquire", "reclaim"]
 
 
-class FakeSigner(Signer):
-    public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAtest sweeper"
-    fingerprint = "SHA256:test"
+def test_signed_entry_stores_its_signature_beside_it(tmp_path, remote_file):
+    from gitlease import sshsig
+    from test_identity import Signed
 
-    def sign(self, data: bytes) -> bytes:
-        return b"SIG:" + hashlib.sha256(data).hexdigest().encode()
-
-
-def test_signed_entry_stores_its_signature_beside_it(sfleet):
-    a = sfleet.agent("a")
-    sw = sfleet.agent("sweeper")
-    sw.signer = FakeSigner()
-    plant(a, ["s/x"], ttl=60)
-    sfleet.clock.advance(100)
+    fleet = Signed(tmp_path, remote_file.url)
+    a, sw = fleet.agent("a"), fleet.agent("b")
+    a.acquire(["s/x"], ttl=60)
+    fleet.clock.advance(100)
     assert Sweeper(sw).sweep().results[0].outcome == "reclaimed"
     (entry,) = read_log(sw.store)
-    assert entry.signed and entry.doc["signing"] == "sshsig" and entry.doc["key"] == FakeSigner.public_key
+    assert entry.signed and entry.doc["signing"] == "sshsig" and entry.doc["key"] == sw.signer.public_key
     data = _show(sw, f"{entry.oid}:{ENTRY_FILE}").encode()
-    assert _show(sw, f"{entry.oid}:{ENTRY_SIG}").encode() == FakeSigner().sign(data)
+    sig = _show(sw, f"{entry.oid}:{ENTRY_SIG}").encode()
+    assert sshsig.verify(sig, data, "gitlease") == sw.signer.public_key  # a real SSHSIG over the exact bytes
     assert records.canonical(entry.doc) == data
 
 
@@ -225,6 +220,14 @@ def test_200_reclaims_by_6_concurrent_sweepers_two_sharing_a_writer(tmp_path, re
     fleet.clock.advance(100)
     results = _concurrent_sweeps(fleet, ["s0", "s1", "s2", "s3", "shared", "shared"])
     _assert_each_once(a, ids, results)
+
+
+class FakeSigner(Signer):
+    """Signs without a key the service would know (public_key None keeps the store in unsigned mode): only the
+    audit log's verify seam is under test here."""
+
+    def sign(self, data: bytes) -> bytes:
+        return b"SIG:" + hashlib.sha256(data).hexdigest().encode()
 
 
 def test_read_log_verify_seam_flags_entries(sfleet):

@@ -96,8 +96,9 @@ def test_local_store_default(make_repo):
     assert "refs/leases/scope" in git(a, "for-each-ref", "refs/leases/")
 
 
-def test_signing_key_not_supported_yet_is_a_clear_error(make_repo):
+def test_missing_signing_key_file_is_a_clear_error(make_repo):
     a = make_repo("a")
     git(a, "config", "lease.signingKey", "/nonexistent/key")
     res = cli(a, "acquire", "--scope", "x")
-    assert res.returncode == 1 and "does not sign leases yet" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 1 and "signing key /nonexistent/key: no such file" in res.stderr
+    assert "Traceback" not in res.stderr

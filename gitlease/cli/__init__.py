@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("hooks", "CI check: a change's paths lie inside its lease and outside others'; exit 4 if not."),
     "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
     "worktree": ("worktree", "Worktrees bound to leases: add, list, prune, remove."),
+    "keygen": ("keys", "Make an Ed25519 signing key for an agent; print its allowed_signers line."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "

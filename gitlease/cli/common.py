@@ -41,12 +41,13 @@ def service(remote: str | None, **flags: Any):
 
 
 def signer_for(settings):
+    """UNSIGNED, or the SSHSIG signer of ``lease.signingKey`` (imports cryptography only then)."""
+    if settings.signing_key:
+        from ..signer import load_signer
+
+        return load_signer(settings.signing_key)
     from ..signer import UNSIGNED
 
-    if settings.signing_key:
-        # Signing and verification land together (docs/limits.md): signing alone would prove nothing.
-        raise errors.ConfigError("lease.signingKey is set, but this gitlease does not sign leases yet; "
-                                 "unset it to use unsigned leases")
     return UNSIGNED
 
 

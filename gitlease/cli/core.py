@@ -105,26 +105,45 @@ def release(
     run("release", as_json, body)
 
 
+_MARKS = {"verified": "", "unsigned": " [unsigned]", "untrusted": " [signed, unverified: no trust file]"}
+
+
+def _invalid(problems) -> str:
+    return f"  INVALID (scope stays blocked; only a gitlease-admin key can clear it): {'; '.join(problems)}"
+
+
 def _snapshot_lines(snap, now: float, skew: int) -> list[str]:
     lines = []
     if snap.stale:
         age = int(now - snap.fetched_at)
         lines.append(f"warning: store unreachable ({snap.error}); showing state fetched {age}s ago "
                      f"({iso(snap.fetched_at)})")
+    lines.append(snap.trust)
     if not snap.leases:
         lines.append("no active leases")
     for v in snap.leases:
         st = v.state(now, skew)
-        mark = "" if v.signed or not v.valid else " [unsigned]"
+        mark = _MARKS.get(v.verification, "") if v.valid else ""
         if v.record is None:
-            lines.append(f"{v.lease_id}  {' '.join(v.paths)}  INVALID: {'; '.join(v.problems)}")
+            lines.append(f"{v.lease_id}  {' '.join(v.paths)}" + _invalid(v.problems or ["unreadable"]))
             continue
         r = v.record
         left = int(r.expires - now)
-        flag = f"  INVALID: {'; '.join(v.problems)}" if v.problems else ""
+        flag = _invalid(v.problems) if v.problems else ""
         lines.append(f"{v.lease_id}  {' '.join(r.paths)}  task={r.owner.task_id} agent={r.owner.agent_id}  "
                      f"{st} {left}s left  v{r.version}{mark}{flag}")
     return lines
+
+
+def _signature_text(h: dict) -> str:
+    who = f"signed by {h['signer']}" if h["signer"] else ("signed" if h["signed"] else "unsigned")
+    if h["verification"] == "verified":
+        return f"{who} (agent {h['principal']}): verified"
+    if h["verification"] == "untrusted":
+        return f"{who}: signature good, key not checked (no trust file)"
+    if h["verification"] == "unsigned":
+        return "unsigned"
+    return who
 
 
 @app.command()
@@ -137,8 +156,8 @@ def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
         now, skew = svc.clock.now(), svc.settings.skew
         held = svc.held_here()
         return ({"store": svc.store.name, "stale": snap.stale, "fetchedAt": iso(snap.fetched_at),
-                 "error": snap.error, "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held)
-                                                 for v in snap.leases]},
+                 "error": snap.error, "trust": snap.trust, "signed": snap.signed_store,
+                 "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases]},
                 _snapshot_lines(snap, now, skew))
     run("status", as_json, body)
 
@@ -154,18 +173,29 @@ def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False)
         now, skew = svc.clock.now(), svc.settings.skew
         hist = [{"oid": h.oid, "version": h.record.version if h.record else None,
                  "renewedAt": h.record.renewed_at if h.record else None, "problem": h.problem,
-                 "signed": h.signed} for h in history]
-        lines = [f"lease {view.lease_id}: {view.state(now, skew)}"]
+                 "signed": h.signed, "verification": h.verification, "signer": h.signer,
+                 "principal": h.principal} for h in history]
+        verification = view.verification if view.valid else "invalid"
+        by = f", signed by {view.signer}" if view.signer else ""
+        lines = [f"lease {view.lease_id}: {view.state(now, skew)} ({verification}{by})", snap.trust]
         if view.record:
             lines.append(json.dumps(view.record.to_json(), indent=2, sort_keys=True))
+        if view.problems:
+            lines.append("INVALID: its scope stays blocked; only a gitlease-admin key can clear it")
         lines += [f"problem: {p}" for p in view.problems]
         lines.append("history:")
         for h in hist:
-            sig = "signed" if h["signed"] else "unsigned"
-            lines.append(f"  v{h['version']}  {h['oid'][:12]}  {h['renewedAt']}  {sig}"
+            lines.append(f"  v{h['version']}  {h['oid'][:12]}  {h['renewedAt']}  {_signature_text(h)}"
                          + (f"  INVALID: {h['problem']}" if h["problem"] else ""))
-        return dict(view.to_json(now, skew), record=view.record.to_json() if view.record else None,
-                    history=hist, stale=snap.stale), lines
+        result = dict(view.to_json(now, skew), record=view.record.to_json() if view.record else None,
+                      history=hist, stale=snap.stale, trust=snap.trust)
+        if not view.valid:  # everything above is printed, then exit 5 with the reason
+            if not as_json:
+                for line in lines:
+                    typer.echo(line)
+            raise errors.InvalidRecord(f"lease {view.lease_id} does not verify: {'; '.join(view.problems)}",
+                                       **result)
+        return result, lines
     run("show", as_json, body)
 
 
