@@ -243,7 +243,10 @@ def load_trust(store, path: str, *, cache_dir: str, required: bool, offline: boo
     where = f"the default branch of {store.name}"
     if head is None:
         data = None
-        source = f"{path} (not found: {where} has no commits)"
+        where = (f"the default branch of {store.name}, which has no commits (or the remote's HEAD names a branch "
+                 "that does not exist: set the host's default branch, or `git symbolic-ref HEAD refs/heads/main` "
+                 "in a bare repository)")
+        source = f"{path} (not found: {where})"
     else:
         branch, commit = head
         short = branch[len("refs/heads/"):] if branch.startswith("refs/heads/") else branch
