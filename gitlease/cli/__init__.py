@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init", "Set up this repository: config, signing key, trust-file line, hooks, CI job (idempotent)."),
     "doctor": ("doctor", "Probe the lease remote with throw-away refs and check this set-up; exit 1 if unsafe."),
     "budget": ("doctor", "Pushes per minute a fleet makes against the host's limit; the largest fleet that fits."),
+    "completion": ("completion", "Print a bash or zsh completion script (generated from these commands)."),
     "agent": ("agent", "The per-host renewal agent: one push renews every local holder's leases."),
     "sweep-stale": ("sweep", "Reclaim stale leases (expired, heartbeats missed, holder gone, stalled), audited."),
     "sweep": ("sweep", "Alias of sweep-stale."),
