@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),
     "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
+    "run": ("run", "Run a command under a lease; stop its process group if the lease is lost (exit 6)."),
+    "push": ("run", "Push a branch and renew the lease in one atomic push: nothing lands if it was lost."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "

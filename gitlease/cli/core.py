@@ -24,13 +24,24 @@ def acquire(
     workspace: Annotated[Optional[str], typer.Option(help="Workspace id recorded in the lease.")] = None,
     holder_pid: Annotated[int, typer.Option(help="Pid of the process that holds the lease (same-host sweep).",
                                             hidden=True)] = 0,
+    wait: Annotated[Optional[str], typer.Option(help="While the scope is held, retry (jittered backoff) for up "
+                                                "to this long: 30s, 10m; exit 3 when it runs out.")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Lease path prefixes. Refused with exit 3, naming the holder, when another lease overlaps."""
     def body():
         svc = service(remote, task=task, agent=agent)
-        got = svc.acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
+        args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
+        if wait is not None:
+            from ..config import parse_duration
+            from ..wait import acquire_wait
+
+            got = acquire_wait(svc, scope, wait=parse_duration("--wait", wait, 0), on_wait=lambda refusal, pause:
+                               typer.echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
+                               **args)
+        else:
+            got = svc.acquire(scope, **args)
         rec = got.record
         lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]
