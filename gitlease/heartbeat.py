@@ -65,9 +65,13 @@ class Timing:
         need = self.renew_every + self.timeout + self.grace + self.margin
         if need >= self.ttl:
             raise UsageError(
-                f"timings do not fit the TTL: renew every {self.renew_every:g}s + request timeout "
-                f"{self.timeout:g}s + grace {self.grace:g}s + margin {self.margin:g}s = {need:g}s, which must be "
-                f"less than the TTL ({self.ttl:g}s); renew more often, lower the timeout, or raise --ttl")
+                f"timings do not fit the TTL: renew every {_s(self.renew_every)}s + request timeout "
+                f"{_s(self.timeout)}s + grace {_s(self.grace)}s + margin {_s(self.margin)}s = {_s(need)}s, which "
+                f"must be less than the TTL ({_s(self.ttl)}s); renew more often, lower the timeout, or raise --ttl")
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f}".rstrip("0").rstrip(".")
 
 
 def event_wait(stop: threading.Event, seconds: float) -> bool:
@@ -190,7 +194,10 @@ class Heartbeat:
                 self.beats.append(Beat(mono0, False, budget, last))
                 wait = min(pause, self.deadline - self.clock.monotonic() - MIN_ATTEMPT)
                 pause = min(pause * 2, RETRY_CAP)
-                if wait > 0 and self._wait(self._stop, wait):
+                if wait <= 0:  # no time for a pause and another attempt
+                    self._lose(f"no renewal confirmed before the stop deadline ({last})")
+                    return False
+                if self._wait(self._stop, wait):
                     return False
                 continue
             self.beats.append(Beat(mono0, True, budget))
