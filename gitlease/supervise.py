@@ -37,24 +37,56 @@ class RunResult:
     release_error: str | None = None
 
 
-def _pdeathsig_hook() -> Callable[[], None] | None:
-    """A preexec function asking the kernel to SIGKILL the child when its parent dies (Linux only)."""
+def _prctl():
+    """libc's prctl (Linux), or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
 
-    def hook() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(137)
-    return hook
+
+def spawn_gated(argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:
+    """Fork the command into a process group of its own, with PR_SET_PDEATHSIG (SIGKILL when the supervisor
+    dies, Linux; it survives exec), held at a gate until the supervisor opens it (``os.write(gate, b"g")``) once
+    the watchdog is armed. End of file on the gate (the supervisor died first): the command never starts.
+    Returns (pid, gate fd). Call it before starting any thread."""
+    prctl = _prctl()
+    parent = os.getpid()
+    gate_r, gate_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only async-signal-safe work until exec
+        try:
+            os.close(gate_w)
+            os.setpgid(0, 0)
+            if prctl is not None:
+                prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            go = os.read(gate_r, 1)
+            os.close(gate_r)
+            if not go or os.getppid() != parent:
+                os._exit(137)
+            for sig in FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            os.execvpe(argv[0], list(argv), env)
+        except OSError as exc:
+            os.write(2, f"git-lease: cannot run {argv[0]!r}: {exc.strerror or exc}\n".encode())
+            os._exit(127)
+        finally:
+            os._exit(127)
+    os.close(gate_r)
+    try:
+        os.setpgid(pid, pid)  # also from the parent, so the group exists before anyone signals it
+    except OSError:
+        pass
+    return pid, gate_w
+
+
+class _Child:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
 
 
 def group_alive(pgid: int) -> bool:
@@ -82,7 +114,7 @@ class Supervisor:
         beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
         self.heartbeat = Heartbeat(service_attempt(beat_svc, lease_id), timing, expires, clock=svc.clock,
                                    on_lost=self._on_lost, on_renewed=self._on_renewed)
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: _Child | None = None
         self.watchdog: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Lock()
 
@@ -138,17 +170,18 @@ class Supervisor:
         for sig in FORWARDED:
             signal.signal(sig, self._forward)
         try:
+            pid, gate = spawn_gated(self.argv, self.env)
+            self.child = _Child(pid)
             try:
-                self.child = subprocess.Popen(self.argv, env=self.env, process_group=0,
-                                              preexec_fn=_pdeathsig_hook())
-            except OSError as exc:
-                raise UsageError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from None
-            if self.use_watchdog:
-                self.watchdog = subprocess.Popen(
-                    [sys.executable, "-m", "gitlease.watchdog", str(self.child.pid), f"{self.timing.grace:g}"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    start_new_session=True)
-                self._on_renewed(hb.expiry)
+                if self.use_watchdog:  # armed with its first deadline before the command may start
+                    first = hb.expiry - self.timing.grace - self.timing.margin / 2
+                    self.watchdog = subprocess.Popen(
+                        [sys.executable, "-m", "gitlease.watchdog", str(pid), f"{self.timing.grace:g}",
+                         f"{first:.3f}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL, start_new_session=True)
+                os.write(gate, b"g")
+            finally:
+                os.close(gate)
             beat = threading.Thread(target=hb.run, name="gitlease-heartbeat", daemon=True)
             beat.start()
             status = self._wait_child()
@@ -174,12 +207,8 @@ class Supervisor:
 
     def _wait_child(self) -> int:
         assert self.child is not None
-        while True:
-            try:
-                code = self.child.wait()
-                break
-            except InterruptedError:
-                continue
+        _, status = os.waitpid(self.child.pid, 0)  # retried on EINTR (PEP 475); handlers forward signals
+        code = os.waitstatus_to_exitcode(status)
         return 128 - code if code < 0 else code
 
     def _finish_watchdog(self) -> bool:

@@ -1,8 +1,8 @@
 """The backstop of ``git lease run``: a tiny process that kills the command's process group when the
 supervisor can no longer do it.
 
-``python -m gitlease.watchdog PGID GRACE`` runs in a session of its own and reads lines from the supervisor on
-stdin:
+``python -m gitlease.watchdog PGID GRACE [DEADLINE]`` runs in a session of its own (armed with its first
+deadline before the command may start) and reads lines from the supervisor on stdin:
 
 * ``deadline <monotonic seconds>``: stop the group (SIGTERM, ``GRACE`` seconds, SIGKILL) if this moment passes
   without a later deadline (the supervisor sends one after each confirmed renewal);
@@ -50,9 +50,9 @@ def stop_group(pgid: int, grace: float) -> None:
 
 def main(argv: list[str]) -> int:
     pgid, grace = int(argv[0]), float(argv[1])
+    deadline: float | None = float(argv[2]) if len(argv) > 2 else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C is for the supervisor to forward
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    deadline: float | None = None
     buf = b""
     fd = sys.stdin.fileno()
     while True:
