@@ -25,7 +25,9 @@ DEFAULT_TIMEOUT = 30.0
 MARGIN = 1.0  # expiresAt has one-second resolution; and scheduling is not instant
 MIN_ATTEMPT = 0.5  # an attempt with less time than this left before the deadline is not started
 RETRY_FIRST, RETRY_CAP = 0.5, 5.0
-CALLS_PER_RENEWAL = 3  # a renewal makes at most three network calls: settle a pending write, push, re-read
+# A renewal waits at most once for the per-lease renew lock and makes at most three network calls (settle a
+# pending write, push, re-read after an unclear outcome), each bounded by the store timeout.
+CALLS_PER_RENEWAL = 4
 
 
 @dataclass(frozen=True)
@@ -221,8 +223,8 @@ class Heartbeat:
 
 
 def service_attempt(svc, lease_id: str, *, ttl: int | None = None) -> Attempt:
-    """An Attempt that renews ``lease_id`` with ``svc`` (a LeaseService used by this heartbeat alone): each of
-    the renewal's git calls gets a third of the budget, so the whole attempt ends within it."""
+    """An Attempt that renews ``lease_id`` with ``svc`` (a LeaseService used by this heartbeat alone): the lock
+    wait and each of the renewal's git calls get a quarter of the budget, so the whole attempt ends within it."""
     def attempt(budget: float, progress: str | None) -> float:
         svc.store.timeout = max(0.1, budget / CALLS_PER_RENEWAL)
         return svc.renew(lease_id, ttl=ttl, progress=progress).record.expires

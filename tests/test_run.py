@@ -123,6 +123,16 @@ def test_remote_hangs_group_dead_before_expiry(tmp_path, daemon):
     assert "no renewal confirmed before the stop deadline" in err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(5))
+@pytest.mark.parametrize("how", ["dies", "hangs"])
+def test_lost_remote_group_dead_before_expiry_every_time(tmp_path, daemon, how, round_):
+    if how == "dies":
+        test_remote_dies_group_dead_before_expiry(tmp_path, daemon)
+    else:
+        test_remote_hangs_group_dead_before_expiry(tmp_path, daemon)
+
+
 def test_supervisor_sigkilled_group_dies_and_lease_is_reclaimable(tmp_path, daemon):
     url = daemon.url_for("r.git")
     bare = daemon.make_bare("r.git")
