@@ -92,11 +92,16 @@ def hold(repo: str = ".", scope: Sequence[str] = (), *, ttl: int | None = None, 
         hb.stop()
         thread.join(timing.timeout + 1)  # an attempt in flight ends within its budget
         lost = hb.lost.is_set()
+        saved = svc.store.timeout
+        if lost:  # the store may be what failed: do not let the release hang for the full timeout
+            svc.store.timeout = min(float(saved), timing.timeout)
         try:
             svc.release(got.lease_id)
         except GitLeaseError:
             if not (lost or body_failed):
                 raise
+        finally:
+            svc.store.timeout = saved
         if lost and not body_failed:
             lease.check()
 
