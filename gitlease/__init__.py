@@ -7,6 +7,12 @@ The Python API for agent runners::
     lease = svc.acquire(["services/billing"], ttl=300)
     svc.renew(lease.lease_id)
     svc.release(lease.lease_id)
+
+Or held for a block, renewed in a background thread, released at the end::
+
+    import gitlease
+    with gitlease.hold(".", scope=["services/billing"], ttl=300, wait=600) as lease:
+        lease.check()   # raises LeaseLost once the lease is lost: stop writing
 """
 from __future__ import annotations
 
@@ -31,5 +37,12 @@ def open_service(path: str = ".", *, remote: str | None = None, clock=None, sign
     return LeaseService(repo, settings, clock=clock or SYSTEM, signer=signer)
 
 
-__all__ = ["open_service", "GitLeaseError", "HeldError", "InvalidRecord", "LeaseLost", "NotHeld",
+def hold(repo: str = ".", scope=(), **options):
+    """A context manager holding a lease on ``scope`` for a ``with`` block (see gitlease.holding.hold)."""
+    from .holding import hold as _hold
+
+    return _hold(repo, scope, **options)
+
+
+__all__ = ["open_service", "hold", "GitLeaseError", "HeldError", "InvalidRecord", "LeaseLost", "NotHeld",
            "RemoteUnavailable", "ScopeError", "ScopeViolation", "__version__"]

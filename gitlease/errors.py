@@ -88,6 +88,13 @@ class LeaseLost(GitLeaseError):
     kind = "lost"
 
 
+class PushRejected(GitLeaseError):
+    """A fenced push refused for a reason of its own (not fast-forward, a hook): nothing landed, and the
+    lease is intact."""
+
+    kind = "push-rejected"
+
+
 class NotHeld(GitLeaseError):
     """This worktree does not hold the lease it was asked to act on."""
 

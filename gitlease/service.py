@@ -6,24 +6,29 @@ It prints nothing and never exits; the CLI renders what it returns.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from . import record as records
 from . import scope as scopes
 from .audit import Appended, AuditLog, writer_id
 from .clock import SYSTEM, Clock, iso
 from .config import Settings
-from .errors import Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable
+from .errors import (Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, PushRejected,
+                     RemoteUnavailable, UsageError)
 from .objects import ObjectWriter, ident_for
+from .progress import next_progress
 from .record import Owner, Record
 from .repo import Repo
 from .signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 from .state import Held, HeldState
-from .store import ID_PREFIX, SCOPE_REF, Blob, Outcome, RefUpdate, Store, open_store
+from .store import (ID_PREFIX, SCOPE_REF, Blob, Outcome, RefUpdate, RemoteStore, Store, open_store,
+                    same_remote)
 from .trust import INVALID, ChainCheck, Seen, Trust, load_trust
 
 ACQUIRE_ATTEMPTS = 4
@@ -336,7 +341,33 @@ class LeaseService:
             raise NotHeld(f"lease {lease_id} is held on store {h.store!r}, not {self.store.name!r}")
         return h
 
-    def renew(self, lease_id: str, *, ttl: int | None = None, progress: str | None = None) -> Renewed:
+    def renew(self, lease_id: str, *, ttl: int | None = None, progress: str | None = None,
+              extra_refspecs: Sequence[str] = ()) -> Renewed:
+        """A new version on the id ref, CAS-pinned to the one this worktree wrote. ``extra_refspecs`` (a remote
+        store only) are pushed in the same atomic push: see ``push_fenced``. Renewals of one lease in one
+        worktree (a heartbeat and a fenced push of its command) take turns, so they never race each other."""
+        with self._renewing(lease_id):
+            return self._renew(lease_id, ttl=ttl, progress=progress, extra_refspecs=extra_refspecs)
+
+    @contextlib.contextmanager
+    def _renewing(self, lease_id: str) -> Iterator[None]:
+        """A per-lease lock file in the worktree's state folder, waited for at most the store timeout."""
+        os.makedirs(self.held.folder, exist_ok=True)
+        with open(os.path.join(self.held.folder, f"renew-{lease_id}.lock"), "a+") as fh:
+            give_up = self.clock.monotonic() + float(self.store.timeout)
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if self.clock.monotonic() >= give_up:
+                        raise RemoteUnavailable(f"another renewal of {lease_id} in this worktree did not "
+                                                "finish in time") from None
+                    self.clock.sleep(0.02)
+            yield
+
+    def _renew(self, lease_id: str, *, ttl: int | None, progress: str | None,
+               extra_refspecs: Sequence[str]) -> Renewed:
         h = self._held(lease_id)
         if h.pending:
             h = self._settle_pending(h)
@@ -347,15 +378,12 @@ class LeaseService:
             self._forget(lease_id)
             raise LeaseLost(f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
                             "(stop writing and acquire again)")
-        prog = None
-        if progress is not None:
-            prev = current.progress.counter if current.progress else 0
-            prog = records.Progress(note=progress[:200], counter=prev + 1, at=iso(now))
+        prog = next_progress(progress, current.progress, now) if progress is not None else None
         nxt = current.next_version(now, ttl=ttl, progress=prog)
         records.validate(nxt)
         oid = self._write_version(nxt, h.current, "renew")
         update = RefUpdate(id_ref(lease_id), oid, h.current)
-        out = self.store.apply([update])
+        out = self.store.apply([update], extra_refspecs=extra_refspecs)
         if out.ambiguous:
             try:
                 out = self._resolve([update], out)
@@ -368,9 +396,32 @@ class LeaseService:
         if out.ok:
             self._update_held(lease_id, nxt, oid)
             return Renewed(lease_id, nxt, oid)
+        if extra_refspecs and self.store.list_refs().get(update.ref) == h.current:
+            raise PushRejected(f"push rejected, nothing landed: {_branch_refusal(out, update.ref)}; the lease "
+                               f"{lease_id} is still held (not renewed)", statuses=out.statuses)
         self._forget(lease_id)
         raise LeaseLost(f"lease lost or replaced: {lease_id} is no longer at the version this worktree wrote "
                         "(stop writing)")
+
+    def push_fenced(self, lease_id: str, remote: str, refspecs: Sequence[str], *,
+                    ttl: int | None = None) -> Renewed:
+        """Push ``refspecs`` (branches; never ``+``) and renew ``lease_id`` in ONE atomic push to the lease
+        store, so the branches land only if the lease is still at the version this worktree wrote: a holder
+        whose lease was taken over cannot land its commits (docs/protocol.md, "Fenced pushes").
+
+        Only when the lease store is the remote pushed to; anything else is refused (UsageError)."""
+        if not isinstance(self.store, RemoteStore):
+            raise UsageError("a fenced push needs the lease store on the remote you push to, but leases are "
+                             "in this repository's own refs (no lease.remote); set lease.remote to that remote, "
+                             "or use 'git lease renew' and then 'git push' (not fenced)")
+        if not same_remote(self.repo.cwd, self.store.remote, remote):
+            raise UsageError(f"a fenced push needs the lease store and the branch on one remote, but leases are "
+                             f"on {self.store.remote!r} and the branch goes to {remote!r}; push to "
+                             f"{self.store.remote!r}, or use 'git lease renew' and then 'git push' (not fenced)")
+        for spec in refspecs:
+            if spec.startswith("+") or spec.startswith(":") or ":" not in spec:
+                raise UsageError(f"refspec {spec!r}: a fenced push takes src:dst, without '+' and no deletes")
+        return self.renew(lease_id, ttl=ttl, extra_refspecs=list(refspecs))
 
     def _settle_pending(self, h: Held) -> Held:
         refs = self.store.list_refs()
@@ -603,6 +654,13 @@ def describe_blocker(b: LeaseView, now: float) -> str:
     left = int(r.expires - now)
     when = f"{left}s left" if left >= 0 else f"expired {-left}s ago, within the skew margin"
     return f"{b.lease_id} on {' '.join(r.paths)} by task={r.owner.task_id} agent={r.owner.agent_id} ({when})"
+
+
+def _branch_refusal(out: Outcome, lease_ref: str) -> str:
+    """Why the non-lease refs of a fenced push were refused, from its porcelain statuses."""
+    why = [f"{ref} {status.partition(':')[2] or status}" for ref, status in sorted(out.statuses.items())
+           if ref != lease_ref and status.startswith("rejected")]
+    return "; ".join(why) or out.message or "the remote refused the push"
 
 
 def _strip_userinfo(url: str) -> str:

@@ -394,3 +394,17 @@ def open_store(repo_dir: str, remote: str | None, *, timeout: float = DEFAULT_TI
     if remote in (None, "", "local"):
         return LocalStore(repo_dir, timeout=timeout)
     return RemoteStore(repo_dir, remote, timeout=timeout)
+
+
+def remote_url(repo_dir: str, remote: str) -> str:
+    """The URL git pushes to for ``remote`` (a remote name or a URL; ``insteadOf`` rewrites applied)."""
+    res = gitcmd.run(["remote", "get-url", "--push", remote], cwd=repo_dir, check=False)
+    if res.returncode != 0:  # not a configured remote name: a URL
+        res = gitcmd.run(["ls-remote", "--get-url", remote], cwd=repo_dir, check=False)
+    url = res.out.strip() or remote
+    return url.rstrip("/")
+
+
+def same_remote(repo_dir: str, a: str, b: str) -> bool:
+    """Whether pushes to ``a`` and to ``b`` reach the same repository (same name, or the same push URL)."""
+    return a == b or remote_url(repo_dir, a) == remote_url(repo_dir, b)

@@ -24,6 +24,8 @@ def acquire(
     workspace: Annotated[Optional[str], typer.Option(help="Workspace id recorded in the lease.")] = None,
     holder_pid: Annotated[int, typer.Option(help="Pid of the process that holds the lease (same-host sweep).",
                                             hidden=True)] = 0,
+    wait: Annotated[Optional[str], typer.Option(help="While the scope is held, retry (jittered backoff) for up "
+                                                "to this long: 30s, 10m; exit 3 when it runs out.")] = None,
     remote: RemoteOpt = None,
     worktree: Annotated[bool, typer.Option("--worktree", help="Then attach a clean worktree bound to the lease "
                                            "(docs/worktrees.md).")] = False,
@@ -36,19 +38,30 @@ def acquire(
     """Lease path prefixes. Refused with exit 3, naming the holder, when another lease overlaps."""
     def body():
         svc = service(remote, task=task, agent=agent)
+        args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
         att = None
+        do_acquire = svc.acquire
         if worktree:
             if workspace:
                 raise errors.UsageError("--workspace and --worktree do not go together: the worktree's id is "
                                         "the workspace")
             from ..worktree import WorktreeManager
-            att = WorktreeManager(svc).acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, base=base,
-                                               branch=branch)
-            got = att.acquired
+            manager = WorktreeManager(svc)
+            args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, base=base, branch=branch)
+            do_acquire = manager.acquire
         elif base or branch:
             raise errors.UsageError("--base and --branch need --worktree")
+        if wait is not None:
+            from ..config import parse_duration
+            from ..wait import acquire_wait
+
+            got = acquire_wait(svc, scope, wait=parse_duration("--wait", wait, 0), on_wait=lambda refusal, pause:
+                               typer.echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
+                               acquire=do_acquire, **args)
         else:
-            got = svc.acquire(scope, ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
+            got = do_acquire(scope, **args)
+        if worktree:
+            att, got = got, got.acquired
         rec = got.record
         lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]

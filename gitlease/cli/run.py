@@ -1,0 +1,185 @@
+"""``git lease run`` (a command under a lease, stopped when the lease is lost) and ``git lease push`` (a push
+fenced by the lease: the branch and the renewal in one atomic push)."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, List, Optional
+
+import typer
+
+from .. import errors
+from .common import JsonOpt, RemoteOpt, make_app, run, service, ttl_seconds
+
+app = make_app()
+
+LeaseOpt = Annotated[Optional[str], typer.Option("--lease", help="A lease this worktree already holds "
+                                                 "(default for push: $GITLEASE_LEASE, or the only one held).")]
+
+
+def _seconds(name: str, value: str | None, lo: int = 1) -> int | None:
+    from ..config import parse_duration
+
+    return None if value is None else parse_duration(name, value, lo)
+
+
+def _log(line: str) -> None:
+    sys.stderr.write(f"git-lease: {line}\n")
+    sys.stderr.flush()
+
+
+@app.command("run", context_settings={"allow_interspersed_args": False})
+def run_(
+    command: Annotated[List[str], typer.Argument(help="The command and its arguments (after --).")],
+    scope: Annotated[Optional[List[str]], typer.Option("--scope", "-s", help="A path prefix to lease; repeat "
+                                                       "for more.")] = None,
+    ttl: Annotated[Optional[str], typer.Option(help="Time to live (default: lease.ttl, 300).")] = None,
+    renew_every: Annotated[Optional[str], typer.Option(help="Renew this often (default: a third of the TTL).")]
+    = None,
+    grace: Annotated[Optional[str], typer.Option(help="From SIGTERM to SIGKILL when the lease is lost "
+                                                 "(default: a tenth of the TTL, at most 10s).")] = None,
+    lease: LeaseOpt = None,
+    wait: Annotated[Optional[str], typer.Option(help="Wait this long for the scope to be free (10m).")] = None,
+    task: Annotated[Optional[str], typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
+    agent: Annotated[Optional[str], typer.Option(help="Agent id (default: $GITLEASE_AGENT).")] = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run COMMAND under a lease: acquire (or --lease), renew in the background, and if the lease is lost stop
+    the command's whole process group (SIGTERM, grace, SIGKILL) before the lease can expire. Exit with the
+    command's code, or 6 when the lease was lost. The lease is released after the command stopped (a --lease
+    given is kept)."""
+    outcome = {}
+
+    def body():
+        from ..heartbeat import Timing
+        from ..supervise import Supervisor
+
+        svc = service(remote, task=task, agent=agent)
+        if lease and scope:
+            raise errors.UsageError("give --scope (acquire a new lease) or --lease (use a held one), not both")
+        if not lease and not scope:
+            raise errors.UsageError("git lease run needs --scope PATH (or --lease ID) before -- COMMAND")
+        timeout = min(svc.settings.timeout, (ttl_seconds(ttl) or svc.settings.ttl) / 6)
+        if lease:
+            from .. import record as records
+
+            held = svc.held_here().get(lease)
+            if held is None:
+                raise errors.NotHeld(f"lease {lease} is not held by this worktree")
+            rec = records.parse(held.record.encode("utf-8"))
+            timing = Timing.for_ttl(rec.ttl, renew_every=_seconds("--renew-every", renew_every),
+                                    timeout=min(svc.settings.timeout, rec.ttl / 6),
+                                    grace=_seconds("--grace", grace, 0))
+            lease_id, expires, release = lease, rec.expires, False
+        else:
+            the_ttl = ttl_seconds(ttl) or svc.settings.ttl
+            timing = Timing.for_ttl(the_ttl, renew_every=_seconds("--renew-every", renew_every), timeout=timeout,
+                                    grace=_seconds("--grace", grace, 0))
+            args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
+            if wait is not None:
+                from ..wait import acquire_wait
+
+                got = acquire_wait(svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting, **args)
+            else:
+                got = svc.acquire(scope, **args)
+            lease_id, expires, release = got.lease_id, got.record.expires, True
+            _log(f"lease acquired: {lease_id} ({' '.join(got.record.paths)}, ttl {got.record.ttl}s)")
+        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log).run()
+        outcome["code"] = res.returncode
+        result = {"leaseId": lease_id, "returncode": res.returncode, "lost": res.lost, "reason": res.reason,
+                  "released": res.released, "releaseError": res.release_error}
+        if res.lost:
+            raise errors.LeaseLost(f"lease lost: {lease_id}: {res.reason}; the command was stopped "
+                                   f"(its exit status: {res.returncode})", **result)
+        lines = []
+        if res.release_error:
+            lines.append(f"git-lease: warning: the lease was not released ({res.release_error}); it expires "
+                         "on its own")
+        elif res.released:
+            lines.append(f"git-lease: lease released: {lease_id}")
+        for line in lines:
+            _log(line[len("git-lease: "):])
+        return result, []
+
+    try:
+        run("run", as_json, body)
+    except typer.Exit as exc:
+        if exc.exit_code == 0 and "code" in outcome:
+            raise typer.Exit(outcome["code"]) from None
+        raise
+
+
+def _waiting(refusal, pause: float) -> None:
+    _log(f"waiting: {refusal.message}; next try in {pause:.1f}s")
+
+
+def _current_branch(cwd: str) -> str:
+    from .. import gitcmd
+
+    res = gitcmd.run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, check=False)
+    if res.returncode != 0 or not res.out.strip():
+        raise errors.UsageError("HEAD is detached: name the branch to push (git lease push REMOTE BRANCH)")
+    return res.out.strip()
+
+
+def _push_remote(cwd: str, branch: str) -> str:
+    from .. import gitcmd
+
+    for key in (f"branch.{branch}.pushRemote", "remote.pushDefault", f"branch.{branch}.remote"):
+        res = gitcmd.run(["config", "--get", key], cwd=cwd, check=False)
+        if res.returncode == 0 and res.out.strip():
+            return res.out.strip()
+    return "origin"
+
+
+def _refspec(branch: str) -> str:
+    src, _, dst = branch.partition(":")
+    dst = dst or src
+    full = [s if s.startswith("refs/") else f"refs/heads/{s}" for s in (src, dst)]
+    return f"{full[0]}:{full[1]}"
+
+
+def _lease_for_push(svc, given: str | None) -> str:
+    if given:
+        return given
+    env = os.environ.get("GITLEASE_LEASE")
+    if env:
+        return env
+    held = [h for h in svc.held_here().values() if h.store == svc.store.name]
+    if len(held) == 1:
+        return held[0].lease_id
+    if not held:
+        raise errors.NotHeld("this worktree holds no lease on the lease store; acquire one first")
+    raise errors.UsageError("this worktree holds several leases: name one with --lease ID")
+
+
+@app.command()
+def push(
+    push_remote: Annotated[Optional[str], typer.Argument(metavar="[REMOTE]", help="Where to push (default: "
+                                                         "the branch's push remote).")] = None,
+    branch: Annotated[Optional[str], typer.Argument(metavar="[BRANCH]", help="The branch, or SRC:DST "
+                                                    "(default: the current branch). Never '+'.")] = None,
+    lease: LeaseOpt = None,
+    ttl: Annotated[Optional[str], typer.Option(help="New time to live (default: the lease's own).")] = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Push a branch and renew the lease in ONE atomic push: if the lease was taken over, nothing lands (exit
+    6). Needs the lease store to be the remote pushed to."""
+    def body():
+        svc = service(remote)
+        cwd = svc.repo.cwd
+        name = branch or _current_branch(cwd)
+        if name.startswith("+"):
+            raise errors.UsageError("a fenced push is a normal (fast-forward) push: drop the '+'")
+        target = push_remote or _push_remote(cwd, name.partition(":")[0])
+        lease_id = _lease_for_push(svc, lease)
+        spec = _refspec(name)
+        got = svc.push_fenced(lease_id, target, [spec], ttl=ttl_seconds(ttl))
+        rec = got.record
+        return ({"leaseId": lease_id, "remote": target, "refspec": spec, "version": rec.version,
+                 "expiresAt": rec.expires_at},
+                [f"pushed {spec.split(':')[1]} to {target}, fenced by {lease_id}",
+                 f"lease renewed: version={rec.version} expiresAt={rec.expires_at}"])
+    run("push", as_json, body)
