@@ -22,6 +22,7 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write docs/performance.md
+	$(BIN)/python bench/plan.py --write docs/performance.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

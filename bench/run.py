@@ -842,6 +842,16 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
 
 # --------------------------------------------------------------------------------------- main
 
+MARKED = re.compile(r"<!-- ([\w.-]+):begin -->.*?<!-- \1:end -->\n?", re.S)
+
+
+def keep_marked_sections(doc: str, path: Path) -> str:
+    """Sections other benchmarks own (``<!-- name:begin -->`` ... ``<!-- name:end -->``) survive a rewrite."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    kept = [m.group(0).rstrip("\n") for m in MARKED.finditer(old) if f"<!-- {m.group(1)}:begin -->" not in doc]
+    return doc.rstrip("\n") + "".join("\n\n" + k for k in kept) + "\n" if kept else doc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs, no 10,000-lease case")
@@ -903,7 +913,7 @@ def main(argv=None) -> int:
 
     print(doc)
     if args.write:
-        Path(args.write).write_text(doc, encoding="utf-8")
+        Path(args.write).write_text(keep_marked_sections(doc, Path(args.write)), encoding="utf-8")
         log(f"wrote {args.write}")
     return 0
 

@@ -256,3 +256,35 @@ def test_start_tasks_reports_a_scope_taken_between_plan_and_acquire(tmp_path, re
     worker.release(results[0].lease_id)  # the worker's worktree holds them: it can release them
     again, _ = plan_queue(worker, q)
     assert again.start == ("t1",) and {b.id: b.by for b in again.blocked}["t2"] == (grabbed.lease_id,)
+
+
+# ------------------------------------------------------------------------ the benchmark's report file
+
+def _bench_module(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_sections_survive_each_others_rewrites(tmp_path):
+    run, plan_bench = _bench_module("run"), _bench_module("plan")
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\nold figures\n")
+    plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v1\n<!-- plan:end -->\n")
+    text = doc.read_text()
+    assert text.startswith("# Performance\nold figures\n") and "plan v1" in text
+    text += "\n<!-- hooks:begin -->\nhooks\n<!-- hooks:end -->\n"
+    doc.write_text(text)
+    rewritten = run.keep_marked_sections("# Performance\nnew figures\n", doc)
+    assert "old figures" not in rewritten and "new figures" in rewritten
+    assert "plan v1" in rewritten and "<!-- hooks:begin -->\nhooks\n<!-- hooks:end -->" in rewritten
+    doc.write_text(rewritten)
+    plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v2\n<!-- plan:end -->\n")
+    text = doc.read_text()
+    assert "plan v1" not in text and text.count("plan v2") == 1 and "new figures" in text and "hooks\n" in text
