@@ -42,6 +42,7 @@ import platform
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -481,6 +482,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     info = machine_info(args.trace)
     tmp = Path(tempfile.mkdtemp(prefix="gitlease-plan-bench-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the temporary folder is removed
     try:
         isolate(tmp)
         commits, every = load_trace(args.trace, args.commits)

@@ -38,7 +38,10 @@ def plan_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Which tasks of the queue can start now (no overlap with active leases or with each other, never ahead
-    of an earlier overlapping task), and what blocks each of the others."""
+    of an earlier overlapping task), and what blocks each of the others.
+
+    TASKS: a file of JSON lines in queue order, {"id": ..., "scope": [...]} or {"id": ..., "paths": [...]};
+    '-' reads stdin. Rules: docs/planning.md."""
     def body():
         from ..plan import parse_tasks, plan_queue, start_tasks
         from ..suggest import parse_granularity, read_tree
