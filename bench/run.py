@@ -864,17 +864,17 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     return "\n".join(head) + "\n" + body + "\n", body
 
 
-def keep_marked_sections(path: Path, doc: str) -> str:
-    """Sections other benchmarks write into the same file (``<!-- NAME:begin -->`` ... ``<!-- NAME:end -->``,
-    e.g. bench/hooks.py's) survive a rewrite: appended to ``doc`` unless it has them."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    for m in re.finditer(r"<!-- ([a-z0-9-]+):begin -->.*?<!-- \1:end -->\n?", old, re.S):
-        if f"<!-- {m.group(1)}:begin -->" not in doc:
-            doc = doc.rstrip("\n") + "\n\n" + m.group(0)
-    return doc
-
-
 # --------------------------------------------------------------------------------------- main
+
+MARKED = re.compile(r"<!-- ([\w.-]+):begin -->.*?<!-- \1:end -->\n?", re.S)
+
+
+def keep_marked_sections(doc: str, path: Path) -> str:
+    """Sections other benchmarks own (``<!-- name:begin -->`` ... ``<!-- name:end -->``) survive a rewrite."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    kept = [m.group(0).rstrip("\n") for m in MARKED.finditer(old) if f"<!-- {m.group(1)}:begin -->" not in doc]
+    return doc.rstrip("\n") + "".join("\n\n" + k for k in kept) + "\n" if kept else doc
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -944,7 +944,7 @@ def main(argv=None) -> int:
 
     print(doc)
     if args.write:
-        Path(args.write).write_text(keep_marked_sections(Path(args.write), doc), encoding="utf-8")
+        Path(args.write).write_text(keep_marked_sections(doc, Path(args.write)), encoding="utf-8")
         log(f"wrote {args.write}")
     return 0
 

@@ -256,6 +256,7 @@ class LeaseService:
         ttl = ttl or self.settings.ttl
         cleared: list[str] = []
         last_refusal: Outcome | None = None
+        attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         for _attempt in range(ACQUIRE_ATTEMPTS):
             now = self.clock.now()
             owner = Owner(task_id=self.settings.task, agent_id=self.settings.agent, host=os.uname().nodename,
@@ -276,6 +277,15 @@ class LeaseService:
             last_refusal = out
             snap = self.snapshot(use_cache=False)
             now = self.clock.now()
+            attempts[rec.lease_id] = (rec, oid)
+            for lid, (arec, aoid) in attempts.items():
+                mine = snap.find(lid)
+                if mine is not None and mine.current_oid == aoid and mine.grant_oid == aoid and \
+                        set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}:
+                    # a push of ours landed after all (it timed out, or its answer was lost, and the server
+                    # committed it later): lease ids and objects are unique to each attempt, so it is ours
+                    self._remember(arec, aoid, aoid)
+                    return Acquired(lid, arec, aoid, tuple(cleared))
             blockers = snap.overlapping(paths)
             live = [b for b in blockers if b.state(now, self.settings.skew) != "expired"]
             if live:

@@ -38,6 +38,12 @@ def race(fleet, scopes_for):
     return [o for o in out if o[1] == "won"]
 
 
+def _state(fleet):
+    """What the store holds, for the failure message."""
+    snap = fleet.agent("inspector").snapshot(use_cache=False)
+    return [(v.lease_id, v.paths, v.state(fleet.clock.now(), 30), v.problems) for v in snap.leases]
+
+
 def _clear(fleet):
     svc = fleet.agent("cleaner")
     from gitlease.store import RefUpdate
@@ -54,7 +60,7 @@ OVERLAPPING = [["services/billing"], ["services"], ["services/billing/api.py"], 
 def test_overlapping_exactly_one_winner(fleet, rounds):
     for _ in range(rounds):
         winners = race(fleet, lambda i: OVERLAPPING[i])
-        assert len(winners) == 1, winners
+        assert len(winners) == 1, (winners, _state(fleet))
         _clear(fleet)
 
 

@@ -22,3 +22,35 @@ def test_timed_out_file_push_lets_the_server_finish_its_transaction(tmp_path):
     assert sorted(refs) == sorted([f"refs/leases/id/{got.lease_id}", "refs/leases/scope/libs/tax",
                                    "refs/leases/scope/services/billing"])
     assert not list(bare.rglob("*.lock")), "a killed receive-pack left ref locks behind"
+
+
+def test_an_acquire_whose_push_lands_after_the_re_read_is_still_ours(tmp_path, remote_file):
+    """The server commits the push after the client gave up and after its first re-read (a stalled server):
+    the refusal path then finds the attempt's own, unique lease and takes it, instead of reporting itself
+    as the blocker."""
+    from gitlease.store import Outcome, RemoteStore
+
+    class LateStore(RemoteStore):
+        deferred = None
+        reads = 0
+
+        def apply(self, updates, **kw):
+            if self.deferred is None and any(u.ref.startswith("refs/leases/scope/") for u in updates):
+                self.deferred = list(updates)  # the answer is lost; the server has not committed yet
+                return Outcome(ok=False, ambiguous=True, message="timed out")
+            return super().apply(updates, **kw)
+
+        def list_refs(self, **kw):
+            refs = super().list_refs(**kw)
+            self.reads += 1
+            if self.reads == 1 and self.deferred:
+                assert super().apply(self.deferred).ok  # ... and now it commits, after the first re-read
+            return refs
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    a = fleet.agent("a")
+    a.store = LateStore(a.repo.cwd, remote_file.url)
+    got = a.acquire(["services/billing"])
+    refs = git(remote_file.path, "for-each-ref", "--format=%(refname)", "refs/leases/").split()
+    assert f"refs/leases/id/{got.lease_id}" in refs and len(refs) == 2  # one lease: the late one, ours
+    assert got.lease_id in a.held_here()

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keygen": ("keys", "Make an Ed25519 signing key for an agent; print its allowed_signers line."),
     "run": ("run", "Run a command under a lease; stop its process group if the lease is lost (exit 6)."),
     "push": ("run", "Push a branch and renew the lease in one atomic push: nothing lands if it was lost."),
+    "plan": ("plan", "Which queued tasks can start now, what blocks the others; --acquire N takes leases."),
 }
 
 EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "

@@ -1,0 +1,69 @@
+"""``git lease plan TASKS``: which queued tasks can start now, what blocks the others; ``--acquire N``."""
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .. import errors
+from .common import JsonOpt, RemoteOpt, make_app, run, service, ttl_seconds
+
+app = make_app()
+
+
+def _read_lines(tasks: str) -> tuple[list[str], str]:
+    if tasks == "-":
+        return sys.stdin.read().splitlines(), "stdin"
+    try:
+        with open(tasks, encoding="utf-8") as fh:
+            return fh.read().splitlines(), tasks
+    except OSError as exc:
+        raise errors.UsageError(f"cannot read tasks file {tasks}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise errors.UsageError(f"tasks file {tasks} is not UTF-8") from None
+
+
+@app.command("plan")
+def plan_cmd(
+    tasks: Annotated[str, typer.Argument(help="JSON lines {\"id\", \"scope\": [...]} or {\"id\", \"paths\": "
+                                              "[...]}, in queue order; '-' reads stdin.")],
+    granularity: Annotated[Optional[str], typer.Option(
+        help="Scope suggested from a task's paths: auto (default), file, dir, package, depth:N.")] = None,
+    acquire: Annotated[int, typer.Option("--acquire", min=0, help="Take leases for up to N startable tasks "
+                                         "(one lease each, the task id recorded).")] = 0,
+    ttl: Annotated[Optional[str], typer.Option(help="TTL of the leases --acquire takes (default: lease.ttl).")] = None,
+    agent: Annotated[Optional[str], typer.Option(help="Agent id recorded in the leases --acquire takes.")] = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Which tasks of the queue can start now (no overlap with active leases or with each other, never ahead
+    of an earlier overlapping task), and what blocks each of the others.
+
+    TASKS: a file of JSON lines in queue order, {"id": ..., "scope": [...]} or {"id": ..., "paths": [...]};
+    '-' reads stdin. Rules: docs/planning.md."""
+    def body():
+        from ..plan import parse_tasks, plan_queue, start_tasks
+        from ..suggest import parse_granularity, read_tree
+
+        gran = parse_granularity(granularity)
+        lines, source = _read_lines(tasks)
+        svc = service(remote, agent=agent)
+        tree = read_tree(svc.repo.cwd) if gran.kind in ("package", "auto") else None
+        queue = parse_tasks(lines, granularity=gran, tree=tree, source=source)
+        the_plan, snap = plan_queue(svc, queue)
+        started = start_tasks(svc, the_plan, acquire, ttl=ttl_seconds(ttl)) if acquire else []
+        result = dict(the_plan.to_json(), granularity=str(gran), store=svc.store.name,
+                      leases=len(snap.leases), acquired=[s.to_json() for s in started])
+        scope_of = {t.id: " ".join(t.scope) for t in queue}
+        lines_out = [f"start: {tid}  {scope_of[tid]}" for tid in the_plan.start]
+        lines_out += [f"blocked: {b.id}  {scope_of[b.id]}  by {' '.join(b.by)}" for b in the_plan.blocked]
+        if not queue:
+            lines_out.append("no tasks")
+        for s in started:
+            if s.ok:
+                lines_out.append(f"lease acquired: {s.lease_id} for {s.id}")
+            else:
+                lines_out.append(f"refused: {s.id}: {s.error}")
+        return result, lines_out
+    run("plan", as_json, body)
