@@ -9,7 +9,7 @@ It refuses, for the whole push (git applies all or none of a push a pre-receive 
   (id, scope, owner, acquiredAt, repo, workspace), renewed before the old version expired (by the records'
   own timestamps: no server clock involved); scope refs never move; nothing else lives under
   ``refs/leases/``. Deletes (release, clearing an expired lease) are compare-and-swap updates the client pins;
-  they pass. Signatures: see ``signature_problem`` (the plug-in point for issue 3).
+  they pass. Signatures: ``signature_problem`` verifies each version against the server's trust file.
 * branch and tag updates whose new commits touch a path inside a lease held by someone else: a push claims
   leases with push options (``git push -o lease=lease_...``) or ``Lease:`` trailers in its commits; without
   signatures such a claim is not proof (docs/limits.md).
@@ -69,19 +69,43 @@ def read_objects(oids) -> tuple[dict[str, Blob], dict[str, tuple[str, ...]]]:
 
 
 def signature_problem(blob: Blob, rec: records.Record, previous: records.Record | None) -> str | None:
-    """SIGNATURE PLUG-IN POINT (issue 3). Returns why a lease version's signature does not verify, or None.
+    """Why a pushed lease version's signature does not verify against the server's own trust file (the
+    allowed_signers file on this repository's HEAD branch, the one clients read), or None.
 
-    This gitlease does not sign yet, so there is nothing to verify and every version passes here. When
-    signing lands, ``gitlease.service`` provides ``verify_version(record_bytes, signature, record, previous)``
-    returning a problem string or None (the same check ``status``/``show`` apply to views); this function
-    calls it when it exists, so the server hook refuses unsigned or badly signed versions without
-    reimplementing signatures."""
-    from . import service
+    No trust file on the server: unsigned mode, nothing to verify (a signed version must still carry a good
+    signature by the key its record names). The owner binding (the key never changes between versions) is
+    checked with the other fields that must stay the same."""
+    from .clock import SYSTEM
+    from .trust import INVALID
 
-    check = getattr(service, "verify_version", None)
-    if check is None:
-        return None
-    return check(blob.record, blob.signature, rec, previous)
+    trust = _server_trust()
+    got = trust.check_version(rec, blob.record, blob.signature, SYSTEM.now())
+    return got.problem if got.status == INVALID else None
+
+
+_TRUST_CACHE: list = []
+
+
+def _server_trust():
+    """The trust file at this repository's HEAD, read once per hook run."""
+    if _TRUST_CACHE:
+        return _TRUST_CACHE[0]
+    from .config import resolve
+    from .trust import Trust, _parse
+
+    try:
+        config = dict(line.split("\n", 1) for line in gitcmd.zsplit(
+            gitcmd.run(["config", "-z", "--get-regexp", r"^lease\."], check=False, keep_repo_env=True).out))
+    except ValueError:
+        config = {}
+    path = resolve(config, env={}).allowed_signers
+    res = gitcmd.run(["cat-file", "blob", f"HEAD:{path}"], check=False, keep_repo_env=True)
+    if res.returncode != 0:
+        trust = Trust(None, f"no trust file ({path} not on this repository's HEAD)")
+    else:
+        trust = Trust(_parse(res.stdout, f"{path} on HEAD"), f"{path} on HEAD")
+    _TRUST_CACHE.append(trust)
+    return trust
 
 
 def _parse(blob: Blob | None) -> tuple[records.Record | None, str | None]:

@@ -275,6 +275,8 @@ class LeaseService:
                 self._remember(rec, oid, oid)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared))
             last_refusal = out
+            if any("hook declined" in st for st in out.statuses.values()):
+                raise GitLeaseError(f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}")
             snap = self.snapshot(use_cache=False)
             now = self.clock.now()
             attempts[rec.lease_id] = (rec, oid)

@@ -296,6 +296,9 @@ def parse_push_porcelain(out: str) -> dict[str, str]:
 
 def _last_error(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    ours = [ln[len("remote: "):] for ln in lines if ln.startswith("remote: gitlease:")]
+    if ours:  # a server hook of ours said why (gitlease's pre-receive): that is the reason, not git's summary
+        return "; ".join(ours[:3])
     for ln in lines:
         if ln.startswith(("fatal:", "ssh:")) or "Could not read" in ln or "unable to access" in ln:
             return ln.split(": ", 1)[-1] if ln.startswith("fatal:") else ln

@@ -207,3 +207,39 @@ def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
     assert receive.check_lease_updates(probe) != []
     monkeypatch.setattr(store, "RESERVED", ("refs/leases/doctor/",), raising=False)
     assert receive.check_lease_updates(probe) == []
+
+
+def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded, tmp_path):
+    from gitlease import sshsig
+
+    keys = {n: sshsig.generate_key(str(tmp_path / f"key_{n}"), comment=n) for n in ("agent-a", "agent-b")}
+    admin = guarded("trust-admin")
+    (admin / ".gitlease").mkdir()
+    (admin / ".gitlease" / "allowed_signers").write_text(
+        "".join(f'{n} namespaces="gitlease" {k.public_key()}\n' for n, k in keys.items()))
+    git(admin, "add", ".gitlease/allowed_signers")
+    git(admin, "commit", "-q", "-m", "trust")
+    git(admin, "push", "-q", "origin", "HEAD:main")
+    a, b, eve = guarded("a"), guarded("b"), guarded("eve")
+    for repo, who in ((a, "agent-a"), (b, "agent-b")):
+        git(repo, "config", "lease.signingKey", str(tmp_path / f"key_{who}"))
+        git(repo, "config", "lease.agent", who)
+    res = cli(a, "acquire", "--scope", "svc", "--json")  # signed and trusted: accepted
+    assert res.returncode == 0, res.stderr
+    lease = json.loads(res.stdout)["result"]["leaseId"]
+    assert cli(a, "renew", lease).returncode == 0
+    res = cli(eve, "acquire", "--scope", "other", "--agent", "eve")  # unsigned on a signed server
+    assert res.returncode == 1 and "unsigned, but this store is signed" in res.stderr
+    # agent B (trusted too) writes the next version of A's lease, signed with B's key: a valid CAS, refused
+    ref = f"refs/leases/id/{lease}"
+    git(b, "fetch", "-q", "origin", ref)
+    cur = git(b, "rev-parse", "FETCH_HEAD").strip()
+    rec = records.parse(git(b, "cat-file", "blob", f"{cur}:lease.json").encode())
+    nxt = rec.next_version(rec.renewed + 1)
+    data = nxt.canonical()
+    forged = ObjectWriter(os.path.join(git(b, "rev-parse", "--absolute-git-dir").strip(), "objects")).lease_commit(
+        data, sshsig.sign(keys["agent-b"], data, "gitlease").encode(), (cur,), ident_for("agent-b", "h"), 1_800_000_000, "x")
+    res = _push(b, f"{forged}:{ref}", pins=[(ref, cur)])
+    assert res.returncode == 1 and "not by the owner key" in res.stderr
+    assert git(guarded.bare, "rev-parse", ref).strip() == cur
+    assert cli(a, "release", lease).returncode == 0
