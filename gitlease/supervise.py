@@ -49,7 +49,7 @@ def _prctl():
         return None
 
 
-def spawn_gated(argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:
+def spawn_gated(argv: Sequence[str], env: dict[str, str], cwd: str | None = None) -> tuple[int, int]:
     """Fork the command into a process group of its own, with PR_SET_PDEATHSIG (SIGKILL when the supervisor
     dies, Linux; it survives exec), held at a gate until the supervisor opens it (``os.write(gate, b"g")``) once
     the watchdog is armed. End of file on the gate (the supervisor died first): the command never starts.
@@ -70,6 +70,8 @@ def spawn_gated(argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:
                 os._exit(137)
             for sig in FORWARDED:
                 signal.signal(sig, signal.SIG_DFL)
+            if cwd is not None:
+                os.chdir(cwd)
             os.execvpe(argv[0], list(argv), env)
         except OSError as exc:
             os.write(2, f"git-lease: cannot run {argv[0]!r}: {exc.strerror or exc}\n".encode())
@@ -102,14 +104,14 @@ def group_alive(pgid: int) -> bool:
 class Supervisor:
     def __init__(self, svc, lease_id: str, expires: float, timing: Timing, argv: Sequence[str], *,
                  release: bool = True, env: dict[str, str] | None = None, watchdog: bool = True,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+                 log: Callable[[str], None] = lambda line: None, cwd: str | None = None) -> None:
         from .service import LeaseService
 
         if not argv:
             raise UsageError("no command to run: git lease run --scope PATH -- COMMAND [ARGS...]")
         timing.check()
         self.svc, self.lease_id, self.timing, self.argv = svc, lease_id, timing, list(argv)
-        self.release, self.log, self.use_watchdog = release, log, watchdog
+        self.release, self.log, self.use_watchdog, self.cwd = release, log, watchdog, cwd
         self.env = dict(os.environ if env is None else env, GITLEASE_LEASE=lease_id)
         beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
         self.heartbeat = Heartbeat(service_attempt(beat_svc, lease_id), timing, expires, clock=svc.clock,
@@ -170,7 +172,7 @@ class Supervisor:
         for sig in FORWARDED:
             signal.signal(sig, self._forward)
         try:
-            pid, gate = spawn_gated(self.argv, self.env)
+            pid, gate = spawn_gated(self.argv, self.env, self.cwd)
             self.child = _Child(pid)
             try:
                 if self.use_watchdog:  # armed with its first deadline before the command may start

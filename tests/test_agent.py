@@ -153,3 +153,48 @@ def test_holders_reach_a_real_agent_process_over_its_socket(worktrees, tmp_path)
             break
         threading.Event().wait(0.05)
     assert gone.is_set()
+
+
+def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
+    """Issue 11's acceptance: 20 holders on one host over a file:// remote; the server's own
+    reference-transaction log shows one renewal push per round for all 20; a lease taken over stops only its
+    holder."""
+    import sys as _sys
+    from pathlib import Path
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from soak import serverlog
+
+    bare = make_bare(tmp_path / "store.git")
+    serverlog.install(bare)
+    main = tmp_path / "main"
+    git(tmp_path, "init", "-q", str(main))
+    git(main, "commit", "-q", "--allow-empty", "-m", "init")
+    clock = FakeClock()
+
+    def service(path, remote=None):
+        repo = Repo.discover(path)
+        return LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent=os.path.basename(path),
+                                          timeout=20), clock=clock)
+    paths = []
+    for i in range(20):
+        git(main, "worktree", "add", "-q", "--detach", str(tmp_path / f"h{i}"))
+        paths.append(str(tmp_path / f"h{i}"))
+    leases = [service(p).acquire([f"pkg{i}"], ttl=600).lease_id for i, p in enumerate(paths)]
+    agent = Agent(lambda repo, remote: service(repo), clock=clock, alive=lambda pid, start: True)
+    for p, lid in zip(paths, leases):
+        agent.register(p, lid, pid=1)
+    before = len(serverlog.read(bare))
+    clock.advance(300)  # half the TTL
+    agent.tick()
+    renewals = serverlog.read(bare)[before:]
+    # one push (one receive-pack process; non-atomic, so git commits each ref on its own), twenty id refs
+    assert len({t.pid for t in renewals}) == 1 and sum(len(t.updates) for t in renewals) == 20
+    _forge(bare, leases[7])
+    before = len(serverlog.read(bare))
+    clock.advance(300)
+    agent.tick()
+    txns = serverlog.read(bare)[before:]
+    assert len({t.pid for t in txns}) == 1 and sum(len(t.updates) for t in txns) == 19  # one refused on its own
+    states = {lid: agent.status(lid).state for lid in leases}
+    assert states.pop(leases[7]) == "lost" and set(states.values()) == {"held"}

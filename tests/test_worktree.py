@@ -549,3 +549,18 @@ def test_an_expired_lease_whose_holder_process_lives_is_not_reclaimed(repo, cloc
     assert [a.action for a in m.prune() if a.id == att.id] == ["pooled"]
     assert held_in(att.path) == {}  # the dead lease's entry is forgotten on the way into the pool
     assert m.acquire(["c"], ttl=TTL).id == att.id
+
+
+def test_run_worktree_runs_the_command_inside_the_attached_worktree(repo):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    res = subprocess.run(["git", "lease", "run", "--scope", "src", "--worktree", "--", "sh", "-c",
+                          'pwd; git config lease.enforce; git lease status --json'],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    where, mode, status = res.stdout.split("\n", 2)
+    assert os.path.basename(where).startswith("wt-src-") and mode == "strict"
+    lease = json.loads(status)["result"]["leases"][0]
+    assert lease["heldHere"] and lease["paths"] == ["src"]  # held (and renewed) from inside the worktree
+    assert "lease released" in res.stderr and "the command runs there" in res.stderr
+    assert subprocess.run(["git", "lease", "status", "--json"], cwd=repo, env=env, capture_output=True,
+                          text=True).stdout.count("leaseId") == 0

@@ -30,12 +30,13 @@ ScopeOpt = Annotated[List[str], typer.Option("--scope", "-s", help="A path prefi
 LeaseArg = Annotated[str, typer.Argument(help="The lease id (lease_...).")]
 
 
-def service(remote: str | None, **flags: Any):
+def service(remote: str | None, *, at: str = ".", **flags: Any):
+    """The service for the repository (worktree) at ``at``, settings resolved from its config, env and flags."""
     from ..config import resolve
     from ..repo import Repo
     from ..service import LeaseService
 
-    repo = Repo.discover(".")
+    repo = Repo.discover(at)
     settings = resolve(repo.config, remote=remote, **flags)
     return LeaseService(repo, settings, signer=signer_for(settings))
 

@@ -43,6 +43,10 @@ def run_(
     task: Annotated[Optional[str], typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
     agent: Annotated[Optional[str], typer.Option(help="Agent id (default: $GITLEASE_AGENT).")] = None,
     remote: RemoteOpt = None,
+    worktree: Annotated[bool, typer.Option("--worktree", help="Lease, attach a clean worktree bound to the lease "
+                                           "(docs/worktrees.md), and run COMMAND inside it.")] = False,
+    base: Annotated[Optional[str], typer.Option(help="With --worktree: start the task branch here.")] = None,
+    branch: Annotated[Optional[str], typer.Option(help="With --worktree: the task branch name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run COMMAND under a lease: acquire (or --lease), renew in the background, and if the lease is lost stop
@@ -60,6 +64,12 @@ def run_(
             raise errors.UsageError("give --scope (acquire a new lease) or --lease (use a held one), not both")
         if not lease and not scope:
             raise errors.UsageError("git lease run needs --scope PATH (or --lease ID) before -- COMMAND")
+        if (base or branch) and not worktree:
+            raise errors.UsageError("--base and --branch need --worktree")
+        if worktree and lease:
+            raise errors.UsageError("--worktree acquires a new lease: give --scope, not --lease (or use "
+                                    "git lease worktree add LEASE, then run --lease in that worktree)")
+        cwd = None
         timeout = min(svc.settings.timeout, (ttl_seconds(ttl) or svc.settings.ttl) / 6)
         if lease:
             from .. import record as records
@@ -77,15 +87,29 @@ def run_(
             timing = Timing.for_ttl(the_ttl, renew_every=_seconds("--renew-every", renew_every), timeout=timeout,
                                     grace=_seconds("--grace", grace, 0))
             args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
+            do_acquire = svc.acquire
+            if worktree:
+                from ..worktree import WorktreeManager
+
+                manager = WorktreeManager(svc)
+                do_acquire = lambda s, **kw: manager.acquire(s, base=base, branch=branch,  # noqa: E731
+                                                             **{k: v for k, v in kw.items() if k != "renew_every"})
             if wait is not None:
                 from ..wait import acquire_wait
 
-                got = acquire_wait(svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting, **args)
+                got = acquire_wait(svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting,
+                                   acquire=do_acquire, **args)
             else:
-                got = svc.acquire(scope, **args)
+                got = do_acquire(scope, **args)
+            if worktree:  # the lease moved into the worktree: renew and release it from there
+                att, got = got, got.acquired
+                cwd = att.path
+                svc = service(remote, task=task, agent=agent, at=att.path)
             lease_id, expires, release = got.lease_id, got.record.expires, True
             _log(f"lease acquired: {lease_id} ({' '.join(got.record.paths)}, ttl {got.record.ttl}s)")
-        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log).run()
+            if cwd:
+                _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
+        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd).run()
         outcome["code"] = res.returncode
         result = {"leaseId": lease_id, "returncode": res.returncode, "lost": res.lost, "reason": res.reason,
                   "released": res.released, "releaseError": res.release_error}
