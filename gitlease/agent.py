@@ -1,8 +1,9 @@
 """The per-user, per-host renewal agent (issue 11): local holders register their leases; the agent renews all
 of them in one push per store and interval (batch.renew_many) and tells each holder when its lease is lost.
 
-- Adaptive: a lease is renewed when ``fraction`` of its TTL is left (default one half), or at its declared
-  ``renewEvery``, whichever comes first; leases due within ``gather`` seconds of each other share a push.
+- Adaptive: a round starts when a lease has ``fraction`` of its TTL left (default one half), or reaches its
+  declared ``renewEvery``, whichever comes first; the round renews every lease the agent holds, so they all
+  share one phase and one push per store per interval.
 - It never keeps a lease alive whose holder is gone: each round it checks every holder's pid and process
   start time, and drops (does not renew) the leases of dead holders: they expire and can be reclaimed.
 - A lease whose renewal cannot be confirmed before ``expires - margin`` is reported lost (stop signal).
@@ -130,7 +131,10 @@ class Agent:
             if r.pid and not self.alive(r.pid, r.pid_start):
                 r.state, r.error = "dropped", f"holder process {r.pid} is gone; not renewed"
         held = [r for r in held if r.state == "held"]
-        due = [r for r in held if now + GATHER >= r.due_at(self.fraction)]
+        # A round renews every lease once one is due (within GATHER), so all leases of this agent share one
+        # phase: one push per store per renewal interval, however many leases and whenever they were acquired
+        # (a lease acquired since the last round is renewed early, never late).
+        due = held if any(now + GATHER >= r.due_at(self.fraction) for r in held) else []
         if due:
             results = renew_many([(self._service(r.repo, r.remote), r.lease_id) for r in due])
             self.pushes += 1

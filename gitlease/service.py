@@ -251,9 +251,23 @@ class LeaseService:
 
     # ------------------------------------------------------------------------- acquire
     def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
-                renew_every: int | None = None, workspace: str | None = None) -> Acquired:
+                renew_every: int | None = None, workspace: str | None = None,
+                replace: str | None = None) -> Acquired:
+        """One push creating the lease's refs. ``replace``: a lease this worktree holds, released in the same
+        atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
+        overlap; otherwise, or when the combined push is refused, it is released first on its own."""
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
+        release_with: list[RefUpdate] = []
+        if replace is not None:
+            h = self._held(replace)
+            if h.pending:
+                h = self._settle_pending(h)
+            if scopes.sets_overlap(h.paths, paths):
+                self.release(replace)  # git refuses a delete and an overlapping create in one push
+            else:
+                release_with = [RefUpdate(id_ref(replace), None, h.current)] + [
+                    RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
         cleared: list[str] = []
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
@@ -268,9 +282,20 @@ class LeaseService:
             oid = self._write_version(rec, None, "acquire")
             updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None)
                                                                        for p in paths]
-            out = self.store.apply(updates)
+            out = self.store.apply(updates + release_with)
             if out.ambiguous:
-                out = self._resolve(updates, out)
+                out = self._resolve(updates + release_with, out)
+            if release_with:
+                if out.ok:
+                    self._forget(replace)
+                else:  # refused as a whole: the old lease stays; release it on its own, then acquire as usual
+                    release_with = []
+                    try:
+                        self.release(replace)
+                    except (LeaseLost, NotHeld):
+                        pass  # gone already: nothing of it to give back
+                    if not any(st.startswith("rejected") for st in out.statuses.values()):
+                        continue
             if out.ok:
                 self._remember(rec, oid, oid)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared))

@@ -198,3 +198,45 @@ def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
     assert len({t.pid for t in txns}) == 1 and sum(len(t.updates) for t in txns) == 19  # one refused on its own
     states = {lid: agent.status(lid).state for lid in leases}
     assert states.pop(leases[7]) == "lost" and set(states.values()) == {"held"}
+
+
+def test_release_and_the_next_acquire_go_in_one_push(tmp_path):
+    """Issue 11: a worker moving to its next task pays one push (counted at the server), not two; overlapping
+    scopes fall back to two; a refused next scope still gives the old lease back."""
+    import sys as _sys
+    from pathlib import Path
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from soak import serverlog
+    from gitlease.errors import HeldError
+
+    bare = make_bare(tmp_path / "store.git")
+    serverlog.install(bare)
+    main = tmp_path / "w"
+    git(tmp_path, "init", "-q", str(main))
+    clock = FakeClock()
+    repo = Repo.discover(main)
+    svc = LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent="w"), clock=clock)
+    pushes = lambda: len({t.pid for t in serverlog.read(bare)})  # noqa: E731  (one receive-pack per push)
+    first = svc.acquire(["pkg1"]).lease_id
+    n = pushes()
+    second = svc.acquire(["pkg2"], replace=first).lease_id
+    assert pushes() == n + 1
+    refs = git(bare, "for-each-ref", "--format=%(refname)", "refs/leases/").split()
+    assert refs == [f"refs/leases/id/{second}", "refs/leases/scope/pkg2"]
+    assert set(svc.held_here()) == {second}
+    n = pushes()
+    third = svc.acquire(["pkg2/sub"], replace=second).lease_id  # overlaps: git cannot do both in one push
+    assert pushes() == n + 2 and set(svc.held_here()) == {third}
+    other = fleet_agent(tmp_path, bare, clock, "other")
+    other.acquire(["taken"])
+    with pytest.raises(HeldError):
+        svc.acquire(["taken"], replace=third)
+    assert svc.held_here() == {} and f"refs/leases/id/{third}" not in git(bare, "for-each-ref")
+
+
+def fleet_agent(tmp_path, bare, clock, name):
+    path = tmp_path / name
+    git(tmp_path, "init", "-q", str(path))
+    repo = Repo.discover(path)
+    return LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent=name), clock=clock)

@@ -102,3 +102,13 @@ def test_missing_signing_key_file_is_a_clear_error(make_repo):
     res = cli(a, "acquire", "--scope", "x")
     assert res.returncode == 1 and "signing key /nonexistent/key: no such file" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_acquire_replace_releases_the_finished_lease(make_repo):
+    a = make_repo("a")
+    first = cli(a, "acquire", "--scope", "one").stdout.splitlines()[0].split(": ")[1]
+    res = cli(a, "acquire", "--scope", "two", "--replace", first, "--json")
+    assert res.returncode == 0, res.stderr
+    assert [v["paths"] for v in json.loads(cli(a, "status", "--json").stdout)["result"]["leases"]] == [["two"]]
+    res = cli(a, "acquire", "--scope", "three", "--replace", "lease_nosuch0000000000")
+    assert res.returncode == 1 and "not held by this worktree" in res.stderr

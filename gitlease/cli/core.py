@@ -26,6 +26,8 @@ def acquire(
                                             hidden=True)] = 0,
     wait: Annotated[Optional[str], typer.Option(help="While the scope is held, retry (jittered backoff) for up "
                                                 "to this long: 30s, 10m; exit 3 when it runs out.")] = None,
+    replace: Annotated[Optional[str], typer.Option(help="Release this lease (held here, its task done) in the "
+                                                   "same push: moving to the next task costs one push.")] = None,
     remote: RemoteOpt = None,
     worktree: Annotated[bool, typer.Option("--worktree", help="Then attach a clean worktree bound to the lease "
                                            "(docs/worktrees.md).")] = False,
@@ -39,6 +41,11 @@ def acquire(
     def body():
         svc = service(remote, task=task, agent=agent)
         args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
+        if replace:
+            if worktree:
+                raise errors.UsageError("--replace and --worktree do not go together (a worktree's lease is "
+                                        "released from inside it)")
+            args["replace"] = replace
         att = None
         do_acquire = svc.acquire
         if worktree:
@@ -65,6 +72,8 @@ def acquire(
         rec = got.record
         lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]
+        if replace:
+            lines.append(f"lease released: {replace}")
         result = {"leaseId": got.lease_id, "workspaceId": rec.workspace_id, "ttl": rec.ttl, "paths": list(rec.paths),
                   "version": rec.version, "expiresAt": rec.expires_at, "store": svc.store.name,
                   "cleared": list(got.cleared)}
