@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py --write docs/performance.md
 	$(BIN)/python bench/hooks.py --write docs/performance.md
 	$(BIN)/python bench/plan.py --write docs/performance.md
+	$(BIN)/python bench/fleet.py --write docs/performance.md
 
 soak: $(STAMP)
 	$(BIN)/python -m soak.run --duration $(DURATION) --workers $(WORKERS) --write docs/reliability.md

@@ -12,11 +12,10 @@ import functools
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from . import record as records
 from . import scope as scopes
-from .audit import Appended, AuditLog, writer_id
 from .clock import SYSTEM, Clock, iso
 from .config import Settings
 from .errors import (Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, PushRejected,
@@ -29,7 +28,12 @@ from .signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 from .state import Held, HeldState
 from .store import (ID_PREFIX, SCOPE_REF, Blob, Outcome, RefUpdate, RemoteStore, Store, open_store,
                     same_remote)
-from .trust import INVALID, ChainCheck, Seen, Trust, load_trust
+
+if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
+    from .audit import Appended, AuditLog
+    from .trust import ChainCheck, Trust
+
+INVALID = "invalid"  # trust.INVALID
 
 ACQUIRE_ATTEMPTS = 4
 
@@ -206,6 +210,8 @@ class LeaseService:
         configured a missing trust file is an error (InvalidRecord, exit 5); an unparsable one always is."""
         if self._trust is not None:
             return self._trust
+        from .trust import load_trust
+
         trust = load_trust(self.store, self.settings.allowed_signers, cache_dir=self.repo.shared_dir(),
                            required=self.signer.public_key is not None, offline=offline)
         if not offline:
@@ -336,6 +342,8 @@ class LeaseService:
     @functools.cached_property
     def audit(self) -> AuditLog:
         """This writer's audit log (``refs/leases-audit/<agent>``: one ref per writer, no contention)."""
+        from .audit import AuditLog, writer_id
+
         return AuditLog(self.store, self.objects, self.signer, self.clock, writer=writer_id(self.settings.agent))
 
     def reclaim(self, view: LeaseView, *, action: str, rule: str, reason: str, by: str | None = None) -> Appended:
@@ -512,6 +520,8 @@ class LeaseService:
         """Every lease on the store, each verified (signatures, trust, owner binding, replay: trust.py).
         When the store cannot be read and ``use_cache``, the last listing fetched (its objects are local) is
         returned, marked stale with its age."""
+        from .trust import Seen
+
         cache = _RefsCache(self.repo.shared_dir(), self.store.name)
         seen = Seen(self.repo.shared_dir(), self.store.name)
         before = seen.load()  # before listing: see Seen
@@ -564,6 +574,8 @@ class LeaseService:
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
             v.problems.extend(p for p in chk.problems if p not in v.problems)
             if v.current_oid:
+                from .trust import Seen
+
                 replay = Seen.replay_problem(before, v.lease_id, v.record.version, v.current_oid)
                 if replay:
                     v.problems.append(replay)

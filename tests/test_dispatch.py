@@ -34,3 +34,12 @@ def test_unknown_command_and_no_command_are_usage_errors(tmp_path):
     assert res.returncode == 0 and res.stdout.startswith("git-lease ")
     res = cli(tmp_path, "help", "renew")
     assert res.returncode == 0 and "LEASE_ID" in res.stdout
+
+
+def test_the_write_path_imports_no_verification_audit_or_crypto():
+    """acquire/renew/release without a key never verify anything: their start-up must not pay for it."""
+    code = ("import sys, gitlease.cli.core, gitlease.service, gitlease.store; "
+            "heavy = [m for m in ('gitlease.trust', 'gitlease.sshsig', 'gitlease.audit', 'cryptography') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

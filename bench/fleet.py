@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""gitlease push budget benchmark (issue 11): a fleet on a few hosts, the real store, pushes counted at the
+remote.
+
+    .venv/bin/python bench/fleet.py                              # 100 agents on 10 hosts, 2 simulated hours
+    .venv/bin/python bench/fleet.py --quick                      # 20 agents on 4 hosts, 1 simulated hour
+    .venv/bin/python bench/fleet.py --write docs/performance.md  # also (re)write its section there
+
+What it does, every figure from this one run:
+
+- One bare ``file://`` remote whose ``reference-transaction`` hook logs every transaction the server commits
+  with the pid of its ``receive-pack`` (soak/serverlog.py): one pid is one push, counted by the server, not by
+  the clients.
+- ``--hosts`` simulated hosts, each one repository with ``--agents / --hosts`` linked worktrees (one per agent)
+  and its own ``git lease agent`` (gitlease.agent.Agent, the renewal logic, ticked in-process).
+- The tokio trace as the task queue: task *i* takes ``paths`` of commit *i*, its duration proportional to its
+  size with a mean of ``--task-minutes`` (30), at least a minute. An agent that finishes takes the next task
+  whose files no active lease covers (a read: ``can_start``), and acquires it with ``replace=`` its finished
+  lease, so moving to the next task is one push. TTL ``--ttl`` (10 min); each host's agent renews when half
+  the TTL is left, all its leases in one push.
+- Time is simulated (one FakeClock for the whole fleet, moved in steps of ``--step`` seconds); the store and
+  every push are real.
+
+Reported: pushes per simulated minute in all and by kind, renewal pushes per host per interval, against the
+host's limit (6 a minute, GitHub's recommendation).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from gitlease.agent import Agent  # noqa: E402
+from gitlease.clock import FakeClock  # noqa: E402
+from gitlease.config import resolve  # noqa: E402
+from gitlease.errors import HeldError  # noqa: E402
+from gitlease.repo import Repo  # noqa: E402
+from gitlease.service import LeaseService  # noqa: E402
+from plan import DEFAULT_TRACE, git, isolate, load_trace, make_repo, machine_info  # noqa: E402
+from soak import serverlog  # noqa: E402
+
+BEGIN, END = "<!-- fleet:begin -->", "<!-- fleet:end -->"
+LIMIT = 6.0  # pushes a minute: GitHub's recommendation per repository
+
+
+class Counter:
+    """Pushes seen by the server since the last call: distinct receive-pack pids."""
+
+    def __init__(self, bare: Path) -> None:
+        self.bare, self.seen = bare, 0
+
+    def take(self) -> int:
+        txns = serverlog.read(self.bare)
+        new = {t.pid for t in txns[self.seen:]}
+        self.seen = len(txns)
+        return len(new)
+
+
+def run(args, tmp: Path, log) -> dict:
+    commits, files = load_trace(Path(args.trace), args.tasks)
+    bare = tmp / "leases.git"
+    git("init", "-q", "--bare", str(bare))
+    git("config", "receive.autogc", "false", cwd=bare)
+    serverlog.install(bare)
+    url = bare.as_uri()
+    clock = FakeClock()
+    per_host = args.agents // args.hosts
+    hosts = []
+    for h in range(args.hosts):
+        worktrees = make_repo(tmp / f"host{h}" / "repo", files, per_host)
+        svcs = []
+        for i, wt in enumerate(worktrees):
+            repo = Repo.discover(str(wt))
+            svcs.append(LeaseService(repo, resolve(repo.config, env={}, remote=url, agent=f"h{h}a{i}",
+                                                   task="fleet", ttl=args.ttl, timeout=60), clock=clock))
+        by_path = {str(s.repo.cwd): s for s in svcs}
+        agent = Agent(lambda repo, remote, by_path=by_path: by_path[repo], clock=clock,
+                      alive=lambda pid, start: True, margin=5)
+        hosts.append((agent, svcs))
+    mean = sum(c.duration for c in commits) / len(commits)
+    durations = [max(60.0, args.task_minutes * 60 * c.duration / mean) for c in commits]
+    queue = list(range(len(commits)))
+    busy: dict[tuple[int, int], tuple[float, str]] = {}  # (host, agent) -> (ends at, lease id)
+    counts = {"acquire": 0, "renewal": 0, "refused": 0}
+    count = Counter(bare)
+    start = clock.now()
+    end = start + args.minutes * 60
+    started = finished = 0
+    renew_rounds: dict[int, int] = {}
+
+    def next_task(svc, replace):
+        nonlocal started
+        for k, idx in enumerate(queue[:50]):  # look a little ahead, queue order first
+            paths, blockers, _ = svc.can_start(commits[idx].paths)
+            if blockers:
+                continue
+            try:
+                got = svc.acquire(commits[idx].paths, replace=replace, ttl=args.ttl)
+            except HeldError:
+                counts["refused"] += count.take()
+                continue
+            counts["acquire"] += count.take()
+            queue.pop(k)
+            started += 1
+            return idx, got.lease_id
+        if replace:
+            svc.release(replace)
+            counts["acquire"] += count.take()
+        return None
+
+    while clock.now() < end and queue:
+        now = clock.now()
+        for h, (agent, svcs) in enumerate(hosts):
+            for i, svc in enumerate(svcs):
+                cur = busy.get((h, i))
+                if cur is not None and cur[0] > now:
+                    continue
+                replace = None
+                if cur is not None:
+                    agent.unregister(cur[1])
+                    replace = cur[1]
+                    finished += 1
+                    del busy[(h, i)]
+                got = next_task(svc, replace)
+                if got is None:
+                    continue
+                idx, lease_id = got
+                busy[(h, i)] = (now + durations[idx], lease_id)
+                agent.register(str(svc.repo.cwd), lease_id, pid=1)
+        for h, (agent, _) in enumerate(hosts):
+            before = agent.pushes
+            agent.tick()
+            if agent.pushes != before:
+                renew_rounds[h] = renew_rounds.get(h, 0) + 1
+            counts["renewal"] += count.take()
+            lost = [lid for lid, r in agent.regs.items() if r.state != "held"]
+            if lost:
+                raise SystemExit(f"bench: host {h} lost leases {lost[:3]}: {[agent.regs[x].error for x in lost]}")
+        clock.advance(args.step)
+    minutes = (clock.now() - start) / 60
+    interval = args.ttl / 2
+    intervals = (clock.now() - start) / interval
+    total = sum(counts[k] for k in ("acquire", "renewal", "refused"))
+    log(f"  {started} tasks started, {finished} finished in {minutes:.0f} simulated minutes; {total} pushes")
+    return {"agents": args.agents, "hosts": args.hosts, "ttl": args.ttl, "task_minutes": args.task_minutes,
+            "minutes": minutes, "started": started, "finished": finished, "counts": counts, "total": total,
+            "per_minute": total / minutes, "renewal_per_host_interval": counts["renewal"] / args.hosts / intervals,
+            "rounds_per_host": renew_rounds, "intervals": intervals, "commits": len(commits)}
+
+
+def section(res: dict, info: dict) -> str:
+    c = res["counts"]
+    m = res["minutes"]
+    ok_total = res["per_minute"] <= LIMIT
+    ok_renew = res["renewal_per_host_interval"] <= 1.0 + 1e-9
+    per_lease = res["agents"] * 60 / (res["ttl"] / 2) + 2 * res["agents"] / res["task_minutes"]
+    lines = [
+        BEGIN,
+        "## Push budget: a fleet on a few hosts (`bench/fleet.py`)",
+        "",
+        f"Run {info['when']}, {info['machine']}, {info['git']}, code {info['code']}. {res['agents']} agents on "
+        f"{res['hosts']} hosts replay the {info['trace']} trace ({res['commits']} commits as tasks, "
+        f"{res['task_minutes']} simulated minutes on average, TTL {res['ttl']} s, renewal at half the TTL by each "
+        f"host's `git lease agent`, next task acquired with `replace=` the finished one) for {m:.0f} simulated "
+        "minutes against a real `file://` store. Pushes are counted by the server (receive-pack processes seen by "
+        "its reference-transaction hook).",
+        "",
+        "| pushes | count | per simulated minute |",
+        "| --- | ---: | ---: |",
+        f"| acquire (with the release of the finished task in the same push) | {c['acquire']} | "
+        f"{c['acquire'] / m:.2f} |",
+        f"| renewals (one push per host per round) | {c['renewal']} | {c['renewal'] / m:.2f} |",
+        f"| refused acquires (another agent took the scope between read and push) | {c['refused']} | "
+        f"{c['refused'] / m:.2f} |",
+        f"| **all** | **{res['total']}** | **{res['per_minute']:.2f}** |",
+        "",
+        f"- Renewal pushes per host per renewal interval ({res['ttl'] // 2} s): "
+        f"**{res['renewal_per_host_interval']:.2f}** (target at most 1: **{'met' if ok_renew else 'not met'}**).",
+        f"- All pushes: **{res['per_minute']:.2f} a minute** against the host's {LIMIT:g} "
+        f"(**{'met' if ok_total else 'not met'}**). The same fleet renewing each lease on its own and releasing "
+        f"in a push of its own would make about {per_lease:.1f} a minute (`git lease budget` arithmetic).",
+        f"- {res['started']} tasks started, {res['finished']} finished.",
+        END,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agents", type=int, default=100)
+    ap.add_argument("--hosts", type=int, default=10)
+    ap.add_argument("--ttl", type=int, default=600)
+    ap.add_argument("--task-minutes", type=float, default=30)
+    ap.add_argument("--minutes", type=float, default=120)
+    ap.add_argument("--step", type=float, default=30)
+    ap.add_argument("--tasks", type=int, default=2000)
+    ap.add_argument("--trace", default=str(DEFAULT_TRACE))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--write", metavar="FILE")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.agents, args.hosts, args.minutes = 20, 4, 60
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    tmp = Path(tempfile.mkdtemp(prefix="gitlease-fleet-"))
+    try:
+        isolate(tmp)
+        info = machine_info(Path(args.trace))
+        res = run(args, tmp, log)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = section(res, info)
+    print(text)
+    if args.write:
+        path = Path(args.write)
+        doc = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
+        if BEGIN in doc and END in doc:
+            a, b = doc.index(BEGIN), doc.index(END) + len(END)
+            doc = doc[:a] + text.rstrip("\n") + doc[b:]
+        else:
+            doc = doc.rstrip("\n") + "\n\n" + text
+        path.write_text(doc, encoding="utf-8")
+        log(f"wrote its section of {path}")
+    print(json.dumps({k: v for k, v in res.items() if k != "rounds_per_host"}), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
