@@ -2,7 +2,7 @@
 """gitlease push budget benchmark (issue 11): a fleet on a few hosts, the real store, pushes counted at the
 remote.
 
-    .venv/bin/python bench/fleet.py                              # 100 agents on 10 hosts, 2 simulated hours
+    .venv/bin/python bench/fleet.py                              # 100 agents on 10 hosts, 40 simulated minutes
     .venv/bin/python bench/fleet.py --quick                      # 20 agents on 4 hosts, 1 simulated hour
     .venv/bin/python bench/fleet.py --write docs/performance.md  # also (re)write its section there
 
@@ -200,8 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", type=int, default=10)
     ap.add_argument("--ttl", type=int, default=600)
     ap.add_argument("--task-minutes", type=float, default=30)
-    ap.add_argument("--minutes", type=float, default=120)
-    ap.add_argument("--step", type=float, default=30)
+    ap.add_argument("--minutes", type=float, default=40)
+    ap.add_argument("--step", type=float, default=60)
     ap.add_argument("--tasks", type=int, default=2000)
     ap.add_argument("--trace", default=str(DEFAULT_TRACE))
     ap.add_argument("--quick", action="store_true")

@@ -26,7 +26,7 @@ from . import enforce, gitcmd
 from . import record as records
 from .errors import InvalidRecord, RemoteUnavailable
 from .objects import RECORD_FILE, SIGNATURE_FILE
-from .store import ID_PREFIX, NAMESPACE, SCOPE_REF, Blob
+from .store import ID_PREFIX, NAMESPACE, SCOPE_REF, Blob, parse_batch
 
 ZERO = re.compile(r"^0+$")
 LEASE_OPTION = re.compile(r"^lease=(lease_[0-9a-z]{6,40})$")
@@ -44,17 +44,7 @@ def read_objects(oids) -> tuple[dict[str, Blob], dict[str, tuple[str, ...]]]:
     names = [n for o in oids for n in (o, f"{o}:{RECORD_FILE}", f"{o}:{SIGNATURE_FILE}")]
     res = _read(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
                 input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
-    data, pos, got = res.stdout, 0, {}
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break
-        header = data[pos:nl].decode("utf-8", "replace").split(" ", 2)
-        pos = nl + 1
-        if len(header) == 3 and header[1].isdigit():
-            size = int(header[1])
-            got[header[2]] = (header[0], data[pos:pos + size])
-            pos += size + 1
+    got = parse_batch(res.stdout)
     blobs, parents = {}, {}
     for o in oids:
         kind, body = got.get(o, (None, b""))

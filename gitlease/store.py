@@ -374,11 +374,10 @@ def _batch_check(repo_dir: str, names: Sequence[str]) -> dict[str, tuple[str, in
     return found
 
 
-def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
-    res = gitcmd.run(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
-                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
-    data = res.stdout
-    out: dict[str, bytes] = {}
+def parse_batch(data: bytes) -> dict[str, tuple[str, bytes]]:
+    """``git cat-file --batch='%(objecttype) %(objectsize) %(rest)'`` output (each name given as its own
+    rest) -> {name: (type, contents)}; missing objects are left out."""
+    out: dict[str, tuple[str, bytes]] = {}
     pos = 0
     while pos < len(data):
         nl = data.find(b"\n", pos)
@@ -388,8 +387,15 @@ def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
         pos = nl + 1
         if len(header) == 3 and header[1].isdigit():
             size = int(header[1])
-            out[header[2]] = data[pos:pos + size]
+            out[header[2]] = (header[0], data[pos:pos + size])
             pos += size + 1
+    return out
+
+
+def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
+    res = gitcmd.run(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
+                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    out = {name: body for name, (_, body) in parse_batch(res.stdout).items()}
     return out
 
 
