@@ -15,7 +15,7 @@ What it does, every figure from this one run:
   and its own ``git lease agent`` (gitlease.agent.Agent, the renewal logic, ticked in-process).
 - The tokio trace as the task queue: task *i* takes ``paths`` of commit *i*, its duration proportional to its
   size with a mean of ``--task-minutes`` (30), at least a minute. An agent that finishes takes the next task
-  whose files no active lease covers (a read: ``can_start``), and acquires it with ``replace=`` its finished
+  whose files no active lease covers (one read of the store per step for the fleet), and acquires it with ``replace=`` its finished
   lease, so moving to the next task is one push. TTL ``--ttl`` (10 min); each host's agent renews when half
   the TTL is left, all its leases in one push.
 - Time is simulated (one FakeClock for the whole fleet, moved in steps of ``--step`` seconds); the store and
@@ -96,19 +96,25 @@ def run(args, tmp: Path, log) -> dict:
     started = finished = 0
     renew_rounds: dict[int, int] = {}
 
-    def next_task(svc, replace):
+    from gitlease import scope as scopes
+
+    def next_task(svc, replace, snap, taken):
+        """The first queued task (looking a little ahead) that no lease in this step's listing, nor a task
+        started in this step, overlaps: one read per step for the whole fleet, then one push per start."""
         nonlocal started
-        for k, idx in enumerate(queue[:50]):  # look a little ahead, queue order first
-            paths, blockers, _ = svc.can_start(commits[idx].paths)
-            if blockers:
+        now = clock.now()
+        for k, idx in enumerate(queue[:50]):
+            paths = commits[idx].paths
+            if snap.blocking(paths, now, svc.settings.skew) or any(scopes.sets_overlap(paths, t) for t in taken):
                 continue
             try:
-                got = svc.acquire(commits[idx].paths, replace=replace, ttl=args.ttl)
+                got = svc.acquire(paths, replace=replace, ttl=args.ttl)
             except HeldError:
                 counts["refused"] += count.take()
                 continue
             counts["acquire"] += count.take()
             queue.pop(k)
+            taken.append(paths)
             started += 1
             return idx, got.lease_id
         if replace:
@@ -118,6 +124,8 @@ def run(args, tmp: Path, log) -> dict:
 
     while clock.now() < end and queue:
         now = clock.now()
+        snap = hosts[0][1][0].snapshot(use_cache=False)  # one read per step (reads are not pushes)
+        taken: list = []
         for h, (agent, svcs) in enumerate(hosts):
             for i, svc in enumerate(svcs):
                 cur = busy.get((h, i))
@@ -129,7 +137,7 @@ def run(args, tmp: Path, log) -> dict:
                     replace = cur[1]
                     finished += 1
                     del busy[(h, i)]
-                got = next_task(svc, replace)
+                got = next_task(svc, replace, snap, taken)
                 if got is None:
                     continue
                 idx, lease_id = got

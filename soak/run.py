@@ -318,9 +318,9 @@ proves nothing.
 
 ## Not covered yet
 
-- Fenced pushes of branch commits (P6 is checked, but these workers push no branches yet), signatures on
-  every version, the sweeper's audit entries, and fuzzing of everything a remote or user can feed us beyond
-  the record, scope and trust-file fuzzing in the unit tests.
+- Fenced pushes of branch commits (P6 is checked, but these workers push no branches yet), signed leases
+  (the soak runs unsigned, so signatures are not checked here), and fuzzing of hook stdin and trust files
+  beyond the unit tests. The sweeper runs (one per remote) and every reclaim's audit entry is checked.
 - A reclaim is told from a release only by the audit entry in its transaction, or by its holder's release
   intent: the checker cannot prove who deleted refs when neither exists.
 """
