@@ -6,9 +6,8 @@ bound: an idle agent renews nothing):
 
 * per-lease (what gitlease does today): an acquire and a release per task, ``2 * N * T / 60`` pushes a minute,
   plus one renewal push per lease per interval, ``N * 60 / R``;
-* batched (``git lease agent`` renews every lease of a host in one push; the one push for a worker's release
-  and its next acquire is not built yet, so this row is the target): the release and the next acquire in one
-  push, ``N * T / 60``, plus one renewal push per host per interval for all its leases, ``min(H, N) * 60 / R``.
+* batched (``git lease agent`` renews every lease of a host in one push; ``acquire --replace`` puts a worker's
+  release and its next acquire in one push), ``N * T / 60``, plus one renewal push per host per interval for all its leases, ``min(H, N) * 60 / R``.
 
 The largest fleet that fits under a host's limit L (pushes a minute; GitHub recommends at most 6 per
 repository) is ``floor(L / (2T/60 + 60/R))`` agents per-lease, and ``floor((L - 60H/R) / (T/60))`` agents on
@@ -95,8 +94,8 @@ class Budget:
 
 
 PER_LEASE = "per-lease renewals (what gitlease does today)"
-BATCHED = ("batched (git lease agent: one renewal push per host; release + next acquire in one push, "
-           "not built yet)")
+BATCHED = ("batched (git lease agent: one renewal push per host; acquire --replace: release + next "
+           "acquire in one push)")
 
 
 def plan(fleet: Fleet, limit: float = GITHUB_PUSHES_PER_MINUTE) -> Budget:
