@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from . import gitcmd
 from .errors import GitLeaseError, UsageError
+from .fsutil import atomic_write
 
 CLIENT_HOOKS = ("pre-commit", "pre-push")
 SERVER_HOOKS = ("pre-receive",)
@@ -80,18 +81,7 @@ def is_ours(path: str) -> bool:
 
 
 def _write(path: str, data: bytes) -> None:
-    tmp = f"{path}.gitlease-tmp-{os.getpid()}"
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, data, mode=0o755)
 
 
 def install(cwd: str = ".", names=CLIENT_HOOKS, *, python: str | None = None) -> list[HookChange]:

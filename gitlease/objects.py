@@ -13,6 +13,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Mapping
 
+from .fsutil import atomic_write
+
 RECORD_FILE = "lease.json"
 SIGNATURE_FILE = "lease.sig"
 
@@ -33,18 +35,7 @@ class ObjectWriter:
         if os.path.exists(path):
             return oid
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
-        try:
-            with open(tmp, "xb") as fh:
-                fh.write(zlib.compress(raw, 1))
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(path, zlib.compress(raw, 1), mode=0o444, tmp_prefix="tmp_obj_")
         return oid
 
     def blob(self, data: bytes) -> str:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from . import record as records
 from . import scope as scopes
-from .clock import SYSTEM, Clock, iso
+from .clock import SYSTEM, Clock
 from .config import Settings
 from .errors import (Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, PushRejected,
                      RemoteUnavailable, UsageError)
+from .fsutil import write_json
 from .objects import ObjectWriter, ident_for
 from .progress import next_progress
 from .record import Owner, Record
@@ -741,10 +742,7 @@ class _RefsCache:
     def save(self, refs: dict[str, str], fetched_at: float) -> None:
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"fetchedAt": fetched_at, "refs": refs}, fh)
-            os.replace(tmp, self.path)
+            write_json(self.path, {"fetchedAt": fetched_at, "refs": refs})
         except OSError:
             pass  # a cache that cannot be written only costs freshness
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 from .errors import InvalidRecord
+from .fsutil import write_json
 
 FILE = "held.json"
 VERSION = 1
@@ -69,13 +70,4 @@ class HeldState:
 
     def _write(self, held: dict[str, Held]) -> None:
         doc = {"version": VERSION, "leases": {k: asdict(v) for k, v in sorted(held.items())}}
-        tmp = os.path.join(self.folder, f".held-{os.getpid()}-{os.urandom(6).hex()}")
-        try:
-            with open(tmp, "x", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1, sort_keys=True)
-                fh.write("\n")
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_json(self.path, doc, pretty=True)

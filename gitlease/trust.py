@@ -25,6 +25,7 @@ from typing import Iterable, Mapping, Sequence
 from . import record as records
 from . import sshsig
 from .errors import InvalidRecord, RemoteUnavailable
+from .fsutil import write_json
 from .signer import ADMIN_NAMESPACE, NAMESPACE
 
 MAX_CHAIN = 100_000  # versions walked per lease; a longer history is reported, not walked
@@ -303,10 +304,7 @@ def _cache_name(folder: str, prefix: str, store_name: str) -> str:
 def _write_json(path: str, doc: object) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh)
-        os.replace(tmp, path)
+        write_json(path, doc)
     except OSError:
         pass  # a cache that cannot be written only costs what it would have remembered
 

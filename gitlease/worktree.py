@@ -33,6 +33,7 @@ from . import gitcmd
 from . import scope as scopes
 from .clock import iso, parse_iso
 from .errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
+from .fsutil import write_json
 from .repo import Repo
 from .service import Acquired, LeaseService, process_start
 from .state import Held, HeldState
@@ -923,11 +924,7 @@ def _read_json(path: str) -> object:
 
 
 def _write_json(path: str, doc: object) -> None:
-    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_json(path, doc, pretty=True)
 
 
 def _load_meta(git_dir: str) -> Meta | None:
