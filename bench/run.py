@@ -795,15 +795,28 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         if not found:
             return None
         return {k: median(found[0]["samples"][k]["acquire"]) / base10[k] for k in KINDS}
+    def push_scale_ratio(n, packed):
+        found = [row for row in scale if row["leases"] == n and row["packed"] == packed]
+        base = [row for row in scale if row["leases"] == 10]
+        if not found or not base:
+            return None
+        return {k: median(found[0]["samples"][k]["push"]) / median(base[0]["samples"][k]["push"]) for k in KINDS}
     rat = scale_ratio(1000, False)
     if rat:
         ok = all(r <= TARGET_SCALE_RATIO for r in rat.values())
         packed = scale_ratio(1000, True)
         extra = (f"; with the remote's refs packed: file:// {ratio(packed['file'])}, git:// "
                  f"{ratio(packed['daemon'])}" if packed else "")
+        floor = push_scale_ratio(1000, False)
+        floor_p = push_scale_ratio(1000, True)
+        floor_txt = (f" The floor is git's own: the plain push of one new ref, in the same run, slows by file:// "
+                     f"{ratio(floor['file'])}, git:// {ratio(floor['daemon'])} (packed: file:// "
+                     f"{ratio(floor_p['file'])}, git:// {ratio(floor_p['daemon'])}) from 10 to 1,000 leases, "
+                     "because `receive-pack` advertises and then reads every ref for its connectivity check "
+                     "(the trace below); no client can push below it." if floor and floor_p else "")
         verdicts.append(f"- Acquire with 1,000 active leases (loose refs) within {TARGET_SCALE_RATIO}x of acquire "
                         f"with 10: **{'met' if ok else 'not met'}** (file:// {ratio(rat['file'])}, "
-                        f"git:// {ratio(rat['daemon'])}{extra}).")
+                        f"git:// {ratio(rat['daemon'])}{extra}).{floor_txt}")
 
     # ---- 5: start-up
     w("## 5. CLI start-up")
