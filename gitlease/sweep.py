@@ -222,27 +222,29 @@ def history(service: LeaseService, *, since: float | None = None, lease_id: str 
     store still holds, and of each lease an audit entry kept reachable. A lease released by its holder leaves
     nothing behind (its refs are gone and nothing points at its versions)."""
     from .audit import read_log
+    from .trust import check_audit_entry
 
     store = service.store
-    entries = read_log(store)
+    trust = service.trust()
+    entries = read_log(store, verify=lambda data, sig, doc: check_audit_entry(trust, doc, data, sig))
     snap = service.snapshot(use_cache=False)
     heads = {v.current_oid or v.grant_oid for v in snap.leases if v.valid} | {e.pointer for e in entries if e.pointer}
     heads.discard(None)
     events: list[LogEvent] = []
-    versions = _lease_versions(service, sorted(h for h in heads if h))
+    versions = _lease_versions(service, sorted(h for h in heads if h), trust)
     seen: set[str] = set()
-    for oid, rec, signed in versions:
+    for oid, rec, signed, problem in versions:
         if oid in seen or rec is None:
             continue
         seen.add(oid)
         if rec.version == 1:
             events.append(LogEvent(rec.acquired_at, "acquire", rec.lease_id, 1, rec.owner.agent_id,
                                    f"task={rec.owner.task_id} scope={','.join(rec.paths)} ttl={rec.ttl}s",
-                                   "lease", oid, signed))
+                                   "lease", oid, signed, problem))
         else:
             note = f" progress={rec.progress.counter}" if rec.progress else ""
             events.append(LogEvent(rec.renewed_at, "renew", rec.lease_id, rec.version, rec.owner.agent_id,
-                                   f"expiresAt={rec.expires_at}{note}", "lease", oid, signed))
+                                   f"expiresAt={rec.expires_at}{note}", "lease", oid, signed, problem))
     for e in entries:
         d = e.doc
         events.append(LogEvent(e.at or "?", str(d.get("action") or "?"), str(d.get("leaseId") or "?"),
@@ -258,8 +260,9 @@ def history(service: LeaseService, *, since: float | None = None, lease_id: str 
     return events
 
 
-def _lease_versions(service: LeaseService, heads: list[str]):
-    """(oid, record, signed) of every lease version reachable from ``heads``, in one walk and one read."""
+def _lease_versions(service: LeaseService, heads: list[str], trust):
+    """(oid, record, signed, problem) of every lease version reachable from ``heads``, in one walk and one
+    read; ``problem``: its signature does not verify against ``trust`` (None: fine, or unsigned store)."""
     from . import gitcmd
     from .service import _parse_blob
 
@@ -273,8 +276,11 @@ def _lease_versions(service: LeaseService, heads: list[str]):
         b = blobs.get(oid)
         if b is None:
             continue
-        rec, _problem = _parse_blob(b)
-        out.append((oid, rec, b.signature is not None))
+        rec, problem = _parse_blob(b)
+        if rec is not None and problem is None:
+            check = trust.check_version(rec, b.record, b.signature, service.clock.now())
+            problem = check.problem
+        out.append((oid, rec, b.signature is not None, problem))
     return out
 
 

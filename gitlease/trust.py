@@ -24,6 +24,7 @@ from typing import Iterable, Mapping, Sequence
 
 from . import record as records
 from . import sshsig
+from .clock import parse_iso
 from .errors import InvalidRecord, RemoteUnavailable
 from .fsutil import write_json
 from .signer import ADMIN_NAMESPACE, NAMESPACE
@@ -215,6 +216,41 @@ def _key_words(key: str | None) -> str | None:
         return None
     words = key.split()
     return " ".join(words[:2]) if len(words) >= 2 else None
+
+
+def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None) -> str | None:
+    """The problem with one audit entry's signature (None: fine). Same rules as a lease version: the SSHSIG
+    (namespace gitlease) must verify over the exact ``entry.json`` bytes by the key the entry names; on a
+    signed store that key must be trusted for the writer (``by``), and be a gitlease-admin key for what only
+    an admin may do (a forced release, a reclaim of a live lease by an early rule)."""
+    if sig is None:
+        if doc.get("key"):
+            return "the entry names a key but carries no signature"
+        if trust.signed:
+            return f"the entry is unsigned, but this store is signed ({trust.source})"
+        return None
+    try:
+        key = sshsig.verify(sig, data, NAMESPACE)  # type: ignore[arg-type]  (bytes are de-armored too)
+    except InvalidRecord as exc:
+        return f"signature: {exc}"
+    fp = sshsig.fingerprint_of(key)
+    if _key_words(doc.get("key") if isinstance(doc.get("key"), str) else None) != key:
+        return f"signed by key {fp}, not by the key the entry names (forged or replaced)"
+    if not trust.signed:
+        return None
+    try:
+        when = parse_iso(str(doc.get("at")))
+    except ValueError:
+        return f"unreadable time {doc.get('at')!r}"
+    admin_only = doc.get("action") == "force-release" or doc.get("rule") not in ("expired", None)
+    if trust.admin_principals(key, when):
+        return None
+    if admin_only:
+        return (f"{doc.get('action')} by rule {doc.get('rule')!r} needs a {ADMIN_NAMESPACE} key, and key {fp} "
+                f"is not one ({trust.source})")
+    if not trust.trusted_for(str(doc.get("by")), key, when):
+        return f"key {fp} is not trusted for writer {doc.get('by')!r} ({trust.source})"
+    return None
 
 
 # --------------------------------------------------------------------------------------------- loading

@@ -192,11 +192,13 @@ class WorktreeManager:
         return os.path.join(os.path.dirname(main), f"{name}.worktrees")
 
     @contextlib.contextmanager
-    def _pool_lock(self) -> Iterator[None]:
+    def _pool_lock(self, *, shared: bool = False) -> Iterator[None]:
+        """The pool lock: exclusive for what changes worktrees, shared for a reader (``list``), which would
+        otherwise see a half-made worktree of a concurrent ``git worktree add`` and fail."""
         folder = self.repo.shared_dir()
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, POOL_LOCK), "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+            fcntl.flock(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
 
     # ------------------------------------------------------------------------------ listing
@@ -546,7 +548,9 @@ class WorktreeManager:
     def list(self) -> list[Entry]:
         now = self.clock.now()
         out = []
-        for wt in self.worktrees():
+        with self._pool_lock(shared=True):
+            found = self.worktrees()
+        for wt in found:
             lease, state, _ = self.lease_of(wt)
             age = None
             if wt.meta:

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import typer.main
 
 from conftest import cli
@@ -34,6 +35,26 @@ def test_unknown_command_and_no_command_are_usage_errors(tmp_path):
     assert res.returncode == 0 and res.stdout.startswith("git-lease ")
     res = cli(tmp_path, "help", "renew")
     assert res.returncode == 0 and "LEASE_ID" in res.stdout
+
+
+@pytest.mark.parametrize("argv,command,needle", [
+    (["ci", "--json"], "ci", "--json"),
+    (["acquire", "--json", "--bogus"], "acquire", "--bogus"),
+    (["renew", "lease_x", "--json", "--bogus"], "renew", "--bogus"),
+    (["ci", "install", "--json"], "ci install", "github|gitlab"),
+    (["worktree", "add", "--json"], "worktree add", "LEASE_ID"),
+])
+def test_a_usage_error_with_json_prints_the_envelope_too(tmp_path, argv, command, needle):
+    res = cli(tmp_path, *argv)
+    assert res.returncode == 2 and "Usage: git-lease" in res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is False and doc["command"] == command
+    assert doc["error"]["kind"] == "usage" and doc["error"]["exitCode"] == 2 and needle in doc["error"]["message"]
+
+
+def test_a_usage_error_without_json_prints_nothing_on_stdout(tmp_path):
+    res = cli(tmp_path, "acquire", "--bogus")
+    assert res.returncode == 2 and res.stdout == "" and "No such option" in res.stderr
 
 
 def test_the_write_path_imports_no_verification_audit_or_crypto():

@@ -514,3 +514,33 @@ def test_oversized_signature_is_reported_not_ignored(signed):
     assert a.store.apply([RefUpdate(id_ref(got.lease_id), big, got.oid)]).ok
     view = _current(c, got.lease_id)
     assert not view.valid and "lease.sig is not a file, or over the size limit" in view.problems
+
+
+# ------------------------------------------------------------------------------- the log verifies too
+
+def test_log_verifies_lease_versions_and_audit_entries(signed):
+    from gitlease.audit import AuditLog
+    from gitlease.sweep import Sweeper, history
+
+    a, b, boss = signed.agent("a"), signed.agent("b"), signed.agent("boss")
+    old = a.acquire(["old"], ttl=60)
+    live = a.acquire(["live"], ttl=600)
+    signed.clock.advance(60 + 31)
+    assert b.acquire(["old/x"]).cleared == (old.lease_id,)  # an expired clear by an ordinary agent: audited
+    assert Sweeper(boss).force(live.lease_id, action="force-release").outcome == "reclaimed"  # admin: audited
+    events = history(boss)
+    audit = [e for e in events if e.source == "audit"]
+    assert {e.event for e in audit} == {"clear", "force-release"} and all(e.signed for e in audit)
+    assert [e.problem for e in events] == [None] * len(events)
+
+    # b (no admin key) writes an entry claiming a forced release, and eve (untrusted) one claiming a clear
+    for who, action, rule in (("b", "force-release", "forced"), ("eve", "clear", "expired")):
+        svc = signed.agent(who)
+        log = AuditLog(svc.store, svc.objects, svc.signer, svc.clock, writer=who)
+        assert log.append_with([], {"action": action, "rule": rule, "reason": "forged", "by": who,
+                                    "leaseId": live.lease_id, "version": 1}).ok
+    bad = {e.by: e.problem for e in history(boss) if e.source == "audit" and e.by in ("b", "eve")}
+    assert "needs a gitlease-admin key" in bad["b"]
+    assert "not trusted for writer 'eve'" in bad["eve"]
+    lines = [e.line() for e in history(boss)]
+    assert any("INVALID: force-release by rule 'forced' needs a gitlease-admin key" in line for line in lines)

@@ -342,6 +342,35 @@ def test_two_agents_asking_at_once_get_different_worktrees(repo, clock):
         assert list(held_in(r.path)) == [r.lease_id]
 
 
+def test_list_waits_for_an_add_in_progress(repo, clock):
+    """`git worktree list` next to a half-made worktree of a concurrent add can fail: list takes the pool
+    lock shared, so it waits for an add (which holds it exclusive) and never sees one half made."""
+    m = manager(repo, clock)
+    m.acquire(["seed"], ttl=TTL)
+    adding, listed, done = threading.Event(), threading.Event(), threading.Event()
+    got = []
+
+    def add_in_progress():
+        with manager(repo, clock)._pool_lock():
+            adding.set()
+            done.wait(10)
+
+    def lister():
+        adding.wait(10)
+        got.append(m.list())
+        listed.set()
+
+    threads = [threading.Thread(target=add_in_progress), threading.Thread(target=lister)]
+    for t in threads:
+        t.start()
+    assert adding.wait(10)
+    assert not listed.wait(0.3)  # blocked behind the add (an event wait with a timeout, not a sleep)
+    done.set()
+    for t in threads:
+        t.join(10)
+    assert listed.is_set() and len(got[0]) == 1
+
+
 # ------------------------------------------------------------------------ clear messages
 
 def test_a_base_that_does_not_exist_is_refused_before_any_lease(repo, clock):

@@ -69,17 +69,47 @@ def dispatch(argv: list[str]) -> int:
 
     import typer.main
 
+    import click
+
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
     group = typer.main.get_group(module.app)
     try:
-        group.main(args=argv, prog_name="git-lease", standalone_mode=True)
+        code = group.main(args=argv, prog_name="git-lease", standalone_mode=False)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except KeyboardInterrupt:
+    except click.exceptions.UsageError as exc:  # bad option or argument: click's usage text, and the envelope
+        exc.show()
+        if "--json" in argv:
+            _envelope(_command_name(group, argv), exc.format_message(), 2)
+        return 2
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except BrokenPipeError:  # the reader went away (`git lease status | head`): as click's standalone mode does
+        return 1
+    except (click.exceptions.Abort, KeyboardInterrupt):
         from ..errors import INTERRUPTED
         return INTERRUPTED
-    return 0
+    return code if isinstance(code, int) else 0
+
+
+def _command_name(group, argv: list[str]) -> str:
+    """"ci install" for ``ci install --json``: the (sub)command words of argv, as far as the app knows them."""
+    words, node = [], group
+    for arg in argv:
+        cmds = getattr(node, "commands", None)
+        if not cmds or arg not in cmds:
+            break
+        words.append(arg)
+        node = cmds[arg]
+    return " ".join(words) or argv[0]
+
+
+def _envelope(command: str, message: str, code: int) -> None:
+    import json
+    sys.stdout.write(json.dumps({"ok": False, "command": command, "error": {
+        "kind": "usage", "message": message, "exitCode": code, "details": {}}}, sort_keys=True) + "\n")
 
 
 def _unknown(name: str, as_json: bool) -> int:
@@ -89,9 +119,7 @@ def _unknown(name: str, as_json: bool) -> int:
     hint = f"; did you mean '{near[0]}'?" if near else "; see 'git lease -h'"
     message = f"unknown command '{name}'{hint}"
     if as_json:
-        import json
-        sys.stdout.write(json.dumps({"ok": False, "command": name, "error": {
-            "kind": "usage", "message": message, "exitCode": 2, "details": {}}}, sort_keys=True) + "\n")
+        _envelope(name, message, 2)
     sys.stderr.write(f"git-lease: {message}\n")
     return 2
 

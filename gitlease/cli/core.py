@@ -184,6 +184,22 @@ def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     run("status", as_json, body)
 
 
+def _gone(svc, lease_id: str) -> str:
+    """Why ``show`` finds no lease: reclaimed (the audit log says by whom and when) or released/never there."""
+    from ..audit import read_log
+
+    try:
+        entries = [e for e in read_log(svc.store) if e.lease_id == lease_id]
+    except errors.GitLeaseError:
+        entries = []
+    if entries:
+        d = entries[-1].doc
+        return (f"lease {lease_id} is gone from store {svc.store.name}: {d.get('action')} by {d.get('by')} at "
+                f"{d.get('at')} (rule {d.get('rule')}); see 'git lease log --lease {lease_id}'")
+    return (f"no lease {lease_id} on store {svc.store.name} (released, or never there: a release leaves no "
+            "trace)")
+
+
 @app.command()
 def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """One lease in full: its record, its history, and whether each version verifies."""
@@ -191,7 +207,7 @@ def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False)
         svc = service(remote)
         view, history, snap = svc.show(lease_id)
         if view is None:
-            raise errors.GitLeaseError(f"no lease {lease_id} on store {svc.store.name}", leaseId=lease_id)
+            raise errors.GitLeaseError(_gone(svc, lease_id), leaseId=lease_id)
         now, skew = svc.clock.now(), svc.settings.skew
         hist = [{"oid": h.oid, "version": h.record.version if h.record else None,
                  "renewedAt": h.record.renewed_at if h.record else None, "problem": h.problem,
