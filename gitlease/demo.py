@@ -27,9 +27,9 @@ def main() -> int:
     base = tempfile.mkdtemp(prefix="gitlease-demo-")
     try:
         remote = os.path.join(base, "remote.git")
-        _git(base, "init", "-q", "--bare", remote)
+        _git(base, "init", "-q", "--bare", "--initial-branch=main", remote)
         seed = os.path.join(base, "seed")
-        _git(base, "init", "-q", seed)
+        _git(base, "init", "-q", "--initial-branch=main", seed)
         for path in ("services/billing/api.py", "services/tax/rates.py", "libs/tax/calc.py"):
             os.makedirs(os.path.join(seed, os.path.dirname(path)), exist_ok=True)
             with open(os.path.join(seed, path), "w") as fh:
