@@ -72,7 +72,7 @@ def dispatch(argv: list[str]) -> int:
     import click
 
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
-    group = typer.main.get_group(module.app)
+    group = typer.main.get_group(_only(module.app, name))
     try:
         code = group.main(args=argv, prog_name="git-lease", standalone_mode=False)
     except SystemExit as exc:
@@ -92,6 +92,26 @@ def dispatch(argv: list[str]) -> int:
         from ..errors import INTERRUPTED
         return INTERRUPTED
     return code if isinstance(code, int) else 0
+
+
+def _only(app, name: str):
+    """A copy of the module's typer app holding only the command (or group) ``name``: typer builds a click
+    command from every registered function's signature, and building the unused ones is most of the
+    dispatch cost left after the imports. The full app when nothing matches (click then reports it)."""
+    import copy
+
+    from typer.main import get_command_name
+
+    def named(info) -> str:
+        return info.name or get_command_name(info.callback.__name__)
+
+    def group_named(info) -> str | None:
+        return info.name or (info.typer_instance.info.name if info.typer_instance else None)
+
+    sub = copy.copy(app)
+    sub.registered_commands = [c for c in app.registered_commands if c.callback and named(c) == name]
+    sub.registered_groups = [g for g in app.registered_groups if group_named(g) == name]
+    return sub if sub.registered_commands or sub.registered_groups else app
 
 
 def _command_name(group, argv: list[str]) -> str:
