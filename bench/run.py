@@ -594,6 +594,8 @@ def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
         "git-benchnoop (the no-op run directly)": [str(noop)],
         "python -c pass": [py, "-c", "pass"],
         'python -c "import argparse"': [py, "-c", "import argparse"],
+        'python -c "import typer" (what the fast path of the core commands does not import)':
+            [py, "-c", "import typer"],
         'python -c "import gitlease.cli.core"': [py, "-c", "import gitlease.cli.core"],
         'python -c "import gitlease.cli.core; os._exit(0)"': [py, "-c", "import gitlease.cli.core, os; os._exit(0)"],
         'python -c "import gitlease.cli.core, gitlease.service"':
@@ -728,14 +730,15 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         rows.append((t_dispatch, t_py, t_imp, t_lazy, t_down, construct, lib, rest, total))
     labels = ["`git` finding and starting `git-lease` (`git benchnoop` minus running `git-benchnoop` directly)",
               "python interpreter start (`python -c pass`)",
-              "`import gitlease.cli.core`: the dispatcher loading the core commands' module (typer, click; process "
-              "time over `python -c pass`, both without interpreter shutdown)",
+              "`import gitlease.cli.core`: the dispatcher loading the core commands' module (no typer or click: "
+              "a well-formed core command line is parsed by `gitlease/cli/fast.py`; process time over "
+              "`python -c pass`, both without interpreter shutdown)",
               "imports of the service modules, made lazily in the command (`gitlease.service` and what it imports)",
               "interpreter shutdown after those imports (tearing the modules down; `git-lease` skips it with "
               "`os._exit` after flushing, so this is not in the total)",
               "`Repo.discover` + settings + `LeaseService()` in-process (git `rev-parse`, git `config`)",
               "`LeaseService.acquire` in-process (the push)",
-              "the rest (typer building the command and parsing, rendering, exit)",
+              "the rest (parsing, rendering, exit)",
               "**total `git lease acquire`** (measured)"]
     for j, label in enumerate(labels):
         w(f"| {label} | {ms(rows[0][j])} | {ms(rows[1][j])} |")

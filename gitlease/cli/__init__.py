@@ -65,6 +65,21 @@ def dispatch(argv: list[str]) -> int:
     name = argv[0]
     if name not in COMMANDS:
         return _unknown(name, "--json" in argv)
+    from . import fast
+
+    kwargs = fast.parse(name, argv[1:])
+    if kwargs is not None:  # a core command, well formed: run it without typer (see gitlease.cli.fast)
+        from . import core
+        try:
+            core.COMMANDS[name](**kwargs)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BrokenPipeError:
+            return 1
+        except KeyboardInterrupt:
+            from ..errors import INTERRUPTED
+            return INTERRUPTED
+        return 0
     import importlib
 
     import typer.main

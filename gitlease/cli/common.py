@@ -1,5 +1,6 @@
-"""What every command module shares: the typer options, the service factory, and the one place where results
-and errors become output and exit codes.
+"""What every command module shares: the service factory, and the one place where results and errors become
+output and exit codes. Standard library only: the fast path (``gitlease.cli.fast``) runs the core commands
+without typer; the typer options live in ``gitlease.cli.options``.
 
 Every command takes ``--json`` and then prints one envelope on stdout, on success and on failure:
 ``{"ok": true, "command": "acquire", "result": {...}}`` or
@@ -9,25 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated, Any, Callable, List, Optional
-
-import typer
+import sys
+from typing import Any, Callable
 
 from .. import errors
-
-
-def make_app(help: str = "") -> typer.Typer:
-    """The typer app of one command module (the dispatcher in ``gitlease.cli`` loads only the one it needs)."""
-    return typer.Typer(name="git-lease", add_completion=False, pretty_exceptions_enable=False,
-                       context_settings={"help_option_names": ["-h", "--help"]}, help=help)
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON envelope (also on failure).")]
-RemoteOpt = Annotated[Optional[str], typer.Option("--remote", help="Lease store: a git remote name or URL "
-                                                  "(default: lease.remote; none: this repository's own refs).")]
-ScopeOpt = Annotated[List[str], typer.Option("--scope", "-s", help="A path prefix to lease; repeat for more. "
-                                             "'.' is the whole repository.")]
-LeaseArg = Annotated[str, typer.Argument(help="The lease id (lease_...).")]
 
 
 def service(remote: str | None, *, at: str = ".", **flags: Any):
@@ -53,7 +39,8 @@ def signer_for(settings):
 
 
 def run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], list[str]]]) -> None:
-    """Run ``body`` (returns the JSON result and the human lines), render it, exit with the right code."""
+    """Run ``body`` (returns the JSON result and the human lines), render it, exit with the right code
+    (SystemExit: click lets it through, and the dispatcher turns it into the process's exit code)."""
     try:
         result, lines = body()
     except errors.GitLeaseError as exc:
@@ -68,16 +55,16 @@ def run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], li
         _emit({"ok": True, "command": command, "result": result})
     else:
         for line in lines:
-            typer.echo(line)
-    raise typer.Exit(0)
+            echo(line)
+    raise SystemExit(0)
 
 
 def _fail(command: str, as_json: bool, code: int, kind: str, message: str, details: dict[str, Any]) -> None:
     if as_json:
         _emit({"ok": False, "command": command,
                "error": {"kind": kind, "message": message, "exitCode": code, "details": _jsonable(details)}})
-    typer.echo(f"git-lease: {message}", err=True)
-    raise typer.Exit(code)
+    echo(f"git-lease: {message}", err=True)
+    raise SystemExit(code)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -85,7 +72,14 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _emit(doc: dict[str, Any]) -> None:
-    typer.echo(json.dumps(doc, sort_keys=True))
+    echo(json.dumps(doc, sort_keys=True))
+
+
+def echo(line: str, *, err: bool = False) -> None:
+    """One line to stdout (or stderr), flushed: output stays in order with what child processes print."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def ttl_seconds(value: str | None) -> int | None:

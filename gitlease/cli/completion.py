@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from .. import errors
-from .common import make_app
+from .options import make_app
 
 app = make_app()
 

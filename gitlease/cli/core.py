@@ -1,21 +1,29 @@
-"""The core commands: acquire, renew, release, status, show, can-start."""
+"""The core commands: acquire, renew, release, status, show, can-start.
+
+Written without importing typer, so that ``gitlease.cli.fast`` can run them on a well-formed command line
+without loading typer and click (most of a command's start-up). The annotations are strings (``from __future__
+import annotations``) that only typer reads: ``app`` (the typer app: help, usage errors, man page, completion)
+is built on first use by ``options.bind``, which puts the names they use (``typer``, ``JsonOpt``...) here.
+"""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
-
-import typer
+from typing import TYPE_CHECKING
 
 from .. import errors
 from ..clock import iso
-from .common import JsonOpt, LeaseArg, RemoteOpt, ScopeOpt, make_app, run, service, ttl_seconds
+from .common import echo, run, service, ttl_seconds
 
-app = make_app()
+if TYPE_CHECKING:  # the names the annotations use: put here at run time by options.bind
+    from typing import Annotated, Optional
+
+    import typer
+
+    from .options import JsonOpt, LeaseArg, RemoteOpt, ScopeOpt
 
 
 # ----------------------------------------------------------------------------- commands
 
-@app.command()
 def acquire(
     scope: ScopeOpt,
     task: Annotated[Optional[str], typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
@@ -63,7 +71,7 @@ def acquire(
             from ..wait import acquire_wait
 
             got = acquire_wait(svc, scope, wait=parse_duration("--wait", wait, 0), on_wait=lambda refusal, pause:
-                               typer.echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
+                               echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
                                acquire=do_acquire, **args)
         else:
             got = do_acquire(scope, **args)
@@ -85,7 +93,6 @@ def acquire(
     run("acquire", as_json, body)
 
 
-@app.command()
 def renew(
     lease_id: LeaseArg,
     ttl: Annotated[Optional[str], typer.Option(help="New time to live (default: the lease's own).")] = None,
@@ -102,7 +109,6 @@ def renew(
     run("renew", as_json, body)
 
 
-@app.command()
 def release(
     lease_id: LeaseArg,
     force: Annotated[bool, typer.Option(help="Release a lease this worktree does not hold, live or invalid: "
@@ -168,7 +174,6 @@ def _signature_text(h: dict) -> str:
     return who
 
 
-@app.command()
 def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Every lease on the store: id, scope, owner, time left. Answers from the last fetched state (and says
     how old it is) when the store cannot be reached."""
@@ -200,7 +205,6 @@ def _gone(svc, lease_id: str) -> str:
             "trace)")
 
 
-@app.command()
 def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """One lease in full: its record, its history, and whether each version verifies."""
     def body():
@@ -230,14 +234,13 @@ def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False)
         if not view.valid:  # everything above is printed, then exit 5 with the reason
             if not as_json:
                 for line in lines:
-                    typer.echo(line)
+                    echo(line)
             raise errors.InvalidRecord(f"lease {view.lease_id} does not verify: {'; '.join(view.problems)}",
                                        **result)
         return result, lines
     run("show", as_json, body)
 
 
-@app.command("can-start")
 def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Read-only: exit 0 if the scope is free now, 3 if not (naming the blockers)."""
     def body():
@@ -249,3 +252,17 @@ def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = Fals
             raise held_error(paths, blockers, svc.clock.now(), svc.settings.skew)
         return {"paths": list(paths), "free": True}, [f"free: {' '.join(paths)}"]
     run("can-start", as_json, body)
+
+
+COMMANDS = {"acquire": acquire, "renew": renew, "release": release, "status": status, "show": show,
+            "can-start": can_start}
+
+
+def __getattr__(name: str):
+    if name == "app":
+        from .options import bind
+
+        app = bind(globals(), COMMANDS)
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from .. import errors
-from .common import JsonOpt, RemoteOpt, make_app, run, service
+from .common import run, service
+from .options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 

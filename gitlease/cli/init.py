@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOpt, make_app, run
+from .common import run
+from .options import JsonOpt, make_app
 
 app = make_app()
 

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 import typer
 
 from .. import errors
-from .common import JsonOpt, RemoteOpt, make_app, run, service, ttl_seconds
+from .common import run, service, ttl_seconds
+from .options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 

@@ -9,7 +9,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from .. import errors
-from .common import JsonOpt, RemoteOpt, make_app, run, service, ttl_seconds
+from .common import run, service, ttl_seconds
+from .options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 
@@ -128,9 +129,9 @@ def run_(
 
     try:
         run("run", as_json, body)
-    except typer.Exit as exc:
-        if exc.exit_code == 0 and "code" in outcome:
-            raise typer.Exit(outcome["code"]) from None
+    except SystemExit as exc:
+        if exc.code == 0 and "code" in outcome:
+            raise SystemExit(outcome["code"]) from None
         raise
 
 

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from .. import errors
-from .common import JsonOpt, RemoteOpt, make_app, run, service
+from .common import run, service
+from .options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 ci_app = make_app(help="CI jobs that sweep stale leases on a schedule.")

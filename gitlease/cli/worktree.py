@@ -5,7 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import JsonOpt, LeaseArg, RemoteOpt, make_app, run, service
+from .common import run, service
+from .options import JsonOpt, LeaseArg, RemoteOpt, make_app
 
 app = make_app()
 worktree_app = make_app(help="Worktrees bound to leases: attach, list, prune, remove.")
