@@ -114,7 +114,7 @@ class AgentLink:
 
     def register(self, lease_id: str, pid: int) -> bool:
         try:
-            ans = self.client.request("register", repo=self.svc.repo.cwd, remote=self.svc.settings.remote,
+            ans = self.client.request("register", timeout=self._long(), repo=self.svc.repo.cwd, remote=self.svc.settings.remote,
                                       lease=lease_id, pid=pid)
         except OSError:
             return False

@@ -576,9 +576,18 @@ class LeaseService:
                 before: dict[str, dict[str, object]]) -> None:
         """Check each lease's whole history (trust.Trust.check_chain) and this machine's replay memory; every
         problem makes the view invalid, so its scope stays blocked (fail closed)."""
+        from .trust import MEMO
+
         now = self.clock.now()
         heads = {v.current_oid or v.grant_oid for v in views if v.record is not None}
-        parents = self.store.parents(h for h in heads if h)
+        heads.discard(None)
+        ident = trust.identity
+        # the history walk stops where this process already verified (trust.ChainMemo): a renewal adds one
+        stop_at = MEMO.newest(ident, {v.lease_id for v in views}) if ident is not None else []
+        walk = heads - set(stop_at)  # a head verified already needs no walk at all
+        parents = self.store.parents(walk, exclude=stop_at)
+        if stop_at and not walk <= set(parents):  # a head below a verified one (moved back), or an excluded
+            parents = self.store.parents(walk)  # commit no longer local: the whole walk, as without the memo
         missing = set(parents) - set(blobs)
         if missing:
             blobs = dict(blobs)
@@ -591,7 +600,7 @@ class LeaseService:
                 v.verification = INVALID
                 continue
             chk = trust.check_chain(v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now,
-                                    known)
+                                    known, memo=MEMO)
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
             v.problems.extend(p for p in chk.problems if p not in v.problems)
             if v.current_oid:
