@@ -108,6 +108,7 @@ class Agent:
         self.idle_since = clock.monotonic()
         self.pushes = 0  # rounds that renewed something (one push per store and object store each)
         self.piggybacked = 0  # renewals that rode in an acquire's or a release's push
+        self.round_renewals = 0  # renewals made by rounds
         self.round_lock = threading.Lock()  # one round, acquire or release at a time
         self.stop_event: threading.Event | None = None
 
@@ -253,6 +254,7 @@ class Agent:
             sent = {r.lease_id: r.progress for r in due}
             results = renew_many([(self._service(r.repo, r.remote), r.lease_id, r.progress) for r in due])
             self.pushes += 1
+            self.round_renewals += sum(1 for res in results.values() if not isinstance(res, GitLeaseError))
             for r in due:
                 res = results[r.lease_id]
                 if isinstance(res, Busy):  # its holder is renewing or releasing it right now
