@@ -174,7 +174,8 @@ class Agent:
             rsvc = self._service(r.repo, r.remote)
             if batch.group_key(rsvc) != key:
                 continue
-            if r.due_at(self.fraction) - now <= r.interval(self.fraction) * PIGGYBACK_WINDOW and (not r.pid or self.alive(r.pid, r.pid_start)):
+            soon = r.due_at(self.fraction) - now <= r.interval(self.fraction) * PIGGYBACK_WINDOW
+            if soon and (not r.pid or self.alive(r.pid, r.pid_start)):
                 picked.append((rsvc, r.lease_id, r.progress))
         items, _skipped = batch.prepare(picked)  # a lease that cannot be prepared waits for its round
         return items
@@ -228,8 +229,6 @@ class Agent:
     def tick(self) -> float:
         """One round: drop leases of dead holders, renew what is due (and what is nearly due, to share the
         push), report losses. Returns the seconds until the next lease is due."""
-        from .batch import renew_many
-
         with self.round_lock:
             return self._tick()
 

@@ -64,8 +64,8 @@ class AgentLink:
         return max(self.client.timeout, float(self.svc.settings.timeout) * 4)
 
     def _call(self, op: str, **kw) -> dict:
-        ans = self.client.request(op, timeout=self._long(), repo=self.svc.repo.cwd, remote=self.svc.settings.remote,
-                                  who=self._who(), **kw)
+        ans = self.client.request(op, timeout=self._long(), repo=self.svc.repo.cwd,
+                                  remote=self.svc.settings.remote, who=self._who(), **kw)
         if not ans.get("ok"):
             raise_refusal(ans)
         return ans
@@ -114,8 +114,8 @@ class AgentLink:
 
     def register(self, lease_id: str, pid: int) -> bool:
         try:
-            ans = self.client.request("register", timeout=self._long(), repo=self.svc.repo.cwd, remote=self.svc.settings.remote,
-                                      lease=lease_id, pid=pid)
+            ans = self.client.request("register", timeout=self._long(), repo=self.svc.repo.cwd,
+                                      remote=self.svc.settings.remote, lease=lease_id, pid=pid)
         except OSError:
             return False
         return bool(ans.get("ok"))

@@ -314,7 +314,7 @@ class LeaseService:
                         continue
             if out.ok:
                 self._remember(rec, oid, oid)
-                return Acquired(rec.lease_id, rec, oid, tuple(cleared), piggybacked=bool(piggyback))
+                return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
                 raise GitLeaseError(f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}")

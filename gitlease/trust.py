@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -218,7 +219,7 @@ class ChainMemo:
         self.limit = limit
         self._entries: dict[tuple[str, str], tuple[str, HistoryCheck, str | None]] = {}
         self._newest: dict[tuple[str, str], str] = {}  # (trust, lease id) -> its newest verified commit
-        self._lock = __import__("threading").Lock()
+        self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def versions(self, ident: str, lease_id: str, oid: str) -> list[HistoryCheck]:
