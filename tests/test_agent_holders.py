@@ -226,7 +226,7 @@ def test_git_lease_run_uses_the_agent_and_opts_out(tmp_path, agent_socket):
     assert res.returncode == 0, res.stderr
     client = AgentClient(agent_socket)
     assert client.available() and client.request("ping")["leases"] == 0  # started on demand, lease released
-    assert host.pushes() == 2 and host.version  # acquire and release, both through the agent
+    assert host.pushes() == 2  # acquire and release, both through the agent
     client.request("stop")
     while client.available():
         threading.Event().wait(0.01)
@@ -237,3 +237,21 @@ def test_git_lease_run_uses_the_agent_and_opts_out(tmp_path, agent_socket):
     git(work, "config", "lease.renewAgent", "true")
     res = cli(work, "run", "--no-renew-agent", "--scope", "svc", "--ttl", "60", "--", "true")
     assert res.returncode == 0 and not client.available()
+
+
+def test_a_second_hold_on_the_host_carries_the_first_ones_due_renewal(served):
+    host, agent, client, clock = served
+    a, b = host.service(host.path("a")), host.service(host.path("b"))
+    with gitlease.hold(scope=["pkg-a"], ttl=60, renew_every=20, service=a, agent_client=client) as first:
+        clock.wait_parked(1)
+        clock.advance(12)  # due in 8 s: within half its 20 s interval
+        n = host.pushes()
+        with gitlease.hold(scope=["pkg-b"], ttl=60, renew_every=20, service=b, agent_client=client) as second:
+            assert host.pushes() == n + 1  # one push: b's acquire and a's renewal
+            assert host.version(first.lease_id) == 2 and host.version(second.lease_id) == 1
+            clock.wait_parked(2)
+            second.heartbeat.stop()
+            first.heartbeat.stop()
+            clock.step()  # each parked heartbeat wakes, sees its stop, and ends
+            clock.step()
+    assert a.store.list_refs() == {}
