@@ -265,7 +265,8 @@ def section(res: dict, info: dict) -> str:
         f"- {res['started']} tasks started ({c['acquire']} acquire pushes: a next scope that overlaps the "
         f"finished one needs the release first, in a push of its own), {res['finished']} finished. Leases held "
         f"at once: {res['held_mean']:.1f} on average, {res['held_max']} at most: the trace's tasks overlap on "
-        "shared files (Cargo.toml, ...), so most of the time most agents wait for a task no lease blocks "
+        "shared files (tokio/Cargo.toml in 216 of the 1999 commits, .github/workflows/ci.yml in 178, "
+        "README.md in 139), so much of the time many agents wait for a task no lease blocks "
         f"(each looks {res['lookahead']} tasks ahead in the queue).",
         f"- Reads (one per simulated minute, every lease verified): {res['reads']}, first "
         f"{res['read_first'] * 1000:.0f} ms, mean {res['read_mean'] * 1000:.0f} ms, mean of the second half "
