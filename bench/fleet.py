@@ -203,7 +203,8 @@ def run(args, tmp: Path, log) -> dict:
             "read_mean": sum(reads) / len(reads) if reads else 0.0,
             "read_late_mean": sum(late) / len(late) if late else 0.0, "read_scratch": scratch, "read_warm": warm,
             "live_leases": len(snap.leases), "live_versions": live_versions,
-            "lookahead": args.lookahead, "held_mean": sum(held_per_step) / max(1, len(held_per_step)), "held_max": max(held_per_step or [0])}
+            "lookahead": args.lookahead, "held_mean": sum(held_per_step) / max(1, len(held_per_step)),
+            "held_max": max(held_per_step or [0])}
 
 
 def section(res: dict, info: dict) -> str:
