@@ -33,6 +33,7 @@ class Settings:
     progress_timeout: int | None = None
     enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
     worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
+    renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -108,6 +109,8 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
                               366 * 86400) or None,
         enforce=parse_mode(pick("enforce", "lease.enforce")),
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
+        renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"),
+                          True),
     )
 
 

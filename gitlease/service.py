@@ -151,6 +151,7 @@ class Acquired:
     record: Record
     oid: str
     cleared: tuple[str, ...] = ()  # expired leases cleared on the way
+    piggybacked: bool = False  # the ``piggyback`` updates landed in the same push
 
 
 @dataclass(frozen=True)
@@ -259,10 +260,13 @@ class LeaseService:
     # ------------------------------------------------------------------------- acquire
     def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
                 renew_every: int | None = None, workspace: str | None = None,
-                replace: str | None = None) -> Acquired:
+                replace: str | None = None, piggyback: Sequence[RefUpdate] = ()) -> Acquired:
         """One push creating the lease's refs. ``replace``: a lease this worktree holds, released in the same
         atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
-        overlap; otherwise, or when the combined push is refused, it is released first on its own."""
+        overlap; otherwise, or when the combined push is refused, it is released first on its own.
+        ``piggyback``: other updates (the renewal agent's due renewals, gitlease/agent.py) sent in the same
+        atomic push; when one of them is refused the acquire is retried without them, and ``piggybacked``
+        in the answer says whether they landed."""
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
         release_with: list[RefUpdate] = []
@@ -289,9 +293,14 @@ class LeaseService:
             oid = self._write_version(rec, None, "acquire")
             updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None)
                                                                        for p in paths]
-            out = self.store.apply(updates + release_with)
+            out = self.store.apply(updates + release_with + list(piggyback))
             if out.ambiguous:
-                out = self._resolve(updates + release_with, out)
+                out = self._resolve(updates + release_with + list(piggyback), out)
+            if piggyback and not out.ok:
+                refused = [u for u in piggyback if _refused_itself(out.statuses.get(u.ref, ""))]
+                piggyback = ()
+                if refused:  # a renewal failed the atomic push: the same acquire again, without them
+                    continue
             if release_with:
                 if out.ok:
                     self._forget(replace)
@@ -305,7 +314,7 @@ class LeaseService:
                         continue
             if out.ok:
                 self._remember(rec, oid, oid)
-                return Acquired(rec.lease_id, rec, oid, tuple(cleared))
+                return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
                 raise GitLeaseError(f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}")
@@ -496,19 +505,30 @@ class LeaseService:
             held.pop(lease_id, None)
 
     # ------------------------------------------------------------------------- release
-    def release(self, lease_id: str) -> None:
+    def release(self, lease_id: str, *, piggyback: Sequence[RefUpdate] = ()) -> bool:
+        """Delete the lease's refs at the values this worktree wrote. ``piggyback``: other updates sent in the
+        same atomic push (see ``acquire``); True when they landed. Waits for a renewal of the same lease in
+        this worktree (the renewal agent's, a heartbeat's) to finish first."""
+        with self._renewing(lease_id):
+            return self._release(lease_id, list(piggyback))
+
+    def _release(self, lease_id: str, piggyback: list[RefUpdate]) -> bool:
         h = self._held(lease_id)
         self._require_owner_key(records.parse(h.record.encode("utf-8")), "release")
         if h.pending:
             h = self._settle_pending(h)
         updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
             RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
-        out = self.store.apply(updates)
+        out = self.store.apply(updates + piggyback)
         if out.ambiguous:
-            out = self._resolve(updates, out, what="release")
+            out = self._resolve(updates + piggyback, out, what="release")
+        if piggyback and not out.ok:
+            if any(_refused_itself(out.statuses.get(u.ref, "")) for u in piggyback):
+                return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
+            piggyback = []
         if out.ok:
             self._forget(lease_id)
-            return
+            return bool(piggyback)
         refs = self.store.list_refs()
         ours = [u for u in updates if refs.get(u.ref) == u.old]
         if not ours:
@@ -556,9 +576,18 @@ class LeaseService:
                 before: dict[str, dict[str, object]]) -> None:
         """Check each lease's whole history (trust.Trust.check_chain) and this machine's replay memory; every
         problem makes the view invalid, so its scope stays blocked (fail closed)."""
+        from .trust import MEMO
+
         now = self.clock.now()
         heads = {v.current_oid or v.grant_oid for v in views if v.record is not None}
-        parents = self.store.parents(h for h in heads if h)
+        heads.discard(None)
+        ident = trust.identity
+        # the history walk stops where this process already verified (trust.ChainMemo): a renewal adds one
+        stop_at = MEMO.newest(ident, {v.lease_id for v in views}) if ident is not None else []
+        walk = heads - set(stop_at)  # a head verified already needs no walk at all
+        parents = self.store.parents(walk, exclude=stop_at)
+        if stop_at and not walk <= set(parents):  # a head below a verified one (moved back), or an excluded
+            parents = self.store.parents(walk)  # commit no longer local: the whole walk, as without the memo
         missing = set(parents) - set(blobs)
         if missing:
             blobs = dict(blobs)
@@ -571,7 +600,7 @@ class LeaseService:
                 v.verification = INVALID
                 continue
             chk = trust.check_chain(v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now,
-                                    known)
+                                    known, memo=MEMO)
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
             v.problems.extend(p for p in chk.problems if p not in v.problems)
             if v.current_oid:
@@ -704,6 +733,11 @@ def describe_blocker(b: LeaseView, now: float) -> str:
     left = int(r.expires - now)
     when = f"{left}s left" if left >= 0 else f"expired {-left}s ago, within the skew margin"
     return f"{b.lease_id} on {' '.join(r.paths)} by task={r.owner.task_id} agent={r.owner.agent_id} ({when})"
+
+
+def _refused_itself(status: str) -> bool:
+    """A ref of an atomic push refused on its own account (not only because another ref failed the push)."""
+    return status.startswith("rejected") and "atomic push failed" not in status
 
 
 def _branch_refusal(out: Outcome, lease_ref: str) -> str:

@@ -119,13 +119,19 @@ class Store:
             out[oid] = Blob(contents.get(rname), contents.get(sname), problem)
         return out
 
-    def parents(self, heads: Iterable[str]) -> dict[str, tuple[str, ...]]:
-        """{commit: its parents} for every commit reachable from ``heads`` (already local), in one call."""
+    def parents(self, heads: Iterable[str], *, exclude: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+        """{commit: its parents} for every commit reachable from ``heads`` (already local), in one call.
+        ``exclude``: commits whose history is not wanted (the walk stops there: they and what they reach are
+        left out)."""
         heads = sorted(set(heads))
         if not heads:
             return {}
+        stop = sorted(set(exclude) - set(heads))
         res = gitcmd.run(["rev-list", "--parents", "--stdin"], cwd=self.repo_dir,
-                         input="".join(h + "\n" for h in heads).encode(), check=False)
+                         input="".join([h + "\n" for h in heads] + [f"^{x}\n" for x in stop]).encode(),
+                         check=False)
+        if res.returncode != 0 and stop:
+            return self.parents(heads)
         if res.returncode != 0 and len(heads) > 1:  # one unreadable head: the others still answer
             out = {}
             for h in heads:

@@ -104,7 +104,7 @@ def group_alive(pgid: int) -> bool:
 class Supervisor:
     def __init__(self, svc, lease_id: str, expires: float, timing: Timing, argv: Sequence[str], *,
                  release: bool = True, env: dict[str, str] | None = None, watchdog: bool = True,
-                 log: Callable[[str], None] = lambda line: None, cwd: str | None = None) -> None:
+                 log: Callable[[str], None] = lambda line: None, cwd: str | None = None, link=None) -> None:
         from .service import LeaseService
 
         if not argv:
@@ -114,7 +114,10 @@ class Supervisor:
         self.release, self.log, self.use_watchdog, self.cwd = release, log, watchdog, cwd
         self.env = dict(os.environ if env is None else env, GITLEASE_LEASE=lease_id)
         beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
-        self.heartbeat = Heartbeat(service_attempt(beat_svc, lease_id), timing, expires, clock=svc.clock,
+        attempt = service_attempt(beat_svc, lease_id)
+        self.link = link  # gitlease.delegate.AgentLink: renew through the per-host agent
+        self.agent_attempt = link.attempt(lease_id, timing, expires, attempt) if link else None
+        self.heartbeat = Heartbeat(self.agent_attempt or attempt, timing, expires, clock=svc.clock,
                                    on_lost=self._on_lost, on_renewed=self._on_renewed)
         self.child: _Child | None = None
         self.watchdog: subprocess.Popen[bytes] | None = None
@@ -197,11 +200,18 @@ class Supervisor:
         lost = hb.lost.is_set() or fired
         reason = hb.reason or ("the watchdog stopped the command at the deadline" if fired else None)
         released, release_error = False, None
+        if self.agent_attempt is not None and not self.release:
+            self.link.unregister(self.lease_id)  # a --lease given is kept, and not renewed by the agent any more
         if self.release:
             if lost:
                 self.svc.store.timeout = min(float(self.svc.store.timeout), self.timing.timeout)
             try:
-                self.svc.release(self.lease_id)
+                if self.agent_attempt is not None and not self.agent_attempt.fallen and not lost:
+                    self.link.release(self.lease_id)
+                else:
+                    if self.agent_attempt is not None:
+                        self.link.unregister(self.lease_id)
+                    self.svc.release(self.lease_id)
                 released = True
             except GitLeaseError as exc:
                 release_error = str(exc)

@@ -6,6 +6,9 @@
   signed (SSHSIG, namespace ``gitlease``) over its exact ``lease.json`` bytes, by the key its record names as
   the owner's, trusted for the owner's agent id, and by the same key as version 1 (owner binding); versions
   strictly advance by one from version 1, which must be the grant the scope refs point at.
+* ``ChainMemo``: versions already verified, by (trust, commit id), so a read checks only the versions it has
+  not seen (a renewal adds one): what a commit id names never changes (its parents, its lease.json and
+  lease.sig bytes), so a verdict on it holds as long as the trust file is the same.
 * ``Seen``: this machine's memory of the newest version it has seen of each lease, so a ref moved back to an
   older (validly signed) version, or a lease that reappears after it was gone, is reported as a replay.
 
@@ -16,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -45,6 +50,14 @@ class Trust:
     @property
     def signed(self) -> bool:
         return self.signers is not None
+
+    @functools.cached_property
+    def identity(self) -> str | None:
+        """What a memoised verdict depends on: the trust file's content. None when verdicts also depend on the
+        time (a signer with valid-after / valid-before): then nothing is memoised."""
+        if any(s.valid_after is not None or s.valid_before is not None for s in self.signers or ()):
+            return None
+        return hashlib.sha256(repr((self.signers, self.signed)).encode("utf-8")).hexdigest()
 
     def describe(self) -> str:
         if self.signed:
@@ -89,15 +102,25 @@ class Trust:
 
     def check_chain(self, lease_id: str, head: str, grant: str | None, parents: Mapping[str, Sequence[str]],
                     blobs: Mapping[str, object], when: float,
-                    known: Mapping[str, records.Record] | None = None) -> "ChainCheck":
+                    known: Mapping[str, records.Record] | None = None,
+                    memo: "ChainMemo | None" = None) -> "ChainCheck":
         """Check the history of one lease from ``head`` (its id ref, or the grant) back to version 1.
 
         ``parents``: commit -> parents (``Store.parents``); ``blobs``: commit -> ``store.Blob``; ``known``:
-        records already parsed from those blobs (parsing is most of a reader's time)."""
+        records already parsed from those blobs (parsing is most of a reader's time). ``memo``: the walk stops
+        at the first commit already verified under this trust; its versions are taken from the memo (the
+        history rules are still checked over the whole history), and a history found valid is memoised."""
         out = ChainCheck()
         chain: list[str] = []
         oid: str | None = head
+        ident = self.identity if memo is not None else None
+        base: list[HistoryCheck] = []
         while oid is not None:
+            if ident is not None:
+                cached = memo.versions(ident, lease_id, oid)
+                if cached:
+                    base = cached
+                    break
             ps = parents.get(oid)
             if ps is None:
                 out.problems.append(f"history unreadable at {oid[:12]}")
@@ -110,7 +133,8 @@ class Trust:
                 out.problems.append(f"history longer than {MAX_CHAIN} versions")
                 break
             oid = ps[0] if ps else None
-        if grant is not None and chain and chain[-1] != grant and not out.problems:
+        root_oid = base[-1].oid if base else (chain[-1] if chain else None)
+        if grant is not None and root_oid is not None and root_oid != grant and not out.problems:
             out.problems.append("the id ref's history does not lead to the grant the scope refs point at")
         parsed: list[tuple[str, records.Record]] = []
         for c in chain:
@@ -133,7 +157,9 @@ class Trust:
             parsed.append((c, rec))
             if check.problem:
                 out.problems.append(check.problem)
-        if parsed and len(parsed) == len(chain):
+        new = len(out.versions)
+        out.versions.extend(base)
+        if out.versions and len(parsed) == len(chain):
             self._chain_rules(lease_id, out)
         statuses = {h.check.status for h in out.versions}
         if out.problems or INVALID in statuses or not out.versions:
@@ -148,6 +174,8 @@ class Trust:
         if root is not None:
             out.signer = root.check.fingerprint
             out.principal = root.check.principal
+        if ident is not None and out.status != INVALID and new:
+            memo.remember(ident, lease_id, out.versions, new)
         return out
 
     @staticmethod
@@ -181,6 +209,58 @@ class Trust:
             if p not in seen:
                 seen.append(p)
         out.problems[:] = seen
+
+
+class ChainMemo:
+    """In-process memory of verified versions: (trust identity, commit id) -> the lease id and the version's
+    HistoryCheck, with the commit id of the version before it. Only versions of a history found valid as a
+    whole go in, so a hit stands for the whole history below it. Bounded: cleared when full."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._entries: dict[tuple[str, str], tuple[str, HistoryCheck, str | None]] = {}
+        self._newest: dict[tuple[str, str], str] = {}  # (trust, lease id) -> its newest verified commit
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def versions(self, ident: str, lease_id: str, oid: str) -> list[HistoryCheck]:
+        """The verified history from ``oid`` down to v1, newest first; empty when ``oid`` is not memoised."""
+        out: list[HistoryCheck] = []
+        cur: str | None = oid
+        with self._lock:
+            while cur is not None:
+                entry = self._entries.get((ident, cur))
+                if entry is None or entry[0] != lease_id:
+                    if out:  # a broken memo chain (cleared meanwhile): verify from scratch
+                        out = []
+                    break
+                out.append(entry[1])
+                cur = entry[2]
+        if out:
+            self.hits += 1
+        else:
+            self.misses += 1
+        return out
+
+    def remember(self, ident: str, lease_id: str, versions: Sequence[HistoryCheck], new: int) -> None:
+        """``versions``: a valid history, newest first; its first ``new`` entries are not memoised yet."""
+        with self._lock:
+            if len(self._entries) + new > self.limit:
+                self._entries.clear()
+                self._newest.clear()
+                new = len(versions)
+            for i in range(min(new, len(versions)) - 1, -1, -1):
+                parent = versions[i + 1].oid if i + 1 < len(versions) else None
+                self._entries[(ident, versions[i].oid)] = (lease_id, versions[i], parent)
+            self._newest[(ident, lease_id)] = versions[0].oid
+
+    def newest(self, ident: str, lease_ids: Iterable[str]) -> list[str]:
+        """The newest verified commit of each of ``lease_ids`` that has one (a history walk can stop there)."""
+        with self._lock:
+            return [self._newest[(ident, lid)] for lid in lease_ids if (ident, lid) in self._newest]
+
+
+MEMO = ChainMemo()
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,27 @@ def isolated_git(tmp_path_factory, monkeypatch):
     return home
 
 
+@pytest.fixture(autouse=True)
+def agent_socket(monkeypatch):
+    """The renewal agent's socket in a short private folder of this test (unix socket paths are short); an
+    agent a test started (hold(), git lease run) is told to stop afterwards."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="gl-agent-", dir="/tmp")
+    path = os.path.join(folder, "agent.sock")
+    monkeypatch.setenv("GITLEASE_AGENT_SOCKET", path)
+    yield path
+    if os.path.exists(path):
+        from gitlease.agent import AgentClient
+
+        try:
+            AgentClient(path, timeout=5).request("stop")
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def git(cwd, *args, check=True, input=None):
     res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, input=input)
     if check and res.returncode != 0:

@@ -135,7 +135,7 @@ def test_holders_reach_a_real_agent_process_over_its_socket(worktrees, tmp_path)
     real = LeaseService(svc.repo, svc.settings)  # the agent process runs on the real clock
     lid = real.acquire(["pkg"], ttl=300).lease_id
     sock = str(tmp_path / "run" / "agent.sock")
-    client = AgentClient(sock)
+    client = AgentClient(sock, timeout=20)  # a loaded machine: the agent's first answers import modules
     assert not client.available()
     assert client.ensure_running(idle=0.5)
     ans = client.request("register", repo=paths[0], lease=lid, pid=os.getpid(), remote=bare.as_uri())

@@ -544,3 +544,57 @@ def test_log_verifies_lease_versions_and_audit_entries(signed):
     assert "not trusted for writer 'eve'" in bad["eve"]
     lines = [e.line() for e in history(boss)]
     assert any("INVALID: force-release by rule 'forced' needs a gitlease-admin key" in line for line in lines)
+
+# ------------------------------------------------------------------ memoised verification (trust.ChainMemo)
+
+def test_a_read_verifies_only_versions_it_has_not_verified(signed, monkeypatch):
+    a, c = signed.agent("a"), signed.agent("c")
+    got = a.acquire(["svc"], ttl=60)
+    for _ in range(3):
+        signed.clock.advance(10)
+        a.renew(got.lease_id)
+    calls = []
+    real = sshsig.verify
+    monkeypatch.setattr(sshsig, "verify", lambda *args: calls.append(1) or real(*args))
+    assert _current(c, got.lease_id).valid and len(calls) == 4  # v1..v4, once each
+    assert _current(c, got.lease_id).valid and len(calls) == 4  # nothing new: nothing verified again
+    signed.clock.advance(10)
+    a.renew(got.lease_id)
+    view = _current(c, got.lease_id)
+    assert view.valid and view.record.version == 5 and len(calls) == 5  # only the new version
+    _, history, _ = c.show(got.lease_id)
+    assert [h.record.version for h in history] == [5, 4, 3, 2, 1]  # the whole history, from the memo
+
+
+@pytest.mark.parametrize("how", ["other-key", "unsigned", "version-jump", "scope-changed"])
+def test_memo_cannot_be_fooled_by_a_forged_version_on_a_verified_parent(signed, how):
+    from dataclasses import replace
+
+    a, b, c = signed.agent("a"), signed.agent("b"), signed.agent("c")
+    got = a.acquire(["svc"], ttl=60)
+    signed.clock.advance(10)
+    v2 = a.renew(got.lease_id)
+    assert _current(c, got.lease_id).valid  # c has verified (and memoised) v1 and v2
+    nxt = v2.record.next_version(signed.clock.now(), ttl=3600)
+    if how == "other-key":  # b signs a v3 that keeps a's owner fields
+        forged = _forge(b, got.lease_id, v2.oid, nxt)
+    elif how == "unsigned":
+        forged = _forge(b, got.lease_id, v2.oid, nxt, sig=b"")
+    elif how == "version-jump":  # signed by a's own key (a stolen key would do this), skipping versions
+        forged = _forge(a, got.lease_id, v2.oid, replace(nxt, version=7))
+    else:
+        forged = _forge(a, got.lease_id, v2.oid, replace(nxt, paths=("other",)))
+    forger = b if how in ("other-key", "unsigned") else a
+    assert forger.store.apply([RefUpdate(id_ref(got.lease_id), forged, v2.oid)]).ok
+    view = _current(c, got.lease_id)
+    assert not view.valid, how
+    assert not _current(c, got.lease_id).valid  # and a forged version is never memoised as verified
+
+
+def test_memo_sees_a_changed_trust_file(signed):
+    a, c = signed.agent("a"), signed.agent("c")
+    got = a.acquire(["svc"], ttl=60)
+    assert _current(c, got.lease_id).valid
+    signed.publish_trust(f'c namespaces="gitlease" {signed.keys["c"].public_key()}\n')  # a is no longer trusted
+    view = _current(signed.agent("c"), got.lease_id)  # a new reader reads the new trust file
+    assert not view.valid and any("not trusted" in p for p in view.problems), view.problems

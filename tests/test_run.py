@@ -137,7 +137,8 @@ def test_supervisor_sigkilled_group_dies_and_lease_is_reclaimable(tmp_path, daem
     url = daemon.url_for("r.git")
     bare = daemon.make_bare("r.git")
     work = agent_repo(tmp_path, url)
-    proc = start_run(work, "--scope", "svc", *FAST, "--", "sh", "-c", WORKER)
+    # the self-renewing path (with the agent, a renewal in flight when the supervisor dies may still land)
+    proc = start_run(work, "--scope", "svc", *FAST, "--no-renew-agent", "--", "sh", "-c", WORKER)
     lease, fds = started(proc)
     proc.kill()  # SIGKILL the supervisor: PDEATHSIG kills its child, the watchdog the rest of the group
     proc.communicate()

@@ -47,6 +47,9 @@ def run_(
     worktree: Annotated[bool, typer.Option("--worktree", help="Lease, attach a clean worktree bound to the lease "
                                            "(docs/worktrees.md), and run COMMAND inside it.")] = False,
     base: Annotated[Optional[str], typer.Option(help="With --worktree: start the task branch here.")] = None,
+    renew_agent: Annotated[Optional[bool], typer.Option("--renew-agent/--no-renew-agent", help="Renew through "
+                           "the per-host renewal agent, started on demand (default: git config lease.renewAgent, "
+                           "true); it falls back to renewing by itself if the agent dies.")] = None,
     branch: Annotated[Optional[str], typer.Option(help="With --worktree: the task branch name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -57,6 +60,7 @@ def run_(
     outcome = {}
 
     def body():
+        from ..delegate import AgentLink
         from ..heartbeat import Timing
         from ..supervise import Supervisor
 
@@ -71,6 +75,7 @@ def run_(
             raise errors.UsageError("--worktree acquires a new lease: give --scope, not --lease (or use "
                                     "git lease worktree add LEASE, then run --lease in that worktree)")
         cwd = None
+        link = AgentLink.connect(svc, renew_agent, log=_log)
         timeout = min(svc.settings.timeout, (ttl_seconds(ttl) or svc.settings.ttl) / 6)
         if lease:
             from .. import record as records
@@ -88,7 +93,7 @@ def run_(
             timing = Timing.for_ttl(the_ttl, renew_every=_seconds("--renew-every", renew_every), timeout=timeout,
                                     grace=_seconds("--grace", grace, 0))
             args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
-            do_acquire = svc.acquire
+            do_acquire = link.acquire if link else svc.acquire
             if worktree:
                 from ..worktree import WorktreeManager
 
@@ -106,11 +111,15 @@ def run_(
                 att, got = got, got.acquired
                 cwd = att.path
                 svc = service(remote, task=task, agent=agent, at=att.path)
+                link = AgentLink(svc, link.client, _log) if link else None
             lease_id, expires, release = got.lease_id, got.record.expires, True
             _log(f"lease acquired: {lease_id} ({' '.join(got.record.paths)}, ttl {got.record.ttl}s)")
             if cwd:
                 _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
-        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd).run()
+        if link and not link.register(lease_id, os.getpid()):
+            link = None
+        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd,
+                         link=link).run()
         outcome["code"] = res.returncode
         result = {"leaseId": lease_id, "returncode": res.returncode, "lost": res.lost, "reason": res.reason,
                   "released": res.released, "releaseError": res.release_error}
