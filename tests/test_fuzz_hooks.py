@@ -166,7 +166,7 @@ def push_expectation(world, data: bytes) -> str:
         _, local, remote_ref, remote = parts
         if not re.fullmatch("0+", local) and not remote_ref.startswith("refs/leases/"):
             pushed.append(local)
-        excluded.add(remote)
+            excluded.add(remote)  # what the remote has already (deletes and lease refs are skipped whole)
     if world.outside in pushed and world.outside not in excluded:
         return "refuse"
     return "accept" if set(pushed) <= {world.inside, world.base, world.outside} else "any"

@@ -71,15 +71,33 @@ def dispatch(argv: list[str]) -> int:
 
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
     group = typer.main.get_group(module.app)
+    import click
+
     try:
-        group.main(args=argv, prog_name="git-lease", standalone_mode=True)
+        rv = group.main(args=argv, prog_name="git-lease", standalone_mode=False)
+    except click.ClickException as exc:  # a bad option or argument: click's usage text, and the envelope
+        exc.show()
+        if "--json" in argv:
+            _envelope(name, "usage" if isinstance(exc, click.UsageError) else "error", exc.format_message(),
+                      exc.exit_code)
+        return exc.exit_code
+    except click.Abort:
+        sys.stderr.write("Aborted!\n")
+        return 1
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except KeyboardInterrupt:
         from ..errors import INTERRUPTED
         return INTERRUPTED
-    return 0
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+def _envelope(name: str, kind: str, message: str, code: int) -> None:
+    import json
+
+    sys.stdout.write(json.dumps({"ok": False, "command": name, "error": {
+        "kind": kind, "message": message, "exitCode": code, "details": {}}}, sort_keys=True) + "\n")
 
 
 def _unknown(name: str, as_json: bool) -> int:
@@ -89,9 +107,7 @@ def _unknown(name: str, as_json: bool) -> int:
     hint = f"; did you mean '{near[0]}'?" if near else "; see 'git lease -h'"
     message = f"unknown command '{name}'{hint}"
     if as_json:
-        import json
-        sys.stdout.write(json.dumps({"ok": False, "command": name, "error": {
-            "kind": "usage", "message": message, "exitCode": 2, "details": {}}}, sort_keys=True) + "\n")
+        _envelope(name, "usage", message, 2)
     sys.stderr.write(f"git-lease: {message}\n")
     return 2
 
