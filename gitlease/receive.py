@@ -242,12 +242,23 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     if not paths:
         return [], []
     svc = LeaseService(repo, settings)
+    untrusted = None
     try:
         snap = svc.snapshot(use_cache=False)
     except RemoteUnavailable as exc:
         return [f"cannot read the lease store ({exc.message}); refusing rather than guessing"], []
+    except InvalidRecord as exc:
+        # The trust file on HEAD does not parse. Refusing every push would also refuse the push that fixes it
+        # (this hook cannot be skipped): read the leases without trust, honour no claim, so that every path
+        # inside any lease is refused and only paths outside all leases pass.
+        import dataclasses
+
+        untrusted = exc.message
+        unread = os.path.join(repo.git_dir, "gitlease", "no-trust-file")  # absent: no trust, nothing required
+        svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
+        snap = svc.snapshot(use_cache=False)
     now = svc.clock.now()
-    claims = push_claims(repo.cwd, news)
+    claims = push_claims(repo.cwd, news) if untrusted is None else set()
     mine = []
     for lid in sorted(claims):
         view = snap.find(lid)
@@ -263,6 +274,8 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
                              mine="the leases this push names")]
     lines[-1] = ("name your lease with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or a "
                  "'Lease: LEASE_ID' commit trailer; see git lease status")
+    if untrusted is not None:
+        lines[-1] = f"no lease claim is honoured until the trust file is fixed: {untrusted}"
     if mode == "warn":
         return [], lines
     return lines, []

@@ -13,6 +13,7 @@ Properties:
 from __future__ import annotations
 
 import base64
+import subprocess
 import json
 import os
 
@@ -198,8 +199,6 @@ def test_fuzz_trust_file_against_ssh_keygen_long(tmp_path, other_keys):
 
 
 def check_against_ssh_keygen(tmp_path, other_keys, examples):
-    import subprocess
-
     data_file = tmp_path / "data"
     data_file.write_bytes(b"lease record bytes")
     sig_file = tmp_path / "data.sig"
@@ -400,3 +399,97 @@ def test_fuzz_namespace_and_hash_algorithm(namespace, hash_alg, digest_of):
 def test_a_signature_for_the_admin_namespace_is_not_a_lease_signature():
     sig = sshsig.sign(KA, DATA.canonical(), "gitlease-admin")
     assert TRUST_A.check_version(DATA, DATA.canonical(), sig.encode(), 0).status == INVALID
+
+
+# ------------------------------------------------------------------------------------ the server hook
+
+@pytest.fixture
+def guarded_signed(tmp_path, make_repo):
+    """A bare remote with the server hook; an admin clone that commits trust files; agent-a's signing clone."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    seed = make_repo("seed")
+    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    assert cli(bare, "install-hooks", "--server").returncode == 0
+    clones = []
+    for name in ("admin", "a"):
+        path = tmp_path / name
+        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
+        git(path, "config", "lease.remote", "origin")
+        clones.append(path)
+    admin, a = clones
+    key = sshsig.generate_key(str(tmp_path / "key_a"), comment="agent-a")
+    git(a, "config", "lease.signingKey", str(tmp_path / "key_a"))
+    git(a, "config", "lease.agent", "agent-a")
+    (admin / ".gitlease").mkdir()
+    return bare, admin, a, key
+
+
+def test_fuzz_trust_file_on_the_server(guarded_signed, other_keys):
+    """The pre-receive hook reads the trust file on the server's HEAD: a signed acquire lands only when that file
+    parses and trusts the key for the agent; an unparsable file refuses every lease push (exit 5 in the hook)."""
+    bare, admin, a, key = guarded_signed
+    clean = clean_files(other_keys)
+
+    @fuzz_settings(3)
+    @given(st.one_of(clean, clean, trust_files(other_keys)))
+    def prop(data):
+        data = data.replace(A.encode(), key.public_key().encode())
+        (admin / ".gitlease" / "allowed_signers").write_bytes(data)
+        git(admin, "add", ".gitlease/allowed_signers")
+        git(admin, "commit", "-q", "--allow-empty", "-m", "trust")
+        git(admin, "push", "-q", "origin", "HEAD:main")
+        signers = parse_outcome(data)
+        res = cli(a, "acquire", "--scope", "svc", "--json")
+        assert "Traceback" not in res.stderr
+        doc = json.loads(res.stdout)
+        granted = signers is not None and sshsig.allowed(signers, "agent-a", key.public_key(), NS)
+        event(f"granted={granted}")
+        assert doc["ok"] is granted, (data, res.stderr)
+        if granted:
+            assert cli(a, "release", doc["result"]["leaseId"]).returncode == 0
+        else:
+            assert res.returncode == 1 and "hook declined" in res.stderr or "refused" in res.stderr, res.stderr
+            if signers is None:
+                assert "does not parse" in res.stderr
+        assert git(bare, "for-each-ref", "refs/leases/") == ""
+    prop()
+
+
+def test_a_broken_trust_file_on_the_server_can_still_be_fixed_by_a_push(guarded_signed):
+    """Regression (found by fuzzing): once a trust file that does not parse was on the server's HEAD, the
+    pre-receive hook refused every push (exit 5), the push fixing the file too, and it cannot be skipped.
+    Now lease pushes are refused, branch pushes are checked against every lease with no claim honoured."""
+    bare, admin, a, key = guarded_signed
+    good = f'agent-a namespaces="gitlease" {key.public_key()}\n'.encode()
+    trust = admin / ".gitlease" / "allowed_signers"
+
+    def publish(data):
+        trust.write_bytes(data)
+        git(admin, "add", ".gitlease/allowed_signers")
+        git(admin, "commit", "-q", "-m", "trust")
+        return subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=admin, capture_output=True,
+                              text=True)
+
+    assert publish(good).returncode == 0
+    res = cli(a, "acquire", "--scope", "svc", "--json")
+    assert res.returncode == 0, res.stderr
+    lease = json.loads(res.stdout)["result"]["leaseId"]
+    assert publish(good + b"agent-b ssh-ed25519 AAAA\n").returncode == 0  # HEAD's trust was still good
+    res = cli(a, "acquire", "--scope", "other")
+    assert res.returncode == 1 and "does not parse" in res.stderr
+    git(a, "pull", "-q", "--rebase", "origin", "main")
+    (a / "svc").mkdir()
+    (a / "svc" / "x").write_text("x\n")
+    git(a, "add", "svc/x")
+    git(a, "commit", "-q", "--no-verify", "-m", f"work\n\nLease: {lease}")
+    res = subprocess.run(["git", "push", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True,
+                         text=True)
+    assert res.returncode == 1 and "no lease claim is honoured until the trust file is fixed" in res.stderr
+    git(admin, "pull", "-q", "--rebase", "origin", "main")
+    assert publish(good).returncode == 0  # the fix lands
+    git(a, "pull", "-q", "--rebase", "origin", "main")
+    res = subprocess.run(["git", "push", "-q", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr  # and the claim counts again
+    assert cli(a, "release", lease).returncode == 0
