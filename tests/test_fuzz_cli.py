@@ -74,7 +74,7 @@ def check_scopes(repo, examples):
 
 
 def test_fuzz_scope_arguments_json_envelope(make_repo):
-    check_scopes(make_repo("cli"), 10)
+    check_scopes(make_repo("cli"), 8)
 
 
 @pytest.mark.slow

@@ -216,7 +216,7 @@ def test_fuzz_pre_push_hook_process(push_world):
     oids, refs = _oids(push_world), _refs()
     line = _line(("ref", "oid", "ref", "oid"), oids, refs)
 
-    @fuzz_settings(8)
+    @fuzz_settings(6)
     @given(_stdin(line, push_world.bad_line))
     def prop(data):
         res = subprocess.run([hook, "origin", push_world.url], cwd=push_world.repo, input=data,
@@ -466,7 +466,7 @@ def test_fuzz_pre_receive_processes(receive_world):
     hook = str(w.bare / "hooks" / "pre-receive")
     line = _line(("oid", "oid", "ref"), _oids(w), _refs())
 
-    @fuzz_settings(6)
+    @fuzz_settings(4)
     @given(_stdin(line, w.bad_line))
     def prop(data):
         expected = receive_expectation(w, data)

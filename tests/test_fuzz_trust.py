@@ -295,7 +295,7 @@ def test_fuzz_trust_file_cli_json(signed_repo, other_keys):
     """A sample through the real ``git lease status --json``: one JSON object, exit 0 or 5, no traceback."""
     r, key, lease = signed_repo
 
-    @fuzz_settings(5)
+    @fuzz_settings(4)
     @given(trust_files(other_keys))
     def prop(data):
         data = data.replace(A.encode(), key.public_key().encode())
@@ -431,7 +431,7 @@ def test_fuzz_trust_file_on_the_server(guarded_signed, other_keys):
     bare, admin, a, key = guarded_signed
     clean = clean_files(other_keys)
 
-    @fuzz_settings(3)
+    @fuzz_settings(2)
     @given(st.one_of(clean, clean, trust_files(other_keys)))
     def prop(data):
         data = data.replace(A.encode(), key.public_key().encode())
