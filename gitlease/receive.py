@@ -284,10 +284,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
 def parse_receive_lines(data: bytes) -> list[tuple[str, str, str]]:
     """The pre-receive hook's stdin: ``<old oid> SP <new oid> SP <ref name> LF`` per ref. Lines end at LF only
     (a ref name may hold U+2028). Anything else is not what git gives: UsageError (exit 2), never skipped."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError("pre-receive: the hook's input is not UTF-8 text (not what git gives); refusing") from None
+    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
     updates = []
     for number, line in enumerate(text.split("\n"), 1):
         if not line:

@@ -125,10 +125,7 @@ def parse_push_lines(data: bytes) -> list[tuple[str, str, str, str]]:
     Lines end at LF only (a ref name may hold U+2028 or U+0085), and the local ref is whatever the user wrote
     (``:/fix bug``, ``HEAD^{/msg}``: spaces included), so the fields are taken from the right. Anything else is
     not what git gives: UsageError (exit 2), never skipped, since a line skipped is a push not checked."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError("pre-push: the hook's input is not UTF-8 text (not what git gives); refusing") from None
+    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
     out = []
     for number, line in enumerate(text.split("\n"), 1):
         if not line:

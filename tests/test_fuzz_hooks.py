@@ -112,12 +112,8 @@ def _stdin(line, real_line, *, huge=b"", well_formed=st.nothing()):
 
 
 def _lines_of(data: bytes) -> list[str] | None:
-    """What git's grammar says the input is: its non-empty lines, or None when not UTF-8 text."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return [ln for ln in text.split("\n") if ln]
+    """What git's grammar says the input is: its non-empty lines (ref names are bytes, not always UTF-8)."""
+    return [ln for ln in data.decode("utf-8", "surrogateescape").split("\n") if ln]
 
 
 # ------------------------------------------------------------------------------------ pre-push
@@ -253,6 +249,18 @@ def test_pre_push_ref_names_with_unicode_line_separators_are_checked(push_world)
     res = subprocess.run(["git", "push", "-q", "origin", f"{name}:refs/heads/{name}"], cwd=push_world.repo,
                          capture_output=True, text=True)
     assert res.returncode == 1 and "1 path outside the leases held here" in res.stderr
+
+
+def test_pre_push_ref_names_that_are_not_utf8_are_checked(push_world):
+    """A branch name may be any bytes git allows (Latin-1 here): checked like any other, not refused as junk."""
+    name = b"lat\xe9"
+    subprocess.run([b"git", b"branch", name, push_world.outside.encode()], cwd=push_world.repo, check=True)
+    res = subprocess.run([b"git", b"push", b"-q", b"origin", name + b":refs/heads/" + name], cwd=push_world.repo,
+                         capture_output=True)
+    assert res.returncode == 1 and b"1 path outside the leases held here" in res.stderr
+    ok, code = run_pre_push(push_world, b"refs/heads/lat\xe9 " + push_world.inside.encode() + b" refs/heads/lat\xe9 "
+                            + ZERO.encode() + b"\n")
+    assert (ok, code) == (True, 0)
 
 
 def test_pre_push_malformed_input_refuses(push_world):
