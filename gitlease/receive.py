@@ -292,7 +292,7 @@ def parse_receive_lines(data: bytes) -> list[tuple[str, str, str]]:
         parts = line.split(" ", 2)
         if len(parts) != 3 or not OID_RE.fullmatch(parts[0]) or not OID_RE.fullmatch(parts[1]) or not \
                 REF_RE.fullmatch(parts[2]):
-            raise UsageError(f"pre-receive: line {number} of the hook's input is not '<old oid> <new oid> "
+            raise UsageError(f"line {number} of the hook's input is not '<old oid> <new oid> "
                              f"<ref>' ({line[:80]!r}); refusing")
         updates.append((parts[0], parts[1], parts[2]))
     return updates

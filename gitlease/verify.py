@@ -133,7 +133,7 @@ def parse_push_lines(data: bytes) -> list[tuple[str, str, str, str]]:
         parts = line.rsplit(" ", 3)
         if (len(parts) != 4 or not parts[0] or not OID_RE.fullmatch(parts[1]) or not OID_RE.fullmatch(parts[3])
                 or not REF_RE.fullmatch(parts[2])):
-            raise UsageError(f"pre-push: line {number} of the hook's input is not '<local ref> <local oid> "
+            raise UsageError(f"line {number} of the hook's input is not '<local ref> <local oid> "
                              f"<remote ref> <remote oid>' ({line[:80]!r}); refusing")
         out.append((parts[0], parts[1], parts[2], parts[3]))
     return out
