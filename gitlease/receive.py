@@ -24,12 +24,14 @@ import re
 
 from . import enforce, gitcmd
 from . import record as records
-from .errors import InvalidRecord, RemoteUnavailable
+from .errors import InvalidRecord, RemoteUnavailable, UsageError
 from .objects import RECORD_FILE, SIGNATURE_FILE
 from .store import ID_PREFIX, NAMESPACE, SCOPE_REF, Blob, parse_batch
 
 ZERO = re.compile(r"^0+$")
-LEASE_OPTION = re.compile(r"^lease=(lease_[0-9a-z]{6,40})$")
+OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # as verify.OID_RE (not imported: it pulls in the service)
+REF_RE = re.compile(r"[^\x00-\x20\x7f]+")
+LEASE_OPTION = re.compile(r"lease=(lease_[0-9a-z]{6,40})")  # fullmatch: "lease=ID\n" is no claim
 
 
 def _read(args, *, input: bytes | None = None, check: bool = True) -> gitcmd.Result:
@@ -195,8 +197,8 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
 def push_claims(cwd: str, new_oids: list[str]) -> set[str]:
     """Leases a push says it is made under: ``-o lease=ID`` push options and ``Lease:`` commit trailers."""
     claims = set()
-    for i in range(int(os.environ.get("GIT_PUSH_OPTION_COUNT", "0") or 0)):
-        m = LEASE_OPTION.match(os.environ.get(f"GIT_PUSH_OPTION_{i}", ""))
+    for value in push_options():
+        m = LEASE_OPTION.fullmatch(value)
         if m:
             claims.add(m.group(1))
     if new_oids:
@@ -208,6 +210,17 @@ def push_claims(cwd: str, new_oids: list[str]) -> set[str]:
     return claims
 
 
+def push_options() -> list[str]:
+    """GIT_PUSH_OPTION_0 .. GIT_PUSH_OPTION_<COUNT-1>. A COUNT that is not a plain number gives none (fewer
+    claims: fail closed); a huge one costs no more than the environment holds."""
+    count = os.environ.get("GIT_PUSH_OPTION_COUNT", "")
+    n = int(count) if count.isascii() and count.isdigit() else 0
+    prefix = "GIT_PUSH_OPTION_"
+    found = {int(k[len(prefix):]): v for k, v in os.environ.items()
+             if k.startswith(prefix) and k[len(prefix):].isascii() and k[len(prefix):].isdigit()}
+    return [found[i] for i in sorted(found) if i < n]
+
+
 def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
     """Refusal lines (and notes) for branch and tag updates touching paths leased to someone else."""
     from .config import resolve
@@ -215,7 +228,8 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     from .service import LeaseService
     from .verify import others_lookup
 
-    news = [n for o, n, r in updates if not ZERO.match(n) and not (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))]
+    news = list(dict.fromkeys(n for o, n, r in updates
+                              if not ZERO.match(n) and not (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))))
     if not news:
         return [], []
     repo = Repo.discover(".")
@@ -228,12 +242,23 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     if not paths:
         return [], []
     svc = LeaseService(repo, settings)
+    untrusted = None
     try:
         snap = svc.snapshot(use_cache=False)
     except RemoteUnavailable as exc:
         return [f"cannot read the lease store ({exc.message}); refusing rather than guessing"], []
+    except InvalidRecord as exc:
+        # The trust file on HEAD does not parse. Refusing every push would also refuse the push that fixes it
+        # (this hook cannot be skipped): read the leases without trust, honour no claim, so that every path
+        # inside any lease is refused and only paths outside all leases pass.
+        import dataclasses
+
+        untrusted = exc.message
+        unread = os.path.join(repo.git_dir, "gitlease", "no-trust-file")  # absent: no trust, nothing required
+        svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
+        snap = svc.snapshot(use_cache=False)
     now = svc.clock.now()
-    claims = push_claims(repo.cwd, news)
+    claims = push_claims(repo.cwd, news) if untrusted is None else set()
     mine = []
     for lid in sorted(claims):
         view = snap.find(lid)
@@ -249,17 +274,32 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
                              mine="the leases this push names")]
     lines[-1] = ("name your lease with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or a "
                  "'Lease: LEASE_ID' commit trailer; see git lease status")
+    if untrusted is not None:
+        lines[-1] = f"no lease claim is honoured until the trust file is fixed: {untrusted}"
     if mode == "warn":
         return [], lines
     return lines, []
 
 
-def pre_receive(data: bytes) -> tuple[list[str], list[str]]:
+def parse_receive_lines(data: bytes) -> list[tuple[str, str, str]]:
+    """The pre-receive hook's stdin: ``<old oid> SP <new oid> SP <ref name> LF`` per ref. Lines end at LF only
+    (a ref name may hold U+2028). Anything else is not what git gives: UsageError (exit 2), never skipped."""
+    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
     updates = []
-    for line in data.decode("utf-8", "surrogateescape").splitlines():
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line:
+            continue
         parts = line.split(" ", 2)
-        if len(parts) == 3:
-            updates.append((parts[0], parts[1], parts[2]))
+        if len(parts) != 3 or not OID_RE.fullmatch(parts[0]) or not OID_RE.fullmatch(parts[1]) or not \
+                REF_RE.fullmatch(parts[2]):
+            raise UsageError(f"line {number} of the hook's input is not '<old oid> <new oid> "
+                             f"<ref>' ({line[:80]!r}); refusing")
+        updates.append((parts[0], parts[1], parts[2]))
+    return updates
+
+
+def pre_receive(data: bytes) -> tuple[list[str], list[str]]:
+    updates = parse_receive_lines(data)
     problems = check_lease_updates(updates)
     refusals, notes = check_branch_updates(updates)
     return problems + refusals, notes

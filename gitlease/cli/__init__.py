@@ -82,9 +82,8 @@ def dispatch(argv: list[str]) -> int:
         return 0
     import importlib
 
-    import typer.main
-
     import click
+    import typer.main
 
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
     group = typer.main.get_group(_only(module.app, name))
@@ -100,13 +99,15 @@ def dispatch(argv: list[str]) -> int:
         return 2
     except click.exceptions.ClickException as exc:
         exc.show()
+        if "--json" in argv:
+            _envelope(_command_name(group, argv), exc.format_message(), exc.exit_code, kind="error")
         return exc.exit_code
     except BrokenPipeError:  # the reader went away (`git lease status | head`): as click's standalone mode does
         return 1
     except (click.exceptions.Abort, KeyboardInterrupt):
         from ..errors import INTERRUPTED
         return INTERRUPTED
-    return code if isinstance(code, int) else 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def _only(app, name: str):
@@ -141,10 +142,10 @@ def _command_name(group, argv: list[str]) -> str:
     return " ".join(words) or argv[0]
 
 
-def _envelope(command: str, message: str, code: int) -> None:
+def _envelope(command: str, message: str, code: int, *, kind: str = "usage") -> None:
     import json
     sys.stdout.write(json.dumps({"ok": False, "command": command, "error": {
-        "kind": "usage", "message": message, "exitCode": code, "details": {}}}, sort_keys=True) + "\n")
+        "kind": kind, "message": message, "exitCode": code, "details": {}}}, sort_keys=True) + "\n")
 
 
 def _unknown(name: str, as_json: bool) -> int:

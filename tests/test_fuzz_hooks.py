@@ -1,0 +1,504 @@
+"""Fuzzing what git (or whoever runs a hook by hand) feeds the hooks: the pre-push hook's
+``<local ref> <local oid> <remote ref> <remote oid>`` lines, the server pre-receive hook's ``<old> <new> <ref>``
+lines, push options (GIT_PUSH_OPTION_COUNT / GIT_PUSH_OPTION_N) and ``Lease:`` commit trailers.
+
+Properties, against real repositories and a real bare remote:
+* never an exception other than a GitLeaseError (which the entry points turn into one line and an exit code);
+  the real entry points (the installed hooks, ``git lease server-hook``), run as processes for a sample, never
+  print a traceback and exit with a documented code;
+* fail closed: input with a malformed line is refused, and a push that carries a commit outside the held
+  scope (pre-push) or inside another's lease (pre-receive) is refused whatever else the input holds; a push
+  option or trailer claims a lease only when it names it exactly.
+
+Each property runs a handful of examples by default (the suite stays fast) and many under ``-m slow``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import cli, git
+from gitlease import receive, verify
+from gitlease.errors import GitLeaseError
+from test_hooks import acquire, commit
+
+HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+REF = re.compile(r"[^\x00-\x20\x7f]+")
+ZERO = "0" * 40
+CODES = {0, 1, 2, 4, 5, 6}  # docs/hooks.md, "Exit codes"
+BIN = os.path.dirname(sys.executable)
+
+
+TALLY: dict[str, int] = {}  # outcomes seen, per property (printed with -s; GITLEASE_FUZZ_TALLY=1)
+
+
+def event(what: str) -> None:
+    TALLY[what] = TALLY.get(what, 0) + 1
+
+
+def fuzz_settings(examples: int):
+    return settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=list(HealthCheck))
+
+
+def _env():
+    return dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"])
+
+
+# ----------------------------------------------------------------------------------- strategies
+
+def _oids(world):
+    known = st.sampled_from([world.base, world.inside, world.outside, ZERO, "0" * 64])
+    odd = st.one_of(
+        st.text(alphabet="0123456789abcdef", min_size=40, max_size=40),
+        st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+        st.sampled_from([world.outside.upper(), world.outside[:39], world.outside + "0", " " + world.outside,
+                         world.outside + "\r", "HEAD", "--all", "-p", "", "@{-1}", world.outside[:12]]),
+        st.text(max_size=50))
+    return st.one_of(known, known, known, known, known, odd)
+
+
+def _refs():
+    valid = st.sampled_from(["refs/heads/main", "refs/heads/topic", "refs/heads/a\u2028b", "refs/heads/\u00e9t\u00e9",
+                             ":/fix bug", "HEAD^{/fix bug}", "(delete)", "refs/leases/id/lease_0000000000aaaaaa"])
+    return st.one_of(valid, valid, valid, valid,
+        st.sampled_from(["refs/heads/main", "refs/heads/topic", "refs/tags/v1", "(delete)", "HEAD",
+                         "refs/leases/id/lease_0000000000aaaaaa", "refs/leases/scope/src", "refs/leases/junk",
+                         "HEAD^{/fix bug}", ":/fix bug", "refs/heads/a\u2028b", "refs/heads/a\x85b",
+                         "refs/heads/a\x1cb", "refs/heads/\u00e9t\u00e9", "refs/heads/a\tb", "", "refs/heads/x\r"]),
+        st.text(max_size=30))
+
+
+def _line(fields, oids, refs):
+    seps = st.one_of(st.just(" "), st.just(" "), st.just(" "), st.sampled_from(["  ", "\t", "\u00a0", "\r"]))
+    structured = st.builds(lambda parts, s: s.join(parts),
+                           st.tuples(*[oids if f == "oid" else refs for f in fields]), seps)
+    wrong_count = st.lists(st.one_of(oids, refs), min_size=0, max_size=7).map(" ".join)
+    return st.one_of(structured, structured, structured, structured, structured, structured, wrong_count,
+                     st.text(max_size=80))
+
+
+def _well_formed(world, fields):
+    """Lines as git writes them, of the commits the world knows (and a few it does not)."""
+    known = st.sampled_from([world.base, world.inside, world.outside, ZERO, world.free])
+    oid = st.one_of(known, known, known, known, st.text(alphabet="0123456789abcdef", min_size=40, max_size=40))
+    local = st.sampled_from(["refs/heads/main", ":/fix bug", "HEAD^{/x y}", "(delete)", "refs/heads/a\u2028b",
+                             "HEAD"])
+    remote = st.sampled_from(["refs/heads/main", "refs/heads/topic", "refs/tags/v1", "refs/heads/a\u2028b",
+                              "refs/heads/a\x85b", "refs/leases/id/lease_0000000000aaaaaa"])
+    parts = [oid if f == "oid" else (local if f == "local" else remote) for f in fields]
+    return st.lists(st.tuples(*parts).map(" ".join), min_size=1, max_size=4).map(
+        lambda lines: ("\n".join(lines) + "\n").encode())
+
+
+def _stdin(line, real_line, *, huge=b"", well_formed=st.nothing()):
+    """Bytes for a hook's stdin: lines (maybe with the real line inserted), or raw bytes."""
+    def join(lines, real, pos, trailing, encoding):
+        if real:
+            lines.insert(pos % (len(lines) + 1), real_line)
+        text = "\n".join(lines) + ("\n" if trailing else "")
+        return text.encode("utf-8", "surrogatepass") if encoding == "utf-8" else text.encode("latin-1", "replace")
+    lines = st.builds(join, st.lists(line, max_size=4), st.booleans(), st.integers(0, 10), st.booleans(),
+                      st.sampled_from(["utf-8", "utf-8", "latin-1"]))
+    raw = st.one_of(st.binary(max_size=300), st.just(b""), st.just(b"\n\n"), st.just(b"\xff\xfe\x00 \x80\n"))
+    big = st.just(huge) if huge else st.nothing()
+    return st.one_of(lines, lines, lines, raw, big, well_formed, well_formed, well_formed)
+
+
+def _lines_of(data: bytes) -> list[str] | None:
+    """What git's grammar says the input is: its non-empty lines (ref names are bytes, not always UTF-8)."""
+    return [ln for ln in data.decode("utf-8", "surrogateescape").split("\n") if ln]
+
+
+# ------------------------------------------------------------------------------------ pre-push
+
+class PushWorld:
+    pass
+
+
+@pytest.fixture
+def push_world(make_repo, tmp_path, monkeypatch):
+    """A clone holding a lease on src: INSIDE (touches src/a) may be pushed, OUTSIDE (docs/x) may not."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    r = make_repo("pusher")
+    git(r, "remote", "add", "origin", bare.as_uri())
+    git(r, "push", "-q", "origin", "HEAD:main")
+    git(r, "fetch", "-q", "origin")
+    git(r, "config", "lease.remote", "origin")
+    assert cli(r, "install-hooks").returncode == 0
+    acquire(r, "src")
+    w = PushWorld()
+    w.repo, w.url = r, bare.as_uri()
+    w.base = git(r, "rev-parse", "HEAD").strip()
+    assert commit(r, "docs/x", extra=("--no-verify",)).returncode == 0
+    w.outside = git(r, "rev-parse", "HEAD").strip()
+    git(r, "reset", "-q", "--hard", w.base)
+    assert commit(r, "src/a").returncode == 0
+    w.inside = git(r, "rev-parse", "HEAD").strip()
+    w.free = w.inside  # for _well_formed
+    w.bad_line = f"refs/heads/main {w.outside} refs/heads/main {w.base}"
+    monkeypatch.chdir(r)
+    return w
+
+
+def push_expectation(world, data: bytes) -> str:
+    """'refuse' (malformed, or OUTSIDE reaches the remote), 'accept' (only commits it may push), or 'any'."""
+    lines = _lines_of(data)
+    if lines is None:
+        return "refuse"
+    pushed, excluded = [], set()
+    for ln in lines:
+        parts = ln.rsplit(" ", 3)
+        if (len(parts) != 4 or not parts[0] or not HEX.fullmatch(parts[1]) or not HEX.fullmatch(parts[3])
+                or not REF.fullmatch(parts[2])):
+            return "refuse"
+        _, local, remote_ref, remote = parts
+        if not re.fullmatch("0+", local) and not remote_ref.startswith("refs/leases/"):
+            pushed.append(local)
+            excluded.add(remote)  # what the remote has already (deletes and lease refs are skipped whole)
+    if world.outside in pushed and world.outside not in excluded:
+        return "refuse"
+    return "accept" if set(pushed) <= {world.inside, world.base, world.outside} else "any"
+
+
+def run_pre_push(world, data: bytes) -> tuple[bool, int]:
+    try:
+        ok, lines, code = verify.pre_push("origin", world.url, data)
+    except GitLeaseError as exc:
+        return False, exc.exit_code
+    assert all("\n" not in ln for ln in lines)
+    return ok, code
+
+
+def check_pre_push(world, examples):
+    oids, refs = _oids(world), _refs()
+    line = _line(("ref", "oid", "ref", "oid"), oids, refs)
+
+    @fuzz_settings(examples)
+    @given(_stdin(line, world.bad_line, huge=(world.bad_line + "\n").encode() * 20000,
+                  well_formed=_well_formed(world, ("local", "oid", "remote", "oid"))))
+    def prop(data):
+        ok, code = run_pre_push(world, data)
+        assert code in CODES
+        expected = push_expectation(world, data)
+        event(f"{expected} -> exit {code}")
+        if expected == "refuse":
+            assert not ok and code != 0, data
+        elif expected == "accept":
+            assert ok and code == 0, data
+    prop()
+
+
+def test_fuzz_pre_push_stdin(push_world):
+    check_pre_push(push_world, 60)
+
+
+@pytest.mark.slow
+def test_fuzz_pre_push_stdin_long(push_world):
+    check_pre_push(push_world, 2000)
+
+
+def test_fuzz_pre_push_hook_process(push_world):
+    """The installed hook, as git runs it: no traceback, a documented code, fail closed."""
+    hook = os.path.join(git(push_world.repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip(),
+                        "pre-push")
+    oids, refs = _oids(push_world), _refs()
+    line = _line(("ref", "oid", "ref", "oid"), oids, refs)
+
+    @fuzz_settings(6)
+    @given(_stdin(line, push_world.bad_line))
+    def prop(data):
+        res = subprocess.run([hook, "origin", push_world.url], cwd=push_world.repo, input=data,
+                             capture_output=True)
+        err = res.stderr.decode("utf-8", "replace")
+        assert "Traceback" not in err and res.returncode in CODES, err
+        if push_expectation(push_world, data) == "refuse":
+            assert res.returncode != 0
+    prop()
+
+
+def test_pre_push_ref_expressions_with_spaces_are_checked(push_world):
+    """Regression (found by fuzzing): ``git push origin ':/fix bug:refs/heads/main'`` gives the hook a local ref
+    with a space in it; the line was skipped as malformed and the push passed unchecked."""
+    for local in (":/fix bug", "HEAD^{/fix bug}"):
+        ok, code = run_pre_push(push_world, f"{local} {push_world.outside} refs/heads/main {push_world.base}\n"
+                                .encode())
+        assert (ok, code) == (False, 4)
+    ok, code = run_pre_push(push_world, f":/fix bug {push_world.inside} refs/heads/main {push_world.base}\n"
+                            .encode())
+    assert (ok, code) == (True, 0)
+    # and through git itself: the commit message names the outside commit
+    git(push_world.repo, "reset", "-q", "--hard", push_world.outside)
+    res = subprocess.run(["git", "push", "-q", "origin", "HEAD^{/change}:refs/heads/main"], cwd=push_world.repo,
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and "1 path outside the leases held here" in res.stderr
+
+
+def test_pre_push_ref_names_with_unicode_line_separators_are_checked(push_world):
+    """Regression (found by fuzzing): a branch named ``a<U+2028>b`` (a valid git ref name) was split into three
+    malformed lines by str.splitlines and the push passed unchecked."""
+    name = "a\u2028b"
+    git(push_world.repo, "branch", name, push_world.outside)
+    res = subprocess.run(["git", "push", "-q", "origin", f"{name}:refs/heads/{name}"], cwd=push_world.repo,
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and "1 path outside the leases held here" in res.stderr
+
+
+def test_pre_push_ref_names_that_are_not_utf8_are_checked(push_world):
+    """A branch name may be any bytes git allows (Latin-1 here): checked like any other, not refused as junk."""
+    name = b"lat\xe9"
+    subprocess.run([b"git", b"branch", name, push_world.outside.encode()], cwd=push_world.repo, check=True)
+    res = subprocess.run([b"git", b"push", b"-q", b"origin", name + b":refs/heads/" + name], cwd=push_world.repo,
+                         capture_output=True)
+    assert res.returncode == 1 and b"1 path outside the leases held here" in res.stderr
+    ok, code = run_pre_push(push_world, b"refs/heads/lat\xe9 " + push_world.inside.encode() + b" refs/heads/lat\xe9 "
+                            + ZERO.encode() + b"\n")
+    assert (ok, code) == (True, 0)
+
+
+def test_pre_push_malformed_input_refuses(push_world):
+    for data in (b"junk\n", f"refs/heads/main {push_world.inside} refs/heads/main\n".encode(),
+                 f"refs/heads/main --output=x refs/heads/main {ZERO}\n".encode(), b"\xff\n"):
+        ok, code = run_pre_push(push_world, data)
+        assert (ok, code) == (False, 2)
+    assert not os.path.exists(push_world.repo / "x")
+    assert run_pre_push(push_world, b"") == (True, 0) and run_pre_push(push_world, b"\n") == (True, 0)
+
+
+# ---------------------------------------------------------------------------------- pre-receive
+
+class ReceiveWorld:
+    pass
+
+
+@pytest.fixture
+def receive_world(make_repo, tmp_path, monkeypatch):
+    """A bare remote where agent-a holds svc. Pushed-but-not-landed commits (in the object store, on no ref, as
+    in git's quarantine): OUTSIDE touches svc/f (refused), FREE touches free/h, CLAIMED touches svc/g with a
+    ``Lease:`` trailer naming a's lease."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    seed = make_repo("seed")
+    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    assert cli(bare, "install-hooks", "--server").returncode == 0
+    clones = []
+    for name in ("a", "b"):
+        path = tmp_path / name
+        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
+        git(path, "config", "lease.remote", "origin")
+        clones.append(path)
+    a, b = clones
+    w = ReceiveWorld()
+    w.lease = acquire(a, "svc", agent="agent-a", task="task-a")
+    w.bare, w.b = bare, b
+    w.base = git(b, "rev-parse", "HEAD").strip()
+    made = {}
+    for name, path, msg in (("outside", "svc/f", "change"), ("free", "free/h", "change"),
+                            ("claimed", "svc/g", f"work\n\nLease: {w.lease}")):
+        git(b, "checkout", "-q", "-b", name, w.base)
+        assert commit(b, path, msg=msg, extra=("--no-verify",)).returncode == 0
+        made[name] = git(b, "rev-parse", "HEAD").strip()
+    git(bare, "fetch", "-q", str(b), "outside", "free", "claimed")  # objects only: FETCH_HEAD is no ref
+    w.outside, w.free, w.claimed = made["outside"], made["free"], made["claimed"]
+    w.inside = w.free  # for _oids
+    w.bad_line = f"{w.base} {w.outside} refs/heads/main"
+    monkeypatch.chdir(bare)
+    monkeypatch.setattr(receive, "_TRUST_CACHE", [])
+    for var in [k for k in os.environ if k.startswith("GIT_PUSH_OPTION")]:
+        monkeypatch.delenv(var)
+    return w
+
+
+def receive_expectation(world, data: bytes, claimed_by_option: bool = False) -> str:
+    lines = _lines_of(data)
+    if lines is None:
+        return "refuse"
+    news = []
+    for ln in lines:
+        parts = ln.split(" ", 2)
+        if len(parts) != 3 or not HEX.fullmatch(parts[0]) or not HEX.fullmatch(parts[1]) or not REF.fullmatch(
+                parts[2]):
+            return "refuse"
+        old, new, ref = parts
+        if re.fullmatch("0+", new):
+            continue
+        if ref == "refs/leases" or ref.startswith("refs/leases/"):
+            return "refuse"  # none of our oids is a proper lease version
+        news.append(new)
+    claimed = claimed_by_option or world.claimed in news
+    if world.outside in news and not claimed:
+        return "refuse"
+    return "accept" if set(news) <= {world.base, world.free, world.claimed, world.outside} else "any"
+
+
+def run_pre_receive(data: bytes) -> tuple[bool, int]:
+    try:
+        refusals, notes = receive.pre_receive(data)
+    except GitLeaseError as exc:
+        return False, exc.exit_code
+    assert all("\n" not in ln for ln in refusals + notes)
+    return not refusals, 4 if refusals else 0
+
+
+def check_pre_receive(world, examples):
+    line = _line(("oid", "oid", "ref"), _oids(world), _refs())
+
+    @fuzz_settings(examples)
+    @given(_stdin(line, world.bad_line, huge=(world.bad_line + "\n").encode() * 20000,
+                  well_formed=_well_formed(world, ("oid", "oid", "remote"))))
+    def prop(data):
+        ok, code = run_pre_receive(data)
+        assert code in CODES
+        expected = receive_expectation(world, data)
+        event(f"{expected} -> exit {code}")
+        if expected == "refuse":
+            assert not ok and code != 0, data
+        elif expected == "accept":
+            assert ok and code == 0, data
+    prop()
+
+
+def test_fuzz_pre_receive_stdin(receive_world):
+    check_pre_receive(receive_world, 60)
+
+
+@pytest.mark.slow
+def test_fuzz_pre_receive_stdin_long(receive_world):
+    check_pre_receive(receive_world, 2000)
+
+
+def _option_values(lease):
+    fullwidth = "lease=" + lease.replace("_", "\uff3f")
+    near = st.sampled_from([f"lease={lease}", f"lease={lease}\n", f"lease= {lease}", f"LEASE={lease}",
+                            f"lease={lease.upper()}", f"lease={lease}x", f"lease={lease[:-1]}", f"{lease}",
+                            f"lease=lease_{'0' * 16}", f"lease={lease} ", f"lease={lease}\x00",
+                            fullwidth, "lease=", ""])
+    return st.one_of(st.just(f"lease={lease}"), near, near, st.text(max_size=40))
+
+
+def check_push_options(world, examples):
+    @fuzz_settings(examples)
+    @given(st.one_of(st.integers(0, 6).map(str), st.integers(-3, 6).map(str), st.sampled_from(["", "x", "1e3", "99999999999999999999", " 2",
+                                                                    "\u0662", "0x2"]), st.text(max_size=6)),
+           st.lists(_option_values(world.lease), max_size=5))
+    def prop(count, values):
+        env = {"GIT_PUSH_OPTION_COUNT": count, **{f"GIT_PUSH_OPTION_{i}": v for i, v in enumerate(values)}}
+        env = {k: v for k, v in env.items() if "\0" not in v}
+        n = int(count) if count.isascii() and count.isdigit() else 0
+        exact = any(env.get(f"GIT_PUSH_OPTION_{i}") == f"lease={world.lease}" for i in range(min(n, len(values))))
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            ok, code = run_pre_receive(f"{world.base} {world.outside} refs/heads/main\n".encode())
+        event(f"claimed={exact}")
+        assert ok == exact and code == (0 if exact else 4), (count, values)
+    prop()
+
+
+def test_fuzz_push_options(receive_world):
+    check_push_options(receive_world, 30)
+
+
+def test_push_option_count_that_is_huge_or_not_a_number(receive_world, monkeypatch):
+    """Regression (found by fuzzing): a GIT_PUSH_OPTION_COUNT that is not a number was an internal error, a
+    huge one looped for ever. Now: no claims from options (fail closed), the option named still counts."""
+    data = f"{receive_world.base} {receive_world.outside} refs/heads/main\n".encode()
+    for count in ("x", "", "-1"):
+        monkeypatch.setenv("GIT_PUSH_OPTION_COUNT", count)
+        assert run_pre_receive(data) == (False, 4)
+    monkeypatch.setenv("GIT_PUSH_OPTION_COUNT", "9" * 30)
+    monkeypatch.setenv("GIT_PUSH_OPTION_0", f"lease={receive_world.lease}")
+    assert run_pre_receive(data) == (True, 0)
+    monkeypatch.setenv("GIT_PUSH_OPTION_0", f"lease={receive_world.lease}\n")
+    assert run_pre_receive(data) == (False, 4)
+
+
+def check_trailers(world, examples):
+    lid = world.lease
+    tree = git(world.bare, "rev-parse", f"{world.outside}^{{tree}}").strip()
+    value = st.one_of(st.sampled_from([lid, f" {lid} ", lid.upper(), lid + "x", lid[:-1], f"<{lid}>",
+                                       f"{lid}, lease_0000000000aaaaaa", "lease_" + "z" * 41]), st.text(max_size=30))
+    value = st.one_of(st.just(lid), st.just(lid), value)
+    key = st.one_of(st.just("Lease"), st.sampled_from(["Lease", "lease", "Lease ", "Leases", "X-Lease", "Lease-Id"]))
+    sep = st.one_of(st.just(": "), st.sampled_from([": ", ":", " : ", "=", ": \n "]))
+    trailer = st.builds(lambda k, s, v: f"{k}{s}{v}", key, sep, value)
+    message = st.builds(lambda subject, body, trailers: f"{subject}\n\n{body}\n\n" + "\n".join(trailers) + "\n",
+                        st.text(max_size=20), st.text(max_size=40), st.lists(trailer, max_size=3))
+
+    @fuzz_settings(examples)
+    @given(message)
+    def prop(msg):
+        msg = msg.replace("\0", "")
+        res = subprocess.run(["git", "commit-tree", "-p", world.base, "-F", "-", tree], cwd=world.bare,
+                             input=msg.encode("utf-8", "surrogatepass"), capture_output=True)
+        if res.returncode != 0:
+            event("commit-tree failed")
+            return
+        new = res.stdout.decode().strip()
+        ok, code = run_pre_receive(f"{world.base} {new} refs/heads/main\n".encode())
+        event(f"exit {code}")
+        if lid not in msg:
+            assert (ok, code) == (False, 4), msg  # no claim without the exact lease id
+        assert code in (0, 4)
+    prop()
+
+
+def test_fuzz_lease_trailers(receive_world):
+    check_trailers(receive_world, 25)
+
+
+def test_pre_receive_malformed_input_refuses(receive_world):
+    w = receive_world
+    for data in (b"junk\n", f"{w.base} {w.free}\n".encode(), f"{w.base} --output=x refs/heads/main\n".encode(),
+                 f"{w.base} {w.free} refs/heads/a\tb\n".encode(), b"\xff\xfe\n"):
+        assert run_pre_receive(data) == (False, 2), data
+    assert not os.path.exists(w.bare / "x")
+    # a ref name with U+2028 in it is one line (it used to be split in two by str.splitlines)
+    assert run_pre_receive(f"{w.base} {w.free} refs/heads/a\u2028b\n".encode()) == (True, 0)
+    assert run_pre_receive(f"{w.base} {w.outside} refs/heads/a\u2028b\n".encode()) == (False, 4)
+    assert run_pre_receive(b"") == (True, 0)
+    assert run_pre_receive(f"{w.base} {w.free} refs/heads/main\n".encode()) == (True, 0)
+
+
+def test_fuzz_pre_receive_processes(receive_world):
+    """The installed pre-receive hook and ``git lease server-hook pre-receive --json``: no traceback, a documented
+    code, one JSON object on stdout for --json, fail closed."""
+    w = receive_world
+    hook = str(w.bare / "hooks" / "pre-receive")
+    line = _line(("oid", "oid", "ref"), _oids(w), _refs())
+
+    @fuzz_settings(4)
+    @given(_stdin(line, w.bad_line))
+    def prop(data):
+        expected = receive_expectation(w, data)
+        res = subprocess.run([hook], cwd=w.bare, input=data, capture_output=True, env=_env())
+        err = res.stderr.decode("utf-8", "replace")
+        assert "Traceback" not in err and res.returncode in CODES, err
+        if expected == "refuse":
+            assert res.returncode != 0
+        res = subprocess.run(["git", "lease", "server-hook", "pre-receive", "--json"], cwd=w.bare, input=data,
+                             capture_output=True, env=_env())
+        err = res.stderr.decode("utf-8", "replace")
+        assert "Traceback" not in err and res.returncode in CODES, err
+        doc = json.loads(res.stdout)
+        assert doc["ok"] == (res.returncode == 0)
+        if not doc["ok"]:
+            assert doc["error"]["exitCode"] == res.returncode
+        if expected == "refuse":
+            assert res.returncode != 0
+    prop()
+
+
+@pytest.fixture(autouse=True)
+def _tally(request):
+    TALLY.clear()
+    yield
+    if os.environ.get("GITLEASE_FUZZ_TALLY"):
+        print(f"\n{request.node.name}: {dict(sorted(TALLY.items()))}")
