@@ -12,15 +12,25 @@ Properties checked (docs/reliability.md):
   P5  never two overlapping *active* leases: a lease is active from its grant until its last expiry unless its
       holder released it (or died: an audited ``dead-holder`` reclaim); every deletion other than a release is
       an audited reclaim (else an anomaly), and an audited reclaim before expiry for another reason is one;
-  P6  fencing: every branch update lands in the same transaction as a renewal of a live lease whose scope
-      covers every path the update changes;
-  P7  the run ends with no lease left on the server.
+  P6  fencing: every branch update lands in the same transaction as a proper renewal (P3 and P8 clean: CAS
+      successor, made before the previous version's expiry by the server's clock + tolerance) of a lease that
+      is live then (its refs exist, so it was not taken over), whose scope covers every path the update changes
+      (``git diff`` of the old branch tip against the new one, in the server's repository);
+  P7  the run ends with no lease left on the server;
+  P8  signed runs (``signed=True``): every lease version carries ``lease.sig``, an SSHSIG (namespace gitlease)
+      over its exact ``lease.json`` bytes by the key its record names as the owner's, and the trust file on the
+      server's default branch (``.gitlease/allowed_signers``, parsed here, not by gitlease) lists that key for
+      the owner's agent id with namespace gitlease; every audit entry is signed by a key the trust file lists.
+      Signatures are checked in-process with ``gitlease.sshsig.verify``; a random sample of lease versions is
+      checked again, independently, with ``ssh-keygen -Y verify`` (OpenSSH's own code).
 """
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +40,8 @@ if str(ROOT) not in sys.path:
 
 from gitlease import record as records  # noqa: E402
 from gitlease import scope as scopes  # noqa: E402
+from gitlease import sshsig  # noqa: E402
+from gitlease.errors import InvalidRecord  # noqa: E402
 from gitlease.store import ID_PREFIX, SCOPE_REF  # noqa: E402
 
 from .serverlog import Txn, is_zero  # noqa: E402
@@ -64,30 +76,35 @@ class Report:
     reclaims: int = 0
     early_reclaims: int = 0
     branch_updates: int = 0
+    fenced_updates: int = 0  # branch updates that passed P6
+    signatures: int = 0  # lease versions and audit entries whose signature was verified (P8)
+    ssh_keygen_verified: int = 0  # of those, lease versions verified again with ssh-keygen -Y verify
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
 
 class Objects:
-    """Commit parents and lease records from the server's repository, one cat-file batch per request."""
+    """Commit parents and blobs (a record and its signature) from the server's repository, one cat-file batch
+    per request."""
 
     def __init__(self, bare: Path) -> None:
         self.bare = bare
-        self.cache: dict[str, tuple[tuple[str, ...], bytes | None]] = {}
+        self.cache: dict[str, tuple[tuple[str, ...], bytes | None, bytes | None]] = {}
 
-    def load(self, oids: set[str], blob: str = "lease.json") -> None:
+    def load(self, oids: set[str], blob: str = "lease.json", sig: str = "lease.sig") -> None:
         todo = sorted(o for o in oids if o not in self.cache)
         if not todo:
             return
-        lines = "".join(f"{o}\n{o}:{blob}\n" for o in todo).encode()
+        lines = "".join(f"{o}\n{o}:{blob}\n{o}:{sig}\n" for o in todo).encode()
         out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.bare, input=lines, capture_output=True,
                              check=True).stdout
         pos = 0
         for o in todo:
             parents, pos = self._commit(out, pos)
-            blob, pos = self._blob(out, pos)
-            self.cache[o] = (parents, blob)
+            data, pos = self._entry(out, pos)
+            signature, pos = self._entry(out, pos)
+            self.cache[o] = (parents, data, signature)
 
     @staticmethod
     def _entry(out: bytes, pos: int) -> tuple[bytes | None, int]:
@@ -109,11 +126,14 @@ class Objects:
                 parents.append(line[7:].decode())
         return tuple(parents), pos
 
-    def _blob(self, out: bytes, pos: int) -> tuple[bytes | None, int]:
-        return self._entry(out, pos)
+    def data(self, oid: str) -> bytes | None:
+        return self.cache.get(oid, ((), None, None))[1]
+
+    def signature(self, oid: str) -> bytes | None:
+        return self.cache.get(oid, ((), None, None))[2]
 
     def record(self, oid: str) -> records.Record | None:
-        blob = self.cache.get(oid, ((), None))[1]
+        blob = self.data(oid)
         if blob is None:
             return None
         try:
@@ -122,14 +142,102 @@ class Objects:
             return None
 
     def entry(self, oid: str) -> dict:
-        blob = self.cache.get(oid, ((), None))[1]
+        blob = self.data(oid)
         try:
             return json.loads(blob) if blob else {}
         except ValueError:
             return {}
 
     def parents(self, oid: str) -> tuple[str, ...]:
-        return self.cache.get(oid, ((), None))[0]
+        return self.cache.get(oid, ((), None, None))[0]
+
+
+TRUST_FILE = ".gitlease/allowed_signers"
+
+
+def read_trust(bare: Path) -> dict[str, tuple[set[str], str]] | None:
+    """The trust file on the server's default branch, parsed here (the harness writes plain lines:
+    ``principal[,principal...] namespaces="a,b" ssh-ed25519 <b64>``): principal -> (namespaces, key). None when
+    there is none. Anything this simple parser does not understand is left out, so it can only refuse more."""
+    out = subprocess.run(["git", "show", f"HEAD:{TRUST_FILE}"], cwd=bare, capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    trust: dict[str, tuple[set[str], str]] = {}
+    for line in out.stdout.splitlines():
+        words = line.split()
+        if len(words) < 4 or line.startswith("#") or not words[1].startswith('namespaces="'):
+            continue
+        namespaces = set(words[1][len('namespaces="'):].rstrip('"').split(","))
+        for principal in words[0].split(","):
+            trust[principal] = (namespaces, f"{words[2]} {words[3]}")
+    return trust
+
+
+class Signatures:
+    """P8: signature checks against the server's trust file, and the sample for ``ssh-keygen -Y verify``."""
+
+    def __init__(self, bare: Path, objs: Objects, trust: dict[str, tuple[set[str], str]] | None) -> None:
+        self.bare, self.objs, self.trust = bare, objs, trust
+        self.checked = 0
+        self.verified: list[tuple[str, str]] = []  # (oid, principal) of lease versions that verified
+
+    def lease_version(self, oid: str, rec: records.Record) -> str | None:
+        """A problem with the signature of lease version ``oid`` (None: signed by its owner)."""
+        if self.trust is None:
+            return f"no trust file {TRUST_FILE} on the server's default branch"
+        sig, data = self.objs.signature(oid), self.objs.data(oid)
+        if sig is None or data is None:
+            return "unsigned (no lease.sig)"
+        try:
+            key = sshsig.verify(sig.decode("ascii", "replace"), data, "gitlease")
+        except InvalidRecord as exc:
+            return f"signature: {exc}"
+        self.checked += 1
+        owner_key = " ".join((rec.owner.key or "").split()[:2])
+        if key != owner_key:
+            return f"signed by {sshsig.fingerprint_of(key)}, not by the owner key its record names"
+        namespaces, trusted = self.trust.get(rec.owner.agent_id, (set(), ""))
+        if trusted != key or "gitlease" not in namespaces:
+            return f"key {sshsig.fingerprint_of(key)} is not the trust file's key for {rec.owner.agent_id!r}"
+        self.verified.append((oid, rec.owner.agent_id))
+        return None
+
+    def audit_entry(self, oid: str) -> str | None:
+        if self.trust is None:
+            return f"no trust file {TRUST_FILE} on the server's default branch"
+        sig, data = self.objs.signature(oid), self.objs.data(oid)
+        if sig is None or data is None:
+            return "audit entry unsigned (no entry.sig)"
+        try:
+            key = sshsig.verify(sig.decode("ascii", "replace"), data, "gitlease")
+        except InvalidRecord as exc:
+            return f"audit entry signature: {exc}"
+        self.checked += 1
+        if not any(k == key for _, k in self.trust.values()):
+            return f"audit entry signed by {sshsig.fingerprint_of(key)}, a key the trust file does not list"
+        return None
+
+    def ssh_keygen(self, sample: int, seed: int | None) -> tuple[int, list[str]]:
+        """Verify ``sample`` random verified lease versions again with ``ssh-keygen -Y verify`` against the
+        trust file as committed on the server (OpenSSH's parser and crypto, not gitlease's)."""
+        picks = random.Random(seed).sample(self.verified, min(sample, len(self.verified)))
+        if not picks:
+            return 0, []
+        problems = []
+        with tempfile.TemporaryDirectory(prefix="soak-verify-") as tmp:
+            allowed = Path(tmp) / "allowed_signers"
+            allowed.write_bytes(subprocess.run(["git", "show", f"HEAD:{TRUST_FILE}"], cwd=self.bare,
+                                               capture_output=True, check=True).stdout)
+            sigfile = Path(tmp) / "lease.sig"
+            for oid, principal in picks:
+                sigfile.write_bytes(self.objs.signature(oid) or b"")
+                res = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", principal,
+                                      "-n", "gitlease", "-s", str(sigfile)], input=self.objs.data(oid),
+                                     capture_output=True)
+                if res.returncode != 0:
+                    problems.append(f"ssh-keygen -Y verify refuses version {oid[:10]} of {principal}: "
+                                    f"{res.stderr.decode(errors='replace').strip()[:120]}")
+        return len(picks) - len(problems), problems
 
 
 def changed_paths(bare: Path, old: str, new: str) -> list[str]:
@@ -140,7 +248,8 @@ def changed_paths(bare: Path, old: str, new: str) -> list[str]:
 
 
 def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set[str] = frozenset(),
-          final_refs: dict[str, str] | None = None) -> Report:
+          final_refs: dict[str, str] | None = None, signed: bool = False, ssh_keygen_sample: int = 0,
+          seed: int | None = None) -> Report:
     """Replay ``txns`` (the server's committed transactions, in order) and report anomalies.
 
     ``tolerance``: seconds of disagreement allowed between the server's clock and the times in the records
@@ -151,7 +260,8 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
     objs.load({new for t in txns for _, new, ref in t.updates if not is_zero(new) and ref.startswith("refs/leases/")
                and not ref.startswith(AUDIT_PREFIXES)})
     objs.load({new for t in txns for _, new, ref in t.updates if not is_zero(new) and ref.startswith(AUDIT_PREFIXES)},
-              blob="entry.json")
+              blob="entry.json", sig="entry.sig")
+    sigs = Signatures(bare, objs, read_trust(bare)) if signed else None
     state: dict[str, str] = {}
     live: dict[str, Lease] = {}  # lease id -> lease whose refs exist
     gone: list[Lease] = []
@@ -165,6 +275,12 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
             bad(f"txn {t.seq}: only part of a transaction landed (its server process died mid-commit): "
                 f"{[r for _, _, r in ups]}")
         entries = [objs.entry(n) for _, n, ref in ups if ref.startswith(AUDIT_PREFIXES) and not is_zero(n)]
+        if sigs is not None:  # P8, audit entries
+            for _, n, ref in ups:
+                if ref.startswith(AUDIT_PREFIXES) and not is_zero(n):
+                    problem = sigs.audit_entry(n)
+                    if problem:
+                        bad(f"txn {t.seq}: {ref} at {n[:10]}: {problem}")
         audited = bool(entries)
         early_ok = {e.get("leaseId") for e in entries if e.get("rule") in EARLY_RULES}
         ids = [(o, n, r) for o, n, r in ups if r.startswith(ID_PREFIX)]
@@ -173,7 +289,7 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
         for old, new, ref in scope_ups:  # P1
             if not is_zero(old) and not is_zero(new):
                 bad(f"txn {t.seq}: scope ref {ref} moved from {old[:10]} to {new[:10]} (a lease overwritten)")
-        renewed: list[Lease] = []
+        renewed: list[Lease] = []  # leases properly renewed in this transaction: what fences a branch update
         for old, new, ref in ids:
             lid = ref[len(ID_PREFIX):]
             if is_zero(old):  # a grant
@@ -181,6 +297,9 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                 if rec is None or rec.version != 1 or rec.lease_id != lid:
                     bad(f"txn {t.seq}: {ref} created at {new[:10]}, which is not version 1 of {lid}")
                     continue
+                problem = sigs.lease_version(new, rec) if sigs is not None else None
+                if problem:  # P8
+                    bad(f"txn {t.seq}: grant of {lid}: {problem}")
                 mine = sorted(r for o, n, r in scope_ups if is_zero(o) and n == new)
                 want = sorted(_scope_ref(p) for p in rec.paths)
                 if mine != want:  # P2
@@ -242,23 +361,31 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                     problems.append("lease, scope, acquiredAt or owner changed")
                 if t.time > prev.expires + tolerance:
                     problems.append(f"renewed {t.time - prev.expires:.1f}s after expiry")
+                if sigs is not None:  # P8
+                    problem = sigs.lease_version(new, rec)
+                    if problem:
+                        problems.append(problem)
                 for p in problems:
                     bad(f"txn {t.seq}: renewal of {lid} to v{rec.version}: {p}")
                 lease.versions.append((new, rec))
-                renewed.append(lease)
+                if not problems:
+                    renewed.append(lease)
                 rep.renewals += 1
         for old, new, ref in branches:  # P6
             rep.branch_updates += 1
             if is_zero(new):
                 continue
             if not renewed:
-                bad(f"txn {t.seq}: {ref} updated without a lease renewal in the same transaction (unfenced)")
+                bad(f"txn {t.seq}: {ref} updated without a proper renewal of a live lease in the same "
+                    f"transaction (unfenced)")
                 continue
             covered = [p for lease in renewed for p in lease.paths]
             outside = [p for p in changed_paths(bare, old, new) if not scopes.covers(covered, p)]
             if outside:
                 bad(f"txn {t.seq}: {ref} changed {outside[:3]} outside the scope of "
                     f"{', '.join(lease.lease_id for lease in renewed)}")
+            else:
+                rep.fenced_updates += 1
         for old, new, ref in ups:
             if is_zero(new):
                 state.pop(ref, None)
@@ -268,6 +395,11 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                       if r.startswith("refs/leases/") and not r.startswith(AUDIT_PREFIXES))
     if leftover:  # P7
         bad(f"{len(leftover)} lease refs left on the server at the end: {leftover[:3]}")
+    if sigs is not None:
+        rep.signatures = sigs.checked
+        if ssh_keygen_sample:
+            rep.ssh_keygen_verified, problems = sigs.ssh_keygen(ssh_keygen_sample, seed)
+            rep.anomalies.extend(problems)
     return rep
 
 

@@ -1,9 +1,15 @@
 """The soak: N workers against file://, git daemon and smart HTTP remotes, a fault injector, then the checker.
 
     python -m soak.run [--duration 60] [--workers 16] [--kinds file,daemon,http] [--ttl 4] [--skew 2]
-                       [--mode safe|force] [--no-faults] [--seed N] [--json] [--write docs/reliability.md]
+                       [--mode safe|force|unfenced|outside|untrusted] [--unsigned] [--no-faults] [--seed N] [--json]
+                       [--write docs/reliability.md]
 
-Exit 0 when the checker found no anomaly (with ``--mode force``, the negative control, exit 0 when it did).
+Signed by default: every worker gets its own Ed25519 key (``ssh-keygen``), the sweepers an admin key, and a
+trust file listing them all (``.gitlease/allowed_signers``) is committed to each remote's default branch before
+the run; the checker verifies every lease version against it. ``--unsigned``: no keys, no trust file.
+
+Exit 0 when the checker found no anomaly (with a negative control, ``--mode force|unfenced|outside|untrusted``,
+exit 0 when it did).
 """
 from __future__ import annotations
 
@@ -28,7 +34,17 @@ from servers import GitDaemon, SmartHTTPServer, make_bare  # noqa: E402
 
 from . import checker, serverlog  # noqa: E402
 
-TRACES = Path(os.environ.get("GITLEASE_TRACES", ROOT.parent / "shared" / "traces"))
+def _traces() -> Path:
+    """``../shared/traces`` of the checkout (for a worktree under /work/wt/<name>, the one two levels up)."""
+    if os.environ.get("GITLEASE_TRACES"):
+        return Path(os.environ["GITLEASE_TRACES"])
+    for up in (ROOT.parent, ROOT.parent.parent):
+        if (up / "shared" / "traces").is_dir():
+            return up / "shared" / "traces"
+    return ROOT.parent / "shared" / "traces"
+
+
+TRACES = _traces()
 
 HANG_HOOK = """#!/bin/sh
 # soak fault: hold the push while soak-hang exists (at most 4 s), like a server that stalls mid-receive
@@ -37,6 +53,9 @@ while [ -e soak-hang ] && [ $n -lt 40 ]; do sleep 0.1; n=$((n + 1)); done
 cat >/dev/null
 exit 0
 """
+
+
+WORKER_MODE = {"untrusted": "safe"}  # the harness's mode -> its workers' (the untrusted control is in the trust file)
 
 
 def task_paths(limit: int = 2000) -> list[list[str]]:
@@ -69,6 +88,37 @@ class Soak:
         self.restarts = collections.Counter()
         self.crashes: list[str] = []
         self.swept: dict[str, list[str]] = {}
+        self.keys: dict[str, Path] = {}  # agent name -> private key file (signed mode)
+        self.trust_text = ""
+        self.task_source = ""
+
+    def make_keys(self) -> None:
+        """One Ed25519 key per worker, one admin key for the sweepers, and the trust file naming them."""
+        folder = self.tmp / "keys"
+        folder.mkdir()
+        lines = []
+        for name in [f"w{i}" for i in range(self.args.workers)] + ["soak-admin"]:
+            path = folder / name
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)],
+                           check=True, capture_output=True)
+            self.keys[name] = path
+            pub = " ".join(path.with_suffix(".pub").read_text().split()[:2])
+            if self.args.mode == "untrusted":  # the control: the trust file lists other keys than the workers'
+                other = folder / f"{name}.untrusted"
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(other)],
+                               check=True, capture_output=True)
+                pub = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+            if name == "soak-admin":
+                sweepers = ",".join(["sweeper"] + [f"sweeper-{k}" for k in self.args.kinds])
+                lines.append(f'{sweepers} namespaces="gitlease,gitlease-admin" {pub}')
+            else:
+                lines.append(f'{name} namespaces="gitlease" {pub}')
+        self.trust_text = "".join(line + "\n" for line in lines)
+
+    def key_for(self, name: str) -> Path | None:
+        if not self.keys:
+            return None
+        return self.keys["soak-admin"] if name.startswith("sweeper") else self.keys[name]
 
     # ------------------------------------------------------------------ set-up
     def remote(self, kind: str) -> None:
@@ -85,6 +135,8 @@ class Soak:
             url = server.url_for("store.git")
         git("config", "receive.autogc", "false", cwd=bare)
         git("config", "gc.auto", "0", cwd=bare)
+        if self.trust_text:  # before the transaction log exists: the checker sees only the run's updates
+            commit_trust(bare, self.trust_text)
         serverlog.install(bare)
         hook = bare / "hooks" / "pre-receive"
         hook.write_text(HANG_HOOK)
@@ -105,7 +157,11 @@ class Soak:
         argv = [sys.executable, "-m", "soak.worker", "--dir", str(self.state), "--repo", str(repo),
                 "--url", self.urls[kind], "--name", name, "--seed", str(self.rng.randrange(1 << 30)),
                 "--ttl", str(self.args.ttl), "--skew", str(self.args.skew), "--offset", f"{offset:.3f}",
-                "--timeout", str(self.args.timeout), "--mode", mode or self.args.mode, "--paths", str(self.tmp / "paths.json")]
+                "--timeout", str(self.args.timeout), "--mode", mode or WORKER_MODE.get(self.args.mode, self.args.mode),
+                "--paths", str(self.tmp / "paths.json")]
+        key = self.key_for(name)
+        if key is not None:
+            argv += ["--key", str(key)]
         self.procs[name] = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                                             stderr=open(self.state / f"{name}.stderr", "ab"))
 
@@ -113,7 +169,13 @@ class Soak:
     def run(self) -> dict:
         a = self.args
         started = time.monotonic()
-        (self.tmp / "paths.json").write_text(json.dumps(task_paths()))
+        tasks = task_paths()
+        self.task_source = (f"{len(tasks)} tasks from {', '.join(sorted(f.name for f in TRACES.glob('*.jsonl')))}"
+                            if TRACES.is_dir() and list(TRACES.glob("*.jsonl")) else
+                            f"{len(tasks)} synthetic tasks (no traces in {TRACES})")
+        (self.tmp / "paths.json").write_text(json.dumps(tasks))
+        if a.signed:
+            self.make_keys()
         for kind in a.kinds:
             self.remote(kind)
         # some workers run with a wrong clock, within half the skew margin either way
@@ -174,7 +236,8 @@ class Soak:
         if a.mode == "safe":  # (the negative control has failed already; it need not wait for P7)
             # every lease a killed worker left behind expires within ttl; then one sweep clears them
             time.sleep(a.ttl + a.skew + a.tolerance + 1)
-            self.swept = {kind: sweep(self.tmp, kind, self.urls[kind], a) for kind in a.kinds}
+            self.swept = {kind: sweep(self.tmp, kind, self.urls[kind], a, self.key_for("sweeper"))
+                          for kind in a.kinds}
         for server in self.servers.values():
             server.stop()
         return self.report(time.monotonic() - started)
@@ -188,7 +251,8 @@ class Soak:
                          git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).splitlines())
             txns = serverlog.settle(serverlog.read(bare), final)
             rep = checker.check(bare, txns, tolerance=a.tolerance, release_intents=intents,
-                                final_refs=final if a.mode == "safe" else {})
+                                final_refs=final if a.mode == "safe" else {}, signed=a.signed,
+                                ssh_keygen_sample=a.ssh_keygen_sample, seed=a.seed)
             results[kind] = rep.to_json()
             locks = sorted(str(p.relative_to(bare)) for p in bare.rglob("*.lock"))
             if locks:
@@ -204,12 +268,15 @@ class Soak:
             for line in fpath.read_text().splitlines():
                 faults[json.loads(line)["kind"]] += 1
         return {"seconds": round(seconds, 1), "workers": a.workers, "kinds": a.kinds, "mode": a.mode,
+                "signed": a.signed, "tasks": self.task_source,
                 "ttl": a.ttl, "skew": a.skew, "ops": dict(ops), "faults": dict(faults),
                 "restarts": dict(self.restarts), "checks": results,
                 "crashes": self.crashes,
                 "anomalies": [f"{k}: {x}" for k, r in results.items() for x in r["anomalies"]]
                 + [f"worker crash: {c}" for c in self.crashes]
-                + (["no lease was acquired: the run tested nothing"] if not ops.get("acquired") else [])}
+                + (["no lease was acquired: the run tested nothing"] if not ops.get("acquired") else [])
+                + (["no fenced push landed: the run tested no fencing"]
+                   if a.mode == "safe" and not ops.get("fenced-push") else [])}
 
     def cleanup(self) -> None:
         for proc in self.procs.values():
@@ -243,17 +310,37 @@ def _tail(path: Path) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def sweep(tmp: Path, kind: str, url: str, a) -> None:
+def commit_trust(bare: Path, text: str) -> str:
+    """Commit ``.gitlease/allowed_signers`` to the bare repository's default branch (the branch its HEAD
+    names), with plumbing, as a reviewed merge to that branch would leave it."""
+    def g(*argv, input=None):
+        return subprocess.run(["git", *argv], cwd=bare, input=input, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    blob = g("hash-object", "-w", "--stdin", input=text)
+    inner = g("mktree", input=f"100644 blob {blob}\tallowed_signers\n")
+    tree = g("mktree", input=f"040000 tree {inner}\t.gitlease\n")
+    env = {"GIT_AUTHOR_NAME": "soak", "GIT_AUTHOR_EMAIL": "soak@example", "GIT_COMMITTER_NAME": "soak",
+           "GIT_COMMITTER_EMAIL": "soak@example"}
+    commit = subprocess.run(["git", "commit-tree", tree, "-m", "soak: trust the workers' keys"], cwd=bare,
+                            capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout.strip()
+    g("update-ref", g("symbolic-ref", "HEAD"), commit)
+    return commit
+
+
+def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None) -> None:
     """One `git lease sweep-stale` of the store: every stale lease reclaimed, each with its audit entry."""
     from gitlease.config import resolve
     from gitlease.repo import Repo
     from gitlease.service import LeaseService
+    from gitlease.signer import UNSIGNED, load_signer
 
     repo = tmp / "repos" / f"sweeper-{kind}"
     repo.mkdir(parents=True, exist_ok=True)
     git("init", "-q", str(repo))
     r = Repo.discover(str(repo))
-    svc = LeaseService(r, resolve(r.config, env={}, remote=url, agent="sweeper", skew=a.skew, timeout=30))
+    svc = LeaseService(r, resolve(r.config, env={}, remote=url, agent="sweeper", skew=a.skew, timeout=30),
+                       signer=load_signer(str(key)) if key else UNSIGNED)
     from gitlease.sweep import Sweeper
 
     return [r.line() for r in Sweeper(svc).sweep().results]
@@ -337,7 +424,14 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=2)
     ap.add_argument("--tolerance", type=float, default=None,
                     help="seconds the checker allows between server and record times (default: skew/2 + 1.5)")
-    ap.add_argument("--mode", choices=("safe", "force"), default="safe")
+    ap.add_argument("--mode", choices=("safe", "force", "unfenced", "outside", "untrusted"), default="safe",
+                    help="safe; or a negative control: force (+ refspecs), unfenced (plain git push of the "
+                         "branch), outside (fenced commits touching a file outside the lease's scope), untrusted "
+                         "(the trust file lists other keys than the ones the workers sign with)")
+    ap.add_argument("--unsigned", dest="signed", action="store_false",
+                    help="no keys and no trust file (default: every worker signs with its own key)")
+    ap.add_argument("--ssh-keygen-sample", type=int, default=20,
+                    help="lease versions per remote the checker also verifies with `ssh-keygen -Y verify`")
     ap.add_argument("--no-faults", dest="faults", action="store_false")
     ap.add_argument("--fault-every", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=None)
@@ -346,6 +440,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write", metavar="FILE")
     args = ap.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
+    if args.mode == "untrusted" and not args.signed:
+        ap.error("--mode untrusted needs signing (drop --unsigned)")
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.tolerance = args.tolerance if args.tolerance is not None else args.skew / 2 + 1.5
     soak = Soak(args)
@@ -363,7 +459,7 @@ def main(argv=None) -> int:
         for line in res["anomalies"][:20]:
             print("  " + line)
     found = bool(res["anomalies"])
-    return int(found) if args.mode == "safe" else int(not found)
+    return int(found) if args.mode == "safe" else int(not found)  # a negative control must fail the checker
 
 
 if __name__ == "__main__":

@@ -21,16 +21,42 @@ def test_short_soak_with_faults_finds_no_anomaly(capsys):
                    "--fault-every", "0.5")
     assert res["anomalies"] == [], res["anomalies"]
     assert rc == 0
+    assert res["signed"] is True
     assert res["ops"].get("acquired", 0) > 10 and res["ops"].get("renewed", 0) > 0
+    assert res["ops"].get("fenced-push", 0) > 0
     assert sum(res["faults"].values()) > 5
-    assert all(c["transactions"] > 0 for c in res["checks"].values())
+    checks = res["checks"].values()
+    assert all(c["transactions"] > 0 for c in checks)
+    assert sum(c["fenced_updates"] for c in checks) == sum(c["branch_updates"] for c in checks) > 0
+    assert all(c["signatures"] > 0 and c["ssh_keygen_verified"] > 0 for c in checks)
 
 
 def test_negative_control_with_cas_switched_off_fails_the_checker(capsys):
-    rc, res = _run(capsys, "--duration", "5", "--workers", "4", "--kinds", "file", "--no-faults",
+    rc, res = _run(capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
                    "--mode", "force", "--seed", "3")
     assert rc == 0  # in force mode, success means the checker found the hazard
     assert any("granted while" in a or "moved from" in a for a in res["anomalies"]), res["anomalies"]
+
+
+# each negative control of fencing and signing, and the one kind of anomaly the checker must report for it
+CONTROLS = {
+    "unfenced": ("updated without a proper renewal of a live lease in the same transaction (unfenced)",),
+    "outside": ("outside the scope of",),
+    # (a renewal signed by an untrusted key is no fence: the branch update it carried is flagged as well)
+    "untrusted": ("is not the trust file's key for", "a key the trust file does not list",
+                  "updated without a proper renewal of a live lease in the same transaction (unfenced)"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(CONTROLS))
+def test_negative_controls_of_fencing_and_signing_fail_the_checker(capsys, mode):
+    extra = ["--unsigned"] if mode == "unfenced" else []  # (and the unsigned mode reports nothing else)
+    rc, res = _run(capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
+                   "--mode", mode, "--seed", "3", *extra)
+    assert rc == 0, res["anomalies"]  # in a control mode, success means the checker found the hazard
+    assert res["anomalies"], res["ops"]
+    strays = [a for a in res["anomalies"] if not any(want in a for want in CONTROLS[mode])]
+    assert strays == [], strays  # the checker flags exactly that hazard, nothing spurious
 
 
 @pytest.mark.slow
