@@ -346,40 +346,107 @@ def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None) -> None:
     return [r.line() for r in Sweeper(svc).sweep().results]
 
 
-def write_doc(res: dict, path: Path) -> None:
+CONTROLS = {  # negative control -> what it breaks (each must make the checker fail)
+    "force": "takes leases with `+` refspecs (git's compare-and-swap switched off)",
+    "unfenced": "takes leases properly, but moves its branch with a plain `git push` (the lease not in the push)",
+    "outside": "pushes fenced commits that also touch a file outside the lease's scope",
+    "untrusted": "signs with keys the trust file on the default branch does not list for those workers",
+}
+
+
+def run_controls(seed: int) -> dict:
+    """Each negative control once (4 workers, 4 s, file remote, no faults): the checker must fail each."""
+    out = {}
+    for mode in CONTROLS:
+        res = run_once(parse(["--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
+                              "--mode", mode, "--seed", str(seed)]))
+        out[mode] = {"seconds": res["seconds"], "anomalies": len(res["anomalies"]),
+                     "first": res["anomalies"][0] if res["anomalies"] else "(none)"}
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def write_doc(res: dict, path: Path, argv: list[str]) -> None:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    checks = res["checks"]
+    total = lambda key: sum(r.get(key, 0) for r in checks.values())  # noqa: E731
+    ops_total = sum(v for k, v in res["ops"].items() if k != "branch-refetched")
+    faults_by = ", ".join(f"{k} {v}" for k, v in sorted(res["faults"].items())) or "none"
     rows = [f"| {k} | {v} |" for k, v in sorted(res["ops"].items())]
     frows = [f"| {k} | {v} |" for k, v in sorted(res["faults"].items())] or ["| (none) | 0 |"]
-    crows = [f"| {k} | {r['transactions']} | {r['leases']} | {r['renewals']} | {r['releases']} | "
-             f"{r['reclaims']} | {len(r['anomalies'])} |" for k, r in res["checks"].items()]
+    crows = [f"| {k} | {r['transactions']} | {r['leases']} | {r['renewals']} | {r['releases']} | {r['reclaims']} | "
+             f"{r['fenced_updates']} of {r['branch_updates']} | {r['signatures']} | {r['ssh_keygen_verified']} | "
+             f"{len(r['anomalies'])} |" for k, r in checks.items()]
+    ctl = res.get("controls") or {}
+    ctl_rows = [f"| `--mode {m}` | {CONTROLS[m]} | {c['anomalies']} | {_cell(c['first'][:150])} |"
+                for m, c in ctl.items()]
+    signed = ("signed: every worker signs with its own Ed25519 key (made with `ssh-keygen`), the sweepers with an "
+              "admin key (`gitlease-admin`), all listed in `.gitlease/allowed_signers` committed to each remote's "
+              "default branch before the run" if res["signed"] else "unsigned (`--unsigned`): no keys, no trust file")
     text = f"""# Reliability
 
-Figures of one run of the soak (`make soak`), {when}: {res['workers']} worker processes for {res['seconds']} s
-against {', '.join(res['kinds'])} remotes, TTL {res['ttl']} s, skew margin {res['skew']} s; every third worker's
-clock is off by up to half the margin. Regenerate with `make soak DURATION=600` (this page is written by
-`python -m soak.run --write docs/reliability.md`).
+Figures of one real run of the soak, {when} (seed {res['seed']}), made by `make soak
+DURATION={res['duration']:g}`, which runs:
+
+    python -m soak.run {' '.join(argv)}
+
+{res['workers']} worker processes for {res['duration']:g} s against {', '.join(res['kinds'])} remotes, TTL {res['ttl']} s,
+skew margin {res['skew']} s; every third worker's clock is off by up to half the margin; scopes from
+{res['tasks']}. {signed[0].upper() + signed[1:]}.
+
+| operations run | faults injected | anomalies | seconds |
+| ---: | --- | ---: | ---: |
+| {ops_total} | {sum(res['faults'].values())}: {faults_by} | **{len(res['anomalies'])}** | {res['seconds']} |
+
+(Seconds: the whole run, with set-up, the wait for the last leases to expire, one sweep and the checker.)
 
 ## What the harness does
 
-- Workers (`soak/worker.py`) loop acquire / renew / release on scopes drawn from the task traces in
-  `shared/traces/` (the files of a real commit, their directories, or their top two segments).
-- A fault injector (`soak/inject.py`, a process of its own) SIGKILLs workers at any point (mid-push included;
-  the harness restarts them), SIGSTOPs one for 1.2-2x its TTL and resumes it, SIGKILLs the `git daemon` or
-  HTTP server's whole process group (the harness restarts it), and stalls a server's receive for 1-3 s (longer
-  than the clients' 2 s timeout: ambiguous outcomes, pushes landing after the client gave up).
+- Workers (`soak/worker.py`) loop acquire / renew / commit + fenced push / release on scopes drawn from the
+  task traces in `shared/traces/` (the files of a real commit, their directories, or their top two segments).
+  While it holds a lease a worker either renews it or makes a commit that writes `<scope>/soak-<worker>.txt`
+  for one or two paths of its scope and pushes it to `refs/heads/soak/<worker>` with
+  `LeaseService.push_fenced`: the branch moves and the lease is renewed in ONE atomic push pinned to the
+  lease's version. A refused branch (its tip is behind: a push of ours landed after we gave up on it) is
+  refetched.
+- A fault injector (`soak/inject.py`, a process of its own) SIGKILLs workers at any point (`kill-mid-push`:
+  the worker had a `git push` running, which goes on without it; the harness restarts the worker), SIGSTOPs
+  one for 1.2-2x its TTL and resumes it, SIGKILLs the `git daemon` or HTTP server's whole process group (the
+  harness restarts it), and stalls a server's receive for 1-3 s (longer than the clients' 2 s timeout:
+  ambiguous outcomes, pushes landing after the client gave up).
 - The checker (`soak/checker.py`) trusts no worker: a `reference-transaction` hook on each test remote logs
   every committed ref transaction, in lock order, with the server's clock (reflogs cannot serve: git deletes
-  a ref's reflog with the ref). It replays that log with the lease objects in the server's repository and
-  checks P1-P7 (see the module): no scope ref ever moves between leases; a lease's refs appear and vanish
-  together; every renewal is a proper successor made before expiry; no two overlapping leases exist at once;
-  no lease is deleted before its expiry unless its holder released it; every branch update is fenced; and no
-  lease is left after the run and one sweep.
+  a ref's reflog with the ref). It replays that log with the objects in the server's repository and checks
+  P1-P8 (see the module):
+  - no scope ref ever moves between leases; a lease's refs appear and vanish together;
+  - every renewal is a proper compare-and-swap successor (parent, version + 1, same lease, scope and owner)
+    made before the previous version's expiry by the server's clock (within a tolerance of
+    {res['tolerance']} s for the workers' clock offsets and the records' one-second resolution);
+  - no two overlapping leases exist at once, and none is deleted before its expiry unless its holder released
+    it or an audited reclaim of a dead holder did; every other deletion is an audited reclaim;
+  - fencing: every branch update lands in the same transaction as a proper renewal of a lease that is live
+    then (not expired, not taken over), whose scope covers every path the update changes (`git diff` of the
+    old tip against the new one in the server's repository);
+  - signed runs: every lease version is signed (SSHSIG, namespace `gitlease`) over its exact `lease.json` by
+    the key its record names as the owner's, and the trust file on the server's default branch (parsed by the
+    checker itself) lists that key for the owner's agent id; every audit entry is signed by a listed key. All
+    signatures are verified in-process with `gitlease.sshsig.verify`; a random sample of
+    {res['ssh_keygen_sample']} lease versions per remote again with `ssh-keygen -Y verify` (OpenSSH's code,
+    independent of gitlease's);
+  - after the run and one sweep, no lease is left on the server.
 
 ## Operations (as the workers counted them)
 
 | operation | count |
 | --- | ---: |
 {chr(10).join(rows)}
+
+`fenced-push`: commit and renewal landed in one push; `fenced-push-rejected`: the branch was refused and
+nothing landed (the lease stays held); `fenced-push-lost`: the lease was lost (stop); `fenced-push-error`:
+the store was unreachable or the outcome unknown.
 
 ## Faults injected
 
@@ -391,30 +458,39 @@ Restarts by the harness: {', '.join(f'{k} {v}' for k, v in res['restarts'].items
 
 ## What the checker saw
 
-| remote | transactions | leases granted | renewals | releases | reclaims | anomalies |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: |
+| remote | transactions | leases granted | renewals | releases | reclaims | fenced branch updates | signatures verified | also by ssh-keygen | anomalies |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 {chr(10).join(crows)}
 
-Anomalies: **{len(res['anomalies'])}**.
+Totals: {total('branch_updates')} branch updates, {total('fenced_updates')} of them fenced; {total('signatures')}
+signatures verified ({total('ssh_keygen_verified')} also by `ssh-keygen`). Anomalies: **{len(res['anomalies'])}**.
 
-## Negative control
+## Negative controls
 
-`python -m soak.run --mode force` runs workers that take leases with `+` refspecs, which switch git's
-compare-and-swap off. The checker must report anomalies there (tests/test_soak.py asserts it does), or it
-proves nothing.
+Each control is a run the checker must fail, or it proves nothing (tests/test_soak.py asserts each fails, and
+with nothing but the expected kind of anomaly). Figures from the runs made with this page (4 workers, 4 s,
+file remote, no faults):
+
+| control | what it breaks | anomalies | first one |
+| --- | --- | ---: | --- |
+{chr(10).join(ctl_rows) or '| (not run) | | | |'}
 
 ## Not covered yet
 
-- Fenced pushes of branch commits (P6 is checked, but these workers push no branches yet), signed leases
-  (the soak runs unsigned, so signatures are not checked here), and fuzzing of hook stdin and trust files
-  beyond the unit tests. The sweeper runs (one per remote) and every reclaim's audit entry is checked.
+- The test remotes run no gitlease receive hook (docs/hooks.md): nothing on the server stops a plain
+  `git push` of a branch, or a fenced push touching files outside its scope. Fencing here is the client's
+  discipline plus git's atomic compare-and-swap, and the checker detects a breach (the `unfenced` and
+  `outside` controls) rather than the server refusing it.
 - A reclaim is told from a release only by the audit entry in its transaction, or by its holder's release
   intent: the checker cannot prove who deleted refs when neither exists.
+- The checker's trust-file parser reads only the plain lines the harness writes (no patterns, no
+  `valid-after`); the `ssh-keygen -Y verify` sample covers OpenSSH's full rules for those lines.
+- Fuzzing of hook stdin and trust files is not part of the soak (see the unit tests).
 """
     path.write_text(text)
 
 
-def main(argv=None) -> int:
+def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--workers", type=int, default=16)
@@ -430,7 +506,7 @@ def main(argv=None) -> int:
                          "(the trust file lists other keys than the ones the workers sign with)")
     ap.add_argument("--unsigned", dest="signed", action="store_false",
                     help="no keys and no trust file (default: every worker signs with its own key)")
-    ap.add_argument("--ssh-keygen-sample", type=int, default=20,
+    ap.add_argument("--ssh-keygen-sample", type=int, default=50,
                     help="lease versions per remote the checker also verifies with `ssh-keygen -Y verify`")
     ap.add_argument("--no-faults", dest="faults", action="store_false")
     ap.add_argument("--fault-every", type=float, default=0.7)
@@ -444,14 +520,30 @@ def main(argv=None) -> int:
         ap.error("--mode untrusted needs signing (drop --unsigned)")
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     args.tolerance = args.tolerance if args.tolerance is not None else args.skew / 2 + 1.5
+    return args
+
+
+def run_once(args: argparse.Namespace) -> dict:
     soak = Soak(args)
     try:
         res = soak.run()
     finally:
         soak.cleanup()
-    res["seed"] = args.seed
+    res.update(seed=args.seed, duration=args.duration, tolerance=args.tolerance,
+               ssh_keygen_sample=args.ssh_keygen_sample)
+    return res
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
+    res = run_once(args)
+    if args.write and args.mode == "safe":
+        res["controls"] = run_controls(args.seed)
+        res["anomalies"] += [f"negative control --mode {m} found no anomaly: the checker misses that hazard"
+                             for m, c in res["controls"].items() if not c["anomalies"]]
     if args.write:
-        write_doc(res, Path(args.write))
+        write_doc(res, Path(args.write), [a for a in argv if a != "--json"])
     if args.json:
         print(json.dumps(res, indent=2, sort_keys=True))
     else:

@@ -88,6 +88,8 @@ class Worker:
         self.git_env = {**os.environ, "GIT_INDEX_FILE": str(self.repo / ".git" / "soak-index"),
                         "GIT_AUTHOR_NAME": args.name, "GIT_AUTHOR_EMAIL": f"{args.name}@soak",
                         "GIT_COMMITTER_NAME": args.name, "GIT_COMMITTER_EMAIL": f"{args.name}@soak"}
+        for lock in (self.repo / ".git" / "soak-index.lock", self.repo / ".git" / "refs" / "soak" / "tip.lock"):
+            lock.unlink(missing_ok=True)  # left by this worker's previous life, SIGKILLed while it held them
         self.stats: dict[str, int] = {}
         self.held: str | None = None
         self.stopping = False
@@ -205,9 +207,13 @@ class Worker:
         commit = self.make_commit(files, f"{lease} {time.time():.6f} {self.rng.random()}\n")
         spec = f"{commit}:{self.branch}"
         if self.args.mode == "unfenced":
-            res = subprocess.run(["git", "push", "-q", "--no-verify", self.args.url, spec], cwd=self.repo,
-                                 capture_output=True, text=True, timeout=self.args.timeout)
-            if res.returncode == 0:
+            try:
+                res = subprocess.run(["git", "push", "-q", "--no-verify", self.args.url, spec], cwd=self.repo,
+                                     capture_output=True, text=True, timeout=self.args.timeout)
+                ok = res.returncode == 0
+            except subprocess.TimeoutExpired:
+                ok = False
+            if ok:
                 self._git("update-ref", self.tip_ref, commit)
                 self.count("unfenced-push")
             else:
