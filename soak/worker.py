@@ -90,7 +90,10 @@ class Worker:
                         "GIT_COMMITTER_NAME": args.name, "GIT_COMMITTER_EMAIL": f"{args.name}@soak"}
         for lock in (self.repo / ".git" / "soak-index.lock", self.repo / ".git" / "refs" / "soak" / "tip.lock"):
             lock.unlink(missing_ok=True)  # left by this worker's previous life, SIGKILLed while it held them
-        self.stats: dict[str, int] = {}
+        try:  # a restarted worker goes on counting where its previous life stopped
+            self.stats: dict[str, int] = json.loads((self.dir / f"{args.name}.stats").read_text())
+        except (OSError, ValueError):
+            self.stats = {}
         self.held: str | None = None
         self.stopping = False
         signal.signal(signal.SIGTERM, self._term)
