@@ -16,7 +16,8 @@ Properties checked (docs/reliability.md):
       successor, made before the previous version's expiry by the server's clock + tolerance) of a lease that
       is live then (its refs exist, so it was not taken over), whose scope covers every path the update changes
       (``git diff`` of the old branch tip against the new one, in the server's repository);
-  P7  the run ends with no lease left on the server;
+  P7  the run ends with no lease left on the server (after one sweep, and an admin's forced release of what
+      half-landed transactions left: invalid leases, which gitlease never reclaims by a rule);
   P8  signed runs (``signed=True``): every lease version carries ``lease.sig``, an SSHSIG (namespace gitlease)
       over its exact ``lease.json`` bytes by the key its record names as the owner's, and the trust file on the
       server's default branch (``.gitlease/allowed_signers``, parsed here, not by gitlease) lists that key for
@@ -340,8 +341,11 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                     continue
                 lease.present.discard(ref)
                 deleted.setdefault(lease.lease_id, []).append(ref)
+        forced = {e.get("leaseId") for e in entries if e.get("rule") == "forced"}
         for lid, refs in deleted.items():
             lease = leases[lid]
+            if lid in forced and lease.complete and lease.ended is None:  # only the harness's admin forces
+                bad(f"txn {t.seq}: {lid} force-released whole: only what a half-landed transaction left may be")
             if lease.present and not t.partial:  # P2
                 bad(f"txn {t.seq}: {lid} deleted without all of its refs ({sorted(lease.present)[:3]} stay)")
             if lease.ended is not None or not lease.complete:  # a remnant (or a half grant) cleared

@@ -244,8 +244,11 @@ class Soak:
         if a.mode == "safe":  # (the negative control has failed already; it need not wait for P7)
             # every lease a killed worker left behind expires within ttl; then one sweep clears them
             time.sleep(a.ttl + a.skew + a.tolerance + 1)
-            self.swept = {kind: sweep(self.tmp, kind, self.urls[kind], a, self.key_for("sweeper"))
-                          for kind in a.kinds}
+            for kind in a.kinds:  # nothing pushes any more: a ref lock still there is stale
+                self.restarts["stale ref locks removed (at the end)"] += remove_stale_locks(
+                    self.bares[kind], older_than=STALE_LOCK_AGE)
+            self.swept = {kind: sweep(self.tmp, kind, self.urls[kind], a, self.key_for("sweeper"),
+                                      crashed_refs(self.bares[kind])) for kind in a.kinds}
         for server in self.servers.values():
             server.stop()
         return self.report(time.monotonic() - started)
@@ -266,7 +269,8 @@ class Soak:
             if locks:
                 rep.anomalies.append(f"stale ref locks on the server at the end: {locks[:3]}")
             if self.swept.get(kind):
-                results[kind]["sweep"] = self.swept[kind]
+                results[kind]["sweep"] = self.swept[kind]["swept"]
+                results[kind]["forced"] = self.swept[kind]["forced"]
         ops = collections.Counter()
         for f in self.state.glob("*.stats"):
             ops.update(json.loads(f.read_text() or "{}"))
@@ -362,8 +366,21 @@ def commit_trust(bare: Path, text: str) -> str:
     return commit
 
 
-def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None) -> None:
-    """One `git lease sweep-stale` of the store: every stale lease reclaimed, each with its audit entry."""
+def crashed_refs(bare: Path) -> set[str]:
+    """Refs of every transaction a server death cut in the middle (see serverlog.settle)."""
+    final = dict(line.split(" ", 1)[::-1] for line in
+                 git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).splitlines())
+    return {ref for t in serverlog.settle(serverlog.read(bare), final) if t.partial for _, _, ref in t.prepared}
+
+
+def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None, crashed: set[str] = frozenset()) -> dict:
+    """One `git lease sweep-stale` of the store: every stale lease reclaimed, each with its audit entry.
+
+    Then what a sweep leaves by design: a lease a server death left half granted or half deleted is INVALID
+    (its refs do not appear together), and gitlease never reclaims an invalid lease by a rule (fail closed;
+    docs/sweeping.md): an admin clears it (`sweep-stale --force`, audited). The harness does that for each
+    invalid lease left whose refs all belong to a half-landed transaction, and only for those (the checker
+    flags a forced release of any other lease); anything else left is an anomaly (P7)."""
     from gitlease.config import resolve
     from gitlease.repo import Repo
     from gitlease.service import LeaseService
@@ -377,7 +394,13 @@ def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None) -> None:
                        signer=load_signer(str(key)) if key else UNSIGNED)
     from gitlease.sweep import Sweeper
 
-    return [r.line() for r in Sweeper(svc).sweep().results]
+    sweeper = Sweeper(svc)
+    lines = [r.line() for r in sweeper.sweep().results]
+    forced = []
+    for view in svc.snapshot(use_cache=False).leases:
+        if not view.valid and view.refs() and set(view.refs()) <= crashed:
+            forced.append(sweeper.force(view.lease_id).line() + f" ({'; '.join(view.problems)[:80]})")
+    return {"swept": lines, "forced": forced}
 
 
 CONTROLS = {  # negative control -> what it breaks (each must make the checker fail)
@@ -415,6 +438,7 @@ def write_doc(res: dict, path: Path, argv: list[str]) -> None:
              f"{r['fenced_updates']} of {r['branch_updates']} | {r['signatures']} | {r['ssh_keygen_verified']} | "
              f"{r['half_landed']} ({r['half_grants']}, {r['remnants_cleared']}) | {len(r['anomalies'])} |"
              for k, r in checks.items()]
+    forced_n = sum(len(r.get("forced", [])) for r in checks.values())
     ctl = res.get("controls") or {}
     ctl_rows = [f"| `--mode {m}` | {CONTROLS[m]} | {c['anomalies']} | {_cell(c['first'][:150])} |"
                 for m, c in ctl.items()]
@@ -503,6 +527,11 @@ renames ref locks one by one (docs/limits.md). They are no anomaly in themselves
 they leave. A grant of which only some refs landed was never answered, so nobody holds it: it must never be
 renewed, and its scope refs still keep overlapping grants out. A release or reclaim that half landed ends
 the lease, and what it left must later go by an audited reclaim (the sweeper's): "remnants cleared".
+
+After the run, one sweep left {forced_n} leases INVALID because half-landed transactions broke them (refs
+that do not appear together); gitlease never reclaims an invalid lease by a rule (fail closed,
+docs/sweeping.md), so the harness's admin cleared exactly those with `sweep-stale --force` (audited; the
+checker flags a forced release of anything else). Then no lease was left (P7).
 
 Totals: {total('branch_updates')} branch updates, {total('fenced_updates')} of them fenced; {total('signatures')}
 signatures verified ({total('ssh_keygen_verified')} also by `ssh-keygen`). Anomalies: **{len(res['anomalies'])}**.
