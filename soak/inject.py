@@ -1,6 +1,7 @@
-"""The fault injector: a process of its own that, at random, SIGKILLs workers, SIGSTOPs one past its TTL and
-resumes it, kills a server's whole process group, and makes a server hang on receive (its ``pre-receive`` hook
-waits while ``<bare>/soak-hang`` exists), until ``D/stop`` exists. Every fault is a line in ``D/faults.jsonl``.
+"""The fault injector: a process of its own that, at random, SIGKILLs workers (a kill while the worker runs a
+``git push`` is logged as ``kill-mid-push``), SIGSTOPs one past its TTL and resumes it, kills a server's whole
+process group, and makes a server hang on receive (its ``pre-receive`` hook waits while ``<bare>/soak-hang``
+exists), until ``D/stop`` exists. Every fault is a line in ``D/faults.jsonl``.
 
     python -m soak.inject --dir D --seed 7 --ttl 4 --bares B1,B2 [--kinds kill,stop,server,hang]
 """
@@ -26,6 +27,19 @@ def pids(folder: Path, pattern: str) -> list[int]:
         except ValueError:
             pass
     return out
+
+
+def pushing(pid: int) -> bool:
+    """Whether ``pid`` has a ``git push`` child running now (a SIGKILL then is a kill mid-push: the push
+    itself goes on without its client, and may land after the worker is gone)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and b"push" in (stat.parent / "cmdline").read_bytes():
+                return True
+        except (OSError, IndexError, ValueError):
+            continue
+    return False
 
 
 def main(argv=None) -> int:
@@ -75,9 +89,10 @@ def main(argv=None) -> int:
             workers = [p for p in pids(folder, "w*.pid") if p not in stopped]
             if kind == "kill" and workers:
                 pid = rng.choice(workers)
+                mid_push = pushing(pid)
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    note("kill", pid=pid)
+                    note("kill-mid-push" if mid_push else "kill", pid=pid)
                 except ProcessLookupError:
                     pass
             elif kind == "stop" and workers and not stopped:

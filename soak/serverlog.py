@@ -35,6 +35,7 @@ class Txn:
     updates: tuple[tuple[str, str, str], ...]  # (old, new, ref); zero-to-zero rows dropped
     certain: bool = True  # False: prepared, then the server process died before it logged the outcome
     partial: bool = False  # settle() found only some of its updates landed
+    prepared: tuple[tuple[str, str, str], ...] = ()  # of a partial one: every update it had locked and checked
 
 
 def install(bare: Path) -> None:
@@ -127,8 +128,9 @@ def settle(txns: list[Txn], final_refs: dict[str, str]) -> list[Txn]:
             if ok:
                 landed.append((old, new, ref))
         if landed:
-            out.append(Txn(t.seq, t.time, t.pid, tuple(landed), certain=True,
-                           partial=len(landed) != len(t.updates)))
+            partial = len(landed) != len(t.updates)
+            out.append(Txn(t.seq, t.time, t.pid, tuple(landed), certain=True, partial=partial,
+                           prepared=t.updates if partial else ()))
     return out
 
 

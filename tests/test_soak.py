@@ -21,16 +21,42 @@ def test_short_soak_with_faults_finds_no_anomaly(capsys):
                    "--fault-every", "0.5")
     assert res["anomalies"] == [], res["anomalies"]
     assert rc == 0
+    assert res["signed"] is True
     assert res["ops"].get("acquired", 0) > 10 and res["ops"].get("renewed", 0) > 0
+    assert res["ops"].get("fenced-push", 0) > 0
     assert sum(res["faults"].values()) > 5
-    assert all(c["transactions"] > 0 for c in res["checks"].values())
+    checks = res["checks"].values()
+    assert all(c["transactions"] > 0 for c in checks)
+    assert sum(c["fenced_updates"] for c in checks) == sum(c["branch_updates"] for c in checks) > 0
+    assert all(c["signatures"] > 0 and c["ssh_keygen_verified"] > 0 for c in checks)
 
 
 def test_negative_control_with_cas_switched_off_fails_the_checker(capsys):
-    rc, res = _run(capsys, "--duration", "5", "--workers", "4", "--kinds", "file", "--no-faults",
+    rc, res = _run(capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
                    "--mode", "force", "--seed", "3")
     assert rc == 0  # in force mode, success means the checker found the hazard
     assert any("granted while" in a or "moved from" in a for a in res["anomalies"]), res["anomalies"]
+
+
+# each negative control of fencing and signing, and the one kind of anomaly the checker must report for it
+CONTROLS = {
+    "unfenced": ("updated without a proper renewal of a live lease in the same transaction (unfenced)",),
+    "outside": ("outside the scope of",),
+    # (a renewal signed by an untrusted key is no fence: the branch update it carried is flagged as well)
+    "untrusted": ("is not the trust file's key for", "a key the trust file does not list",
+                  "updated without a proper renewal of a live lease in the same transaction (unfenced)"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(CONTROLS))
+def test_negative_controls_of_fencing_and_signing_fail_the_checker(capsys, mode):
+    extra = ["--unsigned"] if mode == "unfenced" else []  # (and the unsigned mode reports nothing else)
+    rc, res = _run(capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
+                   "--mode", mode, "--seed", "3", *extra)
+    assert rc == 0, res["anomalies"]  # in a control mode, success means the checker found the hazard
+    assert res["anomalies"], res["ops"]
+    strays = [a for a in res["anomalies"] if not any(want in a for want in CONTROLS[mode])]
+    assert strays == [], strays  # the checker flags exactly that hazard, nothing spurious
 
 
 @pytest.mark.slow
@@ -52,3 +78,44 @@ def test_server_log_parse_orders_by_prepare_and_keeps_unlogged_outcomes_uncertai
     assert [t.pid for t in serverlog.settle(txns, {"refs/x": a, "refs/y": b})] == [1, 2]
     with pytest.raises(serverlog.LogCorrupt):
         serverlog.parse("garbage\n")
+
+
+def _two_leases(tmp_path):
+    """Real lease objects in a real bare store: a released lease on ``src`` and a held one on ``src/x``."""
+    import subprocess
+
+    from gitlease.config import resolve
+    from gitlease.repo import Repo
+    from gitlease.service import LeaseService
+
+    bare = tmp_path / "store.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    repo = Repo.discover(str(work))
+    svc = LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent="w0", ttl=60))
+    a = svc.acquire(["src"])
+    svc.release(a.lease_id)
+    b = svc.acquire(["src/x"])
+    return bare, a, b
+
+
+def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(tmp_path):
+    from gitlease.service import id_ref, scope_ref
+
+    bare, a, b = _two_leases(tmp_path)
+    z, t0 = "0" * 40, a.record.expires - 60
+    # the server died committing a's grant: only its id ref landed, its scope ref did not
+    half = serverlog.Txn(0, t0, 1, ((z, a.oid, id_ref(a.lease_id)),), partial=True,
+                         prepared=((z, a.oid, id_ref(a.lease_id)), (z, a.oid, scope_ref("src"))))
+    grant_b = serverlog.Txn(1, t0 + 1, 2, ((z, b.oid, id_ref(b.lease_id)), (z, b.oid, scope_ref("src/x"))))
+    rep = checker.check(bare, [half, grant_b], tolerance=2, final_refs={})
+    assert rep.anomalies == [] and rep.half_landed == 1 and rep.half_grants == 1 and rep.leases == 1
+    # b overlapping a's scope ref, had that one landed, is an anomaly (git would have refused it)
+    landed = serverlog.Txn(0, t0, 1, ((z, a.oid, scope_ref("src")),), partial=True, prepared=half.prepared)
+    rep = checker.check(bare, [landed, grant_b], tolerance=2, final_refs={})
+    assert any("still holds scope refs" in x for x in rep.anomalies), rep.anomalies
+    # and a half-landed grant that someone renews (or fences a branch with) was used without being granted
+    renew = serverlog.Txn(2, t0 + 2, 3, ((a.oid, b.oid, id_ref(a.lease_id)),))
+    rep = checker.check(bare, [half, grant_b, renew], tolerance=2, final_refs={})
+    assert any("never granted whole" in x for x in rep.anomalies), rep.anomalies
