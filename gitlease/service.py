@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # verification and the audit log are imported where used: not
 INVALID = "invalid"  # trust.INVALID
 
 ACQUIRE_ATTEMPTS = 4
+HALF_DELETED = "lease has no scope refs (partially deleted)"  # only its id ref left: sweep.judge reclaims it
 
 
 # ------------------------------------------------------------------------------ ref names
@@ -705,7 +706,7 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
     for view in views.values():
         if view.grant_oid is None and view.record is not None and not view.problems:
-            view.problems.append("lease has no scope refs (partially deleted)")
+            view.problems.append(HALF_DELETED)
     return sorted(views.values(), key=lambda v: v.lease_id) + bad
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from .clock import iso, parse_iso
 from .errors import Forbidden, GitLeaseError
-from .service import LeaseService, LeaseView, id_ref, process_start
+from .service import HALF_DELETED, LeaseService, LeaseView, id_ref, process_start
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,17 @@ def proc_available() -> bool:
     return process_start(os.getpid()) is not None
 
 
+EXPIRY_RULES = ("expired", "half-deleted")  # rules about expired leases: any trusted agent may apply them
+
+
 def judge(view: LeaseView, now: float, settings, *, host: str,
           proc_start: Callable[[int], int | None] | None = process_start) -> Verdict | None:
     """Why ``view`` may be reclaimed now, or None. ``proc_start`` None: the dead-holder rule is unavailable."""
+    if view.record is not None and view.problems == [HALF_DELETED] and settings.sweep_expired \
+            and now > view.record.expires + settings.skew:
+        # Only an id ref is left (a server killed while it deleted the lease's refs): it is invalid, so it
+        # blocks its paths, but it grants nothing (no scope refs) and has expired: reclaim it like an expired one.
+        return Verdict("half-deleted", f"expired={int(now - view.record.expires)}s scope-refs=none")
     if not view.valid or view.record is None:
         return None
     rec, skew = view.record, settings.skew
@@ -140,7 +148,7 @@ class Sweeper:
                 results.append(_lost(view, verdict, fresh))
                 continue
             by = svc.settings.agent
-            if verdict.rule != "expired" and view.state(now, svc.settings.skew) != "expired":
+            if verdict.rule not in EXPIRY_RULES and view.state(now, svc.settings.skew) != "expired":
                 # issue 3: ordinary agents reclaim only expired leases; the early rules need a gitlease-admin
                 # key when leases are signed (unsigned mode has no identities: anyone)
                 try:

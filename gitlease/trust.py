@@ -322,7 +322,7 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
         when = parse_iso(str(doc.get("at")))
     except ValueError:
         return f"unreadable time {doc.get('at')!r}"
-    admin_only = doc.get("action") == "force-release" or doc.get("rule") not in ("expired", None)
+    admin_only = doc.get("action") == "force-release" or doc.get("rule") not in ("expired", "half-deleted", None)
     if trust.admin_principals(key, when):
         return None
     if admin_only:

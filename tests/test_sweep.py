@@ -86,6 +86,27 @@ def test_expired_rule_only_beyond_skew(sfleet):
     assert Sweeper(sw).sweep().results == []  # nothing else is stale yet
 
 
+def test_half_deleted_lease_is_reclaimed_once_expired(sfleet):
+    """A server killed while deleting a lease's refs can leave only its id ref: invalid (it blocks its
+    paths) but granting nothing; once expired beyond the skew, the sweep reclaims it like an expired lease."""
+    a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
+    half = a.acquire(["crash/x"], ttl=60)
+    keep = a.acquire(["crash/y"], ttl=60)
+    assert sw.store.apply([RefUpdate(scope_ref("crash/x"), None, half.oid)]).ok  # what the crash left
+    view = sw.snapshot(use_cache=False).find(half.lease_id)
+    assert not view.valid and view.problems == ["lease has no scope refs (partially deleted)"]
+    sfleet.clock.advance(60 + 30)  # expired, but within the skew margin
+    assert Sweeper(sw).sweep().results == []
+    sfleet.clock.advance(1)
+    got = Sweeper(sw).sweep()
+    assert outcomes(got) == {half.lease_id: "reclaimed", keep.lease_id: "reclaimed"}
+    assert {r.rule for r in got.results if r.lease_id == half.lease_id} == {"half-deleted"}
+    assert lease_ids(sw) == set()
+    (entry,) = [e for e in read_log(sw.store) if e.doc["leaseId"] == half.lease_id]
+    assert entry.doc["rule"] == "half-deleted" and entry.doc["by"] == "sweeper"
+    assert sfleet.agent("c").acquire(["crash"]).lease_id  # the paths are leasable again
+
+
 def test_missed_heartbeats_rule(sfleet):
     a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
     beat = a.acquire(["hb/beat"], ttl=3600, renew_every=60)
