@@ -187,18 +187,25 @@ class Signatures:
         self.checked = 0
         self.verified: list[tuple[str, str]] = []  # (oid, principal) of lease versions that verified
 
-    def lease_version(self, oid: str, rec: records.Record) -> str | None:
-        """A problem with the signature of lease version ``oid`` (None: signed by its owner)."""
+    def _signer(self, oid: str, what: str, sig_file: str) -> tuple[str | None, str | None]:
+        """(the key whose SSHSIG over ``oid``'s bytes verifies, None) or (None, the problem)."""
         if self.trust is None:
-            return f"no trust file {TRUST_FILE} on the server's default branch"
+            return None, f"no trust file {TRUST_FILE} on the server's default branch"
         sig, data = self.objs.signature(oid), self.objs.data(oid)
         if sig is None or data is None:
-            return "unsigned (no lease.sig)"
+            return None, f"{what}unsigned (no {sig_file})"
         try:
             key = sshsig.verify(sig.decode("ascii", "replace"), data, "gitlease")
         except InvalidRecord as exc:
-            return f"signature: {exc}"
+            return None, f"{what}signature: {exc}"
         self.checked += 1
+        return key, None
+
+    def lease_version(self, oid: str, rec: records.Record) -> str | None:
+        """A problem with the signature of lease version ``oid`` (None: signed by its owner)."""
+        key, problem = self._signer(oid, "", "lease.sig")
+        if key is None:
+            return problem
         owner_key = " ".join((rec.owner.key or "").split()[:2])
         if key != owner_key:
             return f"signed by {sshsig.fingerprint_of(key)}, not by the owner key its record names"
@@ -209,16 +216,9 @@ class Signatures:
         return None
 
     def audit_entry(self, oid: str) -> str | None:
-        if self.trust is None:
-            return f"no trust file {TRUST_FILE} on the server's default branch"
-        sig, data = self.objs.signature(oid), self.objs.data(oid)
-        if sig is None or data is None:
-            return "audit entry unsigned (no entry.sig)"
-        try:
-            key = sshsig.verify(sig.decode("ascii", "replace"), data, "gitlease")
-        except InvalidRecord as exc:
-            return f"audit entry signature: {exc}"
-        self.checked += 1
+        key, problem = self._signer(oid, "audit entry ", "entry.sig")
+        if key is None:
+            return problem
         if not any(k == key for _, k in self.trust.values()):
             return f"audit entry signed by {sshsig.fingerprint_of(key)}, a key the trust file does not list"
         return None

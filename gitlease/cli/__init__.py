@@ -68,18 +68,26 @@ def dispatch(argv: list[str]) -> int:
     from . import fast
 
     kwargs = fast.parse(name, argv[1:])
-    if kwargs is not None:  # a core command, well formed: run it without typer (see gitlease.cli.fast)
-        from . import core
-        try:
-            core.COMMANDS[name](**kwargs)
-        except SystemExit as exc:
-            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BrokenPipeError:
-            return 1
-        except KeyboardInterrupt:
-            from ..errors import INTERRUPTED
-            return INTERRUPTED
+    try:
+        if kwargs is None:
+            return _run_typer(name, argv)
+        from . import core  # a core command, well formed: run it without typer (see gitlease.cli.fast)
+
+        core.COMMANDS[name](**kwargs)
         return 0
+    except SystemExit as exc:  # how every command ends (cli/common.run), and typer/click's own exits
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BrokenPipeError:  # the reader went away (`git lease status | head`): as click's standalone mode does
+        return 1
+    except KeyboardInterrupt:
+        from ..errors import INTERRUPTED
+        return INTERRUPTED
+
+
+def _run_typer(name: str, argv: list[str]) -> int:
+    """The command through its typer app: help, usage errors (with the envelope under --json), every
+    non-core command."""
     import importlib
 
     import click
@@ -89,9 +97,6 @@ def dispatch(argv: list[str]) -> int:
     group = typer.main.get_group(_only(module.app, name))
     try:
         code = group.main(args=argv, prog_name="git-lease", standalone_mode=False)
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
     except click.exceptions.UsageError as exc:  # bad option or argument: click's usage text, and the envelope
         exc.show()
         if "--json" in argv:
@@ -102,9 +107,7 @@ def dispatch(argv: list[str]) -> int:
         if "--json" in argv:
             _envelope(_command_name(group, argv), exc.format_message(), exc.exit_code, kind="error")
         return exc.exit_code
-    except BrokenPipeError:  # the reader went away (`git lease status | head`): as click's standalone mode does
-        return 1
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except click.exceptions.Abort:
         from ..errors import INTERRUPTED
         return INTERRUPTED
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
