@@ -12,7 +12,7 @@ What it does, every figure from this one run:
   with the pid of its ``receive-pack`` (soak/serverlog.py): one pid is one push, counted by the server, not by
   the clients.
 - ``--hosts`` simulated hosts, each one repository with ``--agents / --hosts`` linked worktrees (one per agent)
-  and its own ``git lease agent`` (gitlease.agent.Agent, the renewal logic, ticked in-process).
+  and its own ``git lease agent`` (gitlease.liveness.agent.Agent, the renewal logic, ticked in-process).
 - The tokio trace as the task queue: task *i* takes ``paths`` of commit *i*, its duration proportional to its
   size with a mean of ``--task-minutes`` (30), at least a minute. An agent that finishes takes the first of
   the next ``--lookahead`` (400) queued tasks
@@ -42,14 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gitlease.agent import Agent  # noqa: E402
-from gitlease.clock import FakeClock  # noqa: E402
-from gitlease.config import resolve  # noqa: E402
-from gitlease.errors import HeldError  # noqa: E402
-from gitlease.pathindex import PathIndex  # noqa: E402
-from gitlease.scope import normalize_all  # noqa: E402
-from gitlease.repo import Repo  # noqa: E402
-from gitlease.service import LeaseService  # noqa: E402
+from gitlease.liveness.agent import Agent  # noqa: E402
+from gitlease.core.clock import FakeClock  # noqa: E402
+from gitlease.core.config import resolve  # noqa: E402
+from gitlease.core.errors import HeldError  # noqa: E402
+from gitlease.core.pathindex import PathIndex  # noqa: E402
+from gitlease.core.scope import normalize_all  # noqa: E402
+from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.service.leases import LeaseService  # noqa: E402
 from plan import DEFAULT_TRACE, git, isolate, load_trace, make_repo, machine_info  # noqa: E402
 from soak import serverlog  # noqa: E402
 
@@ -173,7 +173,7 @@ def run(args, tmp: Path, log) -> dict:
         clock.advance(args.step)
     # the last listing read from scratch (every version of every lease verified, as a new process would), then
     # the same read again with what that one verified remembered
-    import gitlease.trust as trust_mod
+    import gitlease.identity.trust as trust_mod
 
     reader = hosts[0][1][0]
     saved, trust_mod.MEMO = trust_mod.MEMO, trust_mod.ChainMemo()
@@ -299,7 +299,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.agents, args.hosts, args.minutes = 20, 4, 60
     if args.no_memo:
-        from gitlease.trust import ChainMemo
+        from gitlease.identity.trust import ChainMemo
 
         ChainMemo.versions = lambda self, *a: []
         ChainMemo.newest = lambda self, *a: []

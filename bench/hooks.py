@@ -39,10 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gitlease.config import resolve  # noqa: E402
-from gitlease.hooks import install  # noqa: E402
-from gitlease.repo import Repo  # noqa: E402
-from gitlease.service import LeaseService  # noqa: E402
+from gitlease.core.config import resolve  # noqa: E402
+from gitlease.enforce.install import install  # noqa: E402
+from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.service.leases import LeaseService  # noqa: E402
 
 BEGIN, END = "<!-- hooks:begin -->", "<!-- hooks:end -->"
 

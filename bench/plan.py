@@ -16,12 +16,12 @@ What it does, every figure from this one run:
      two tasks in flight at the same time that change the same file);
    * gitlease scopes suggested at ``file``, ``dir``, ``package`` granularity and the planner's default
      (``auto``), package roots and folders read from a real repository holding every path of the trace
-     (``git ls-tree`` through ``gitlease.suggest.read_tree``);
+     (``git ls-tree`` through ``gitlease.plan.suggest.read_tree``);
    * the lower bound: the schedule that waits only where two tasks change the same file: the longer of the
      critical path of that conflict graph in queue order and total work / agents.
 
    Every leased schedule drives the real lease store: at each event the queue worker reads the store
-   (``LeaseService.snapshot``), plans with ``gitlease.plan.plan`` against what it read, takes one lease per
+   (``LeaseService.snapshot``), plans with ``gitlease.plan.planner.plan`` against what it read, takes one lease per
    task it starts (``LeaseService.acquire``, each agent its own linked worktree) and releases it when the
    task ends. Time is simulated (a ``FakeClock`` moved from event to event), so makespans do not depend on
    the machine; collisions are checked on the files of the tasks in flight at every start.
@@ -53,16 +53,16 @@ from pathlib import Path
 ROOT_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT_DIR))
 
-from gitlease import gitcmd  # noqa: E402
-from gitlease.clock import FakeClock  # noqa: E402
-from gitlease.config import resolve  # noqa: E402
-from gitlease.errors import HeldError  # noqa: E402
-from gitlease.pathindex import PathIndex, naive_overlapping  # noqa: E402
-from gitlease.plan import Task, blocking_leases, make_task, plan  # noqa: E402
-from gitlease.repo import Repo  # noqa: E402
-from gitlease.scope import ROOT  # noqa: E402
-from gitlease.service import LeaseService  # noqa: E402
-from gitlease.suggest import read_tree  # noqa: E402
+from gitlease.core import gitcmd
+from gitlease.core.clock import FakeClock  # noqa: E402
+from gitlease.core.config import resolve  # noqa: E402
+from gitlease.core.errors import HeldError  # noqa: E402
+from gitlease.core.pathindex import PathIndex, naive_overlapping  # noqa: E402
+from gitlease.plan.planner import Task, blocking_leases, make_task, plan  # noqa: E402
+from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.core.scope import ROOT  # noqa: E402
+from gitlease.service.leases import LeaseService  # noqa: E402
+from gitlease.plan.suggest import read_tree  # noqa: E402
 
 DEFAULT_TRACE = ROOT_DIR.parent.parent / "shared" / "traces" / "tokio-2000.jsonl"
 if not DEFAULT_TRACE.exists():
@@ -321,7 +321,7 @@ def build_section(info: dict, commits: list[Commit], tree, rows: dict, bounds: d
     lines.append(
         "Method: each leased schedule drives the real lease store (the local store: refs of the replay repository, "
         "each agent its own linked worktree). At each event the queue worker reads the store "
-        "(`LeaseService.snapshot`), plans against what it read (`gitlease.plan.plan`, as many starts as there "
+        "(`LeaseService.snapshot`), plans against what it read (`gitlease.plan.planner.plan`, as many starts as there "
         "are free agents), takes one lease per started task (`acquire`, the task's scope) and releases it when "
         "the task ends. Time is simulated: a fake clock moves from event to event, so the makespans are exact "
         "and the same on any machine; only the last columns are wall time. Collisions: pairs of tasks in flight "

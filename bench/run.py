@@ -16,7 +16,7 @@ What it measures, every figure from this one run (nothing in the report is typed
    baseline push;
 4. acquire (and plain push, and release) with 10, 1,000 and 10,000 valid active leases already on the remote,
    10,000 (and 1,000) with loose and with packed refs; the leases are real gitlease records (built with
-   gitlease.record, written into the bare repository with one ``git fast-import``), counted with ``status()``
+   gitlease.core.record, written into the bare repository with one ``git fast-import``), counted with ``status()``
    and seen to refuse an overlapping acquire;
 5. CLI start-up: ``git lease -h`` against ``python -c pass`` and ``git --version``, and
    ``python -X importtime -c "import gitlease.cli.core"``. The CLI measured is a regular ``pip install`` of
@@ -52,12 +52,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gitlease import gitcmd  # noqa: E402
-from gitlease import record as records  # noqa: E402
-from gitlease.config import resolve  # noqa: E402
-from gitlease.errors import HeldError  # noqa: E402
-from gitlease.repo import Repo  # noqa: E402
-from gitlease.service import LeaseService, scope_ref  # noqa: E402
+from gitlease.core import gitcmd
+from gitlease.core import record as records
+from gitlease.core.config import resolve  # noqa: E402
+from gitlease.core.errors import HeldError  # noqa: E402
+from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.service.leases import LeaseService, scope_ref  # noqa: E402
 
 HOST = "127.0.0.1"
 VENV_BIN = Path(sys.executable).parent  # replaced in isolate() by a regular install's bin (see install_cli)
@@ -598,10 +598,10 @@ def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
             [py, "-c", "import typer"],
         'python -c "import gitlease.cli.core"': [py, "-c", "import gitlease.cli.core"],
         'python -c "import gitlease.cli.core; os._exit(0)"': [py, "-c", "import gitlease.cli.core, os; os._exit(0)"],
-        'python -c "import gitlease.cli.core, gitlease.service"':
-            [py, "-c", "import gitlease.cli.core, gitlease.service"],
-        'python -c "import gitlease.cli.core, gitlease.service; os._exit(0)"':
-            [py, "-c", "import gitlease.cli.core, gitlease.service, os; os._exit(0)"],
+        'python -c "import gitlease.cli.core, gitlease.service.leases"':
+            [py, "-c", "import gitlease.cli.core, gitlease.service.leases"],
+        'python -c "import gitlease.cli.core, gitlease.service.leases; os._exit(0)"':
+            [py, "-c", "import gitlease.cli.core, gitlease.service.leases, os; os._exit(0)"],
         "git-lease -h (the script directly)": [str(VENV_BIN / "git-lease"), "-h"],
         "git lease -h (through git)": ["git", "lease", "-h"],
     }
@@ -670,7 +670,7 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         w(f"| {label} | " + " | ".join(cells) + " |")
     w("")
     w("Where a library call's time goes (medians; every git subprocess it starts, timed around "
-      "`gitlease.gitcmd.run`; \"python\" is the rest of the call):")
+      "`gitlease.core.gitcmd.run`; \"python\" is the rest of the call):")
     w("")
     w("| call | transport | git subprocesses | python | total |")
     w("| --- | --- | --- | ---: | ---: |")
@@ -710,10 +710,10 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     t_py = median(st["python -c pass"])
     # imports measured in processes that skip the interpreter's shutdown (os._exit), shutdown on its own
     t_cli_x = median(st['python -c "import gitlease.cli.core; os._exit(0)"'])
-    t_svc_x = median(st['python -c "import gitlease.cli.core, gitlease.service; os._exit(0)"'])
+    t_svc_x = median(st['python -c "import gitlease.cli.core, gitlease.service.leases; os._exit(0)"'])
     t_imp = t_cli_x - t_py
     t_lazy = t_svc_x - t_cli_x
-    t_down = median(st['python -c "import gitlease.cli.core, gitlease.service"']) - t_svc_x
+    t_down = median(st['python -c "import gitlease.cli.core, gitlease.service.leases"']) - t_svc_x
     t_dispatch = median(st["git benchnoop (git starting an external no-op command)"]) - \
         median(st["git-benchnoop (the no-op run directly)"])
     w("Approximate split of one `git lease acquire` (medians of pieces measured separately in this run, "
@@ -733,7 +733,7 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
               "`import gitlease.cli.core`: the dispatcher loading the core commands' module (no typer or click: "
               "a well-formed core command line is parsed by `gitlease/cli/fast.py`; process time over "
               "`python -c pass`, both without interpreter shutdown)",
-              "imports of the service modules, made lazily in the command (`gitlease.service` and what it imports)",
+              "imports of the service modules, made lazily in the command (`gitlease.service.leases` and what it imports)",
               "interpreter shutdown after those imports (tearing the modules down; `git-lease` skips it with "
               "`os._exit` after flushing, so this is not in the total)",
               "`Repo.discover` + settings + `LeaseService()` in-process (git `rev-parse`, git `config`)",

@@ -4,7 +4,7 @@
    ``Trust.check_version`` of it (SSHSIG verify + allowed_signers lookup: what every reader adds per version).
    Target (issue 3): under 2 ms each.
 2. Start-up: what a configured key adds to a process (importing cryptography's Ed25519 and loading the key),
-   and a check that ``import gitlease.cli, gitlease.service`` does not import cryptography at all.
+   and a check that ``import gitlease.cli, gitlease.service.leases`` does not import cryptography at all.
 3. ``git lease status`` with 10 leases on a file:// remote, unsigned against signed (trust file read from the
    default branch, every version verified), as whole processes, interleaved round by round.
 
@@ -44,10 +44,10 @@ def _git(cwd, *args):
 
 
 def run(tmp: Path, quick: bool, log) -> str:
-    from gitlease import record as records
-    from gitlease import sshsig
-    from gitlease.signer import SshSigner
-    from gitlease.trust import Trust
+    from gitlease.core import record as records
+    from gitlease.identity import sshsig
+    from gitlease.identity.signer import SshSigner
+    from gitlease.identity.trust import Trust
 
     tmp = tmp / "signing"
     tmp.mkdir()
@@ -69,11 +69,11 @@ def run(tmp: Path, quick: bool, log) -> str:
     log("  part 6: sign/verify measured")
 
     py = sys.executable
-    light = subprocess.run([py, "-c", "import sys, gitlease.cli, gitlease.service, gitlease.signer, gitlease.trust; "
+    light = subprocess.run([py, "-c", "import sys, gitlease.cli, gitlease.service.leases, gitlease.identity.signer, gitlease.identity.trust; "
                             "print(int('cryptography' in sys.modules))"], capture_output=True, text=True)
     light_ok = light.stdout.strip() == "0"
-    base_ms = _proc_ms([py, "-c", "import gitlease.cli, gitlease.service"], tmp, n_proc)
-    keyed_ms = _proc_ms([py, "-c", f"import gitlease.cli, gitlease.service, gitlease.signer as s; "
+    base_ms = _proc_ms([py, "-c", "import gitlease.cli, gitlease.service.leases"], tmp, n_proc)
+    keyed_ms = _proc_ms([py, "-c", f"import gitlease.cli, gitlease.service.leases, gitlease.identity.signer as s; "
                                f"s.load_signer({str(tmp / 'key')!r}).sign(b'x')"], tmp, n_proc)
 
     # whole `git lease status` processes: 10 leases, unsigned and signed stores, measured round by round
@@ -117,13 +117,13 @@ def run(tmp: Path, quick: bool, log) -> str:
          verdict("Sign", sign_ms[0]), verdict("Verify", verify_ms[0]), "",
          f"Start-up, whole processes, median and p90 over {n_proc} runs:", "",
          "| process | median ms | p90 ms |", "| --- | ---: | ---: |",
-         f"| `python -c \"import gitlease.cli, gitlease.service\"` | {base_ms[0]:.1f} | {base_ms[1]:.1f} |",
+         f"| `python -c \"import gitlease.cli, gitlease.service.leases\"` | {base_ms[0]:.1f} | {base_ms[1]:.1f} |",
          f"| the same + load the key and sign once (cryptography imported) | {keyed_ms[0]:.1f} | {keyed_ms[1]:.1f} |",
          f"| `git lease status`, 10 leases, unsigned store (file://) | {status['unsigned'][0]:.1f} | "
          f"{status['unsigned'][1]:.1f} |",
          f"| `git lease status`, 10 leases, signed store (trust read from `main`, 10 versions verified) | "
          f"{status['signed'][0]:.1f} | {status['signed'][1]:.1f} |", "",
          f"A configured key adds **{keyed_ms[0] - base_ms[0]:.1f} ms** to a process (importing cryptography's "
-         f"Ed25519 and reading the key); without a key nothing is added: `import gitlease.cli, gitlease.service, "
-         f"gitlease.signer, gitlease.trust` {'does not import' if light_ok else '**imports**'} cryptography.", ""]
+         f"Ed25519 and reading the key); without a key nothing is added: `import gitlease.cli, gitlease.service.leases, "
+         f"gitlease.identity.signer, gitlease.identity.trust` {'does not import' if light_ok else '**imports**'} cryptography.", ""]
     return "\n".join(L) + "\n"

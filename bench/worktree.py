@@ -79,11 +79,11 @@ def main() -> int:
                  "[gc]\n\tauto = 0\n")
     os.environ.update(HOME=home, GIT_CONFIG_GLOBAL=os.path.join(home, ".gitconfig"), GIT_CONFIG_NOSYSTEM="1")
     try:
-        from gitlease.clock import SYSTEM
-        from gitlease.config import resolve
-        from gitlease.repo import Repo
-        from gitlease.service import LeaseService
-        from gitlease.worktree import WorktreeManager
+        from gitlease.core.clock import SYSTEM
+        from gitlease.core.config import resolve
+        from gitlease.core.repo import Repo
+        from gitlease.service.leases import LeaseService
+        from gitlease.worktree.manager import WorktreeManager
 
         repo, nfiles = build_repo(tmp, a.trace, a.files_kb)
         git(repo, "config", "lease.worktreeRoot", os.path.join(tmp, "pool"))

@@ -16,7 +16,7 @@ Or held for a block, renewed in a background thread, released at the end::
 """
 from __future__ import annotations
 
-from .errors import (GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable,
+from gitlease.core.errors import (GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable,
                      ScopeError, ScopeViolation)
 
 __version__ = "0.1.0"
@@ -24,11 +24,11 @@ __version__ = "0.1.0"
 
 def open_service(path: str = ".", *, remote: str | None = None, clock=None, signer=None, **flags):
     """A LeaseService for the repository at ``path`` with settings resolved as the CLI does."""
-    from .clock import SYSTEM
-    from .config import resolve
-    from .repo import Repo
-    from .service import LeaseService
-    from .signer import UNSIGNED, load_signer
+    from gitlease.core.clock import SYSTEM
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
+    from gitlease.service.leases import LeaseService
+    from gitlease.identity.signer import UNSIGNED, load_signer
 
     repo = Repo.discover(path)
     settings = resolve(repo.config, remote=remote, **flags)
@@ -38,8 +38,8 @@ def open_service(path: str = ".", *, remote: str | None = None, clock=None, sign
 
 
 def hold(repo: str = ".", scope=(), **options):
-    """A context manager holding a lease on ``scope`` for a ``with`` block (see gitlease.holding.hold)."""
-    from .holding import hold as _hold
+    """A context manager holding a lease on ``scope`` for a ``with`` block (see gitlease.liveness.hold.hold)."""
+    from gitlease.liveness.hold import hold as _hold
 
     return _hold(repo, scope, **options)
 

@@ -1,3 +1,3 @@
-from .cli import main
+from gitlease.cli import main
 
 main()

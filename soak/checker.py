@@ -22,7 +22,7 @@ Properties checked (docs/reliability.md):
       over its exact ``lease.json`` bytes by the key its record names as the owner's, and the trust file on the
       server's default branch (``.gitlease/allowed_signers``, parsed here, not by gitlease) lists that key for
       the owner's agent id with namespace gitlease; every audit entry is signed by a key the trust file lists.
-      Signatures are checked in-process with ``gitlease.sshsig.verify``; a random sample of lease versions is
+      Signatures are checked in-process with ``gitlease.identity.sshsig.verify``; a random sample of lease versions is
       checked again, independently, with ``ssh-keygen -Y verify`` (OpenSSH's own code).
 """
 from __future__ import annotations
@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gitlease import record as records  # noqa: E402
-from gitlease import scope as scopes  # noqa: E402
-from gitlease import sshsig  # noqa: E402
-from gitlease.errors import InvalidRecord  # noqa: E402
-from gitlease.store import ID_PREFIX, SCOPE_REF  # noqa: E402
+from gitlease.core import record as records
+from gitlease.core import scope as scopes
+from gitlease.identity import sshsig
+from gitlease.core.errors import InvalidRecord  # noqa: E402
+from gitlease.core.store import ID_PREFIX, SCOPE_REF  # noqa: E402
 
 from .serverlog import Txn, is_zero  # noqa: E402
 

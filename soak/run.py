@@ -381,10 +381,10 @@ def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None, crashed: s
     docs/sweeping.md): an admin clears it (`sweep-stale --force`, audited). The harness does that for each
     invalid lease left whose refs all belong to a half-landed transaction, and only for those (the checker
     flags a forced release of any other lease); anything else left is an anomaly (P7)."""
-    from gitlease.config import resolve
-    from gitlease.repo import Repo
-    from gitlease.service import LeaseService
-    from gitlease.signer import UNSIGNED, load_signer
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
+    from gitlease.service.leases import LeaseService
+    from gitlease.identity.signer import UNSIGNED, load_signer
 
     repo = tmp / "repos" / f"sweeper-{kind}"
     repo.mkdir(parents=True, exist_ok=True)
@@ -392,7 +392,7 @@ def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None, crashed: s
     r = Repo.discover(str(repo))
     svc = LeaseService(r, resolve(r.config, env={}, remote=url, agent="sweeper", skew=a.skew, timeout=30),
                        signer=load_signer(str(key)) if key else UNSIGNED)
-    from gitlease.sweep import Sweeper
+    from gitlease.ops.sweep import Sweeper
 
     sweeper = Sweeper(svc)
     lines = [r.line() for r in sweeper.sweep().results]
@@ -492,7 +492,7 @@ skew margin {res['skew']} s; every third worker's clock is off by up to half the
   - signed runs: every lease version is signed (SSHSIG, namespace `gitlease`) over its exact `lease.json` by
     the key its record names as the owner's, and the trust file on the server's default branch (parsed by the
     checker itself) lists that key for the owner's agent id; every audit entry is signed by a listed key. All
-    signatures are verified in-process with `gitlease.sshsig.verify`; a random sample of
+    signatures are verified in-process with `gitlease.identity.sshsig.verify`; a random sample of
     {res['ssh_keygen_sample']} lease versions per remote again with `ssh-keygen -Y verify` (OpenSSH's code,
     independent of gitlease's);
   - after the run and one sweep, no lease is left on the server, nor a stale ref lock.

@@ -33,15 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gitlease import record as records  # noqa: E402
-from gitlease import scope as scopes  # noqa: E402
-from gitlease.clock import Clock  # noqa: E402
-from gitlease.config import resolve  # noqa: E402
-from gitlease.errors import GitLeaseError, HeldError, LeaseLost, PushRejected, RemoteUnavailable  # noqa: E402
-from gitlease.record import Owner  # noqa: E402
-from gitlease.repo import Repo  # noqa: E402
-from gitlease.service import LeaseService, id_ref, scope_ref  # noqa: E402
-from gitlease.signer import UNSIGNED  # noqa: E402
+from gitlease.core import record as records
+from gitlease.core import scope as scopes
+from gitlease.core.clock import Clock  # noqa: E402
+from gitlease.core.config import resolve  # noqa: E402
+from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, PushRejected, RemoteUnavailable  # noqa: E402
+from gitlease.core.record import Owner  # noqa: E402
+from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.service.leases import LeaseService, id_ref, scope_ref  # noqa: E402
+from gitlease.identity.signer import UNSIGNED  # noqa: E402
 
 
 class OffsetClock(Clock):
@@ -78,7 +78,7 @@ class Worker:
                            ttl=args.ttl, skew=args.skew, timeout=args.timeout)
         signer = UNSIGNED
         if args.key:
-            from gitlease.signer import load_signer
+            from gitlease.identity.signer import load_signer
 
             signer = load_signer(args.key)
         self.svc = LeaseService(repo, settings, clock=OffsetClock(args.offset), signer=signer)
@@ -121,7 +121,7 @@ class Worker:
 
     def sweep_loop(self) -> None:
         """``--mode sweep``: a sweeper on this host (it may reclaim the leases of killed workers early)."""
-        from gitlease.sweep import Sweeper
+        from gitlease.ops.sweep import Sweeper
 
         sweeper = Sweeper(self.svc)
         while not self.done():

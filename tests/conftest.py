@@ -44,7 +44,7 @@ def agent_socket(monkeypatch):
     monkeypatch.setenv("GITLEASE_AGENT_SOCKET", path)
     yield path
     if os.path.exists(path):
-        from gitlease.agent import AgentClient
+        from gitlease.liveness.agent import AgentClient
 
         try:
             AgentClient(path, timeout=5).request("stop")

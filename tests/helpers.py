@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import git
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.repo import Repo
-from gitlease.service import LeaseService
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService
 
 
 class Fleet:

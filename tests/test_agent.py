@@ -8,14 +8,14 @@ import threading
 import pytest
 
 from conftest import git
-from gitlease import gitcmd
-from gitlease.agent import Agent, AgentClient
-from gitlease.batch import renew_many
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.errors import LeaseLost
-from gitlease.repo import Repo
-from gitlease.service import LeaseService, Renewed
+from gitlease.core import gitcmd
+from gitlease.liveness.agent import Agent, AgentClient
+from gitlease.liveness.batch import renew_many
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.errors import LeaseLost
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService, Renewed
 from servers import make_bare
 
 
@@ -208,7 +208,7 @@ def test_release_and_the_next_acquire_go_in_one_push(tmp_path):
 
     _sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from soak import serverlog
-    from gitlease.errors import HeldError
+    from gitlease.core.errors import HeldError
 
     bare = make_bare(tmp_path / "store.git")
     serverlog.install(bare)

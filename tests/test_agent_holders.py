@@ -15,12 +15,12 @@ import pytest
 
 import gitlease
 from conftest import cli, git
-from gitlease import errors
-from gitlease.agent import Agent, AgentClient, serve
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.repo import Repo
-from gitlease.service import LeaseService, id_ref
+from gitlease.core import errors
+from gitlease.liveness.agent import Agent, AgentClient, serve
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService, id_ref
 from servers import make_bare
 from test_heartbeat import GatedClock
 

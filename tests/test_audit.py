@@ -10,13 +10,13 @@ import threading
 import pytest
 
 from conftest import git
-from gitlease import record as records
-from gitlease.audit import AUDIT_PREFIX, ENTRY_FILE, ENTRY_SIG, list_audit_refs, read_log
-from gitlease.record import Owner
-from gitlease.service import id_ref, scope_ref
-from gitlease.signer import Signer
-from gitlease.store import RefUpdate
-from gitlease.sweep import Sweeper, history
+from gitlease.core import record as records
+from gitlease.service.audit import AUDIT_PREFIX, ENTRY_FILE, ENTRY_SIG, list_audit_refs, read_log
+from gitlease.core.record import Owner
+from gitlease.service.leases import id_ref, scope_ref
+from gitlease.identity.signer import Signer
+from gitlease.core.store import RefUpdate
+from gitlease.ops.sweep import Sweeper, history
 from helpers import Fleet
 from test_sweep import plant, sfleet  # noqa: F401  (the fixture is shared)
 
@@ -83,7 +83,7 @@ def test_entry_records_who_which_version_why_when_and_keeps_the_history(sfleet):
 
 
 def test_signed_entry_stores_its_signature_beside_it(tmp_path, remote_file):
-    from gitlease import sshsig
+    from gitlease.identity import sshsig
     from test_identity import Signed
 
     fleet = Signed(tmp_path, remote_file.url)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from conftest import cli
-from gitlease.budget import Fleet, plan
-from gitlease.errors import UsageError
+from gitlease.ops.budget import Fleet, plan
+from gitlease.core.errors import UsageError
 
 
 def test_issue_anchor_twelve_agents_at_a_two_minute_heartbeat():

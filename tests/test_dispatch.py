@@ -59,8 +59,8 @@ def test_a_usage_error_without_json_prints_nothing_on_stdout(tmp_path):
 
 def test_the_write_path_imports_no_verification_audit_or_crypto():
     """acquire/renew/release without a key never verify anything: their start-up must not pay for it."""
-    code = ("import sys, gitlease.cli.core, gitlease.service, gitlease.store; "
-            "heavy = [m for m in ('gitlease.trust', 'gitlease.sshsig', 'gitlease.audit', 'cryptography') "
+    code = ("import sys, gitlease.cli.core, gitlease.service.leases, gitlease.core.store; "
+            "heavy = [m for m in ('gitlease.identity.trust', 'gitlease.identity.sshsig', 'gitlease.service.audit', 'cryptography') "
             "if m in sys.modules]; assert not heavy, heavy")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from conftest import cli, git
-from gitlease import doctor as doc
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.repo import Repo
+from gitlease.ops import doctor as doc
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.repo import Repo
 
 REMOTE_PROBES = ("custom-refs", "atomic-advertised", "dir-file", "atomic-honoured", "compare-and-swap",
                  "latency", "deletes", "cleanup")

@@ -2,11 +2,11 @@
 them. Zero crashes, and fail closed: every path a ref under refs/leases/scope names stays blocked."""
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gitlease import scope as scopes
-from gitlease.clock import FakeClock
-from gitlease.record import Owner, new_record
-from gitlease.service import Snapshot, build_views, scope_ref
-from gitlease.store import Blob
+from gitlease.core import scope as scopes
+from gitlease.core.clock import FakeClock
+from gitlease.core.record import Owner, new_record
+from gitlease.service.leases import Snapshot, build_views, scope_ref
+from gitlease.core.store import Blob
 
 CLOCK = FakeClock()
 segments = st.sampled_from(["a", "b", "src", "x.py", ".hidden", "%2e", "a.lock", "@", "-", "ü", "a b"])

@@ -11,8 +11,8 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gitlease import scope as scopes
-from gitlease.errors import ScopeError
+from gitlease.core import scope as scopes
+from gitlease.core.errors import ScopeError
 
 BIN = os.path.dirname(sys.executable)
 CODES = {"acquire": {0, 1, 2, 3}, "can-start": {0, 1, 2, 3}}

@@ -24,8 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import cli, git
-from gitlease import receive, verify
-from gitlease.errors import GitLeaseError
+from gitlease.enforce import server as receive
+from gitlease.enforce import verify
+from gitlease.core.errors import GitLeaseError
 from test_hooks import acquire, commit
 
 HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")

@@ -12,13 +12,13 @@ import sys
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import git
-from gitlease import record
-from gitlease.clock import FakeClock
-from gitlease.errors import InvalidRecord
-from gitlease.objects import ObjectWriter, ident_for
-from gitlease.record import Owner, new_record
-from gitlease.service import Snapshot, build_views, scope_ref
-from gitlease.store import Blob
+from gitlease.core import record
+from gitlease.core.clock import FakeClock
+from gitlease.core.errors import InvalidRecord
+from gitlease.core.objects import ObjectWriter, ident_for
+from gitlease.core.record import Owner, new_record
+from gitlease.service.leases import Snapshot, build_views, scope_ref
+from gitlease.core.store import Blob
 
 CLOCK = FakeClock()
 GOOD = new_record(lease_id="lease_0000000000aaaaaa", repo="r", paths=("svc",), workspace_id="w",

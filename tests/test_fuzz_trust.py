@@ -21,15 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import cli, git
-from gitlease import sshsig
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.errors import InvalidRecord
-from gitlease.record import Owner, new_record
-from gitlease.repo import Repo
-from gitlease.service import LeaseService
-from gitlease.signer import SshSigner
-from gitlease.trust import INVALID, VERIFIED, Trust, _parse
+from gitlease.identity import sshsig
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.errors import InvalidRecord
+from gitlease.core.record import Owner, new_record
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService
+from gitlease.identity.signer import SshSigner
+from gitlease.identity.trust import INVALID, VERIFIED, Trust, _parse
 from test_sshsig import (SSH_KEYGEN, in_process_key, make_key, needs_ssh_keygen, pack_blob, pub_of, split_blob,
                          ssh_string, unarmor)
 

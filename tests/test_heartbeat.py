@@ -8,13 +8,13 @@ import pytest
 
 import gitlease
 from conftest import git
-from gitlease import errors
-from gitlease.clock import FakeClock
-from gitlease.heartbeat import Heartbeat, Timing
-from gitlease.progress import next_progress
-from gitlease.record import Progress
-from gitlease.service import id_ref
-from gitlease.wait import Backoff, acquire_wait
+from gitlease.core import errors
+from gitlease.core.clock import FakeClock
+from gitlease.liveness.heartbeat import Heartbeat, Timing
+from gitlease.core.progress import next_progress
+from gitlease.core.record import Progress
+from gitlease.service.leases import id_ref
+from gitlease.liveness.wait import Backoff, acquire_wait
 from helpers import Fleet
 
 # ----------------------------------------------------------------------------- timing

@@ -11,12 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT, cli, git
-from gitlease import enforce, scope
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.repo import Repo
-from gitlease.service import LeaseService, _RefsCache
-from gitlease.state import Held, HeldState
+from gitlease.enforce import rules as enforce
+from gitlease.core import scope
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService, _RefsCache
+from gitlease.core.state import Held, HeldState
 
 HINT = "gitlease: acquire the scope first (git lease acquire --scope SCOPE), or see git lease status"
 
@@ -293,7 +294,7 @@ def test_with_the_real_pre_commit_framework_installed_before_and_after(make_repo
         "repos:\n  - repo: local\n    hooks:\n"
         "      - {id: marker, name: marker, entry: sh -c 'echo ran >> .git/pc.log', language: system, "
         "pass_filenames: false, always_run: true}\n"
-        f"      - {{id: gitlease, name: gitlease, entry: {sys.executable} -m gitlease.hook_entry pre-commit, "
+        f"      - {{id: gitlease, name: gitlease, entry: {sys.executable} -m gitlease.enforce.entry pre-commit, "
         "language: system, pass_filenames: false, always_run: true}\n")
     git(r, "add", ".")
     git(r, "commit", "-q", "-m", "config")
@@ -395,9 +396,9 @@ def test_hook_entry_imports_only_a_little_stdlib(repo):
     acquire(repo, "src")
     write(repo, "src/a")
     git(repo, "add", ".")
-    code = ("import sys; sys.path.append(sys.argv[1]); from gitlease import hook_entry; rc = hook_entry.run("
-            "['pre-commit']); heavy = {'subprocess', 'dataclasses', 'typing', 'typer', 'gitlease.service', "
-            "'gitlease.record', 'gitlease.scope', 'json', 're'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)")
+    code = ("import sys; sys.path.append(sys.argv[1]); from gitlease.enforce import entry; rc = entry.run("
+            "['pre-commit']); heavy = {'subprocess', 'dataclasses', 'typing', 'typer', 'gitlease.service.leases', "
+            "'gitlease.core.record', 'gitlease.core.scope', 'json', 're'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)")
     res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     # others mode with another worktree's lease on the repository: the refs are read, still nothing heavy

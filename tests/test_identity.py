@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, git
-from gitlease import errors
-from gitlease import record as records
-from gitlease import sshsig
-from gitlease.clock import iso
-from gitlease.config import resolve
-from gitlease.objects import RECORD_FILE, SIGNATURE_FILE
-from gitlease.repo import Repo
-from gitlease.service import LeaseService, id_ref, scope_ref
-from gitlease.signer import UNSIGNED, SshSigner
-from gitlease.store import RefUpdate
+from gitlease.core import errors
+from gitlease.core import record as records
+from gitlease.identity import sshsig
+from gitlease.core.clock import iso
+from gitlease.core.config import resolve
+from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService, id_ref, scope_ref
+from gitlease.identity.signer import UNSIGNED, SshSigner
+from gitlease.core.store import RefUpdate
 from helpers import Fleet
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
@@ -467,7 +467,7 @@ def test_ssh_agent_key_signs_like_the_key_file(tmp_path, remote_file, ssh_agent,
     env = dict(os.environ, SSH_AUTH_SOCK=sock)
     subprocess.run([add_bin, "-q", key.path], env=env, check=True, capture_output=True)
     monkeypatch.setenv("SSH_AUTH_SOCK", sock)
-    from gitlease.signer import load_signer
+    from gitlease.identity.signer import load_signer
 
     agent_signer = load_signer(key.path + ".pub")  # a public key file: the private half is in the agent
     data = b'{"some":"record"}'
@@ -497,7 +497,7 @@ def test_damaged_replay_memory_forgets_and_never_crashes(signed):
     a, c = signed.agent("a"), signed.agent("c")
     got = a.acquire(["svc"])
     assert c.status().find(got.lease_id).valid
-    from gitlease.trust import Seen
+    from gitlease.identity.trust import Seen
     path = Seen(c.repo.shared_dir(), c.store.name).path
     for junk in ("not json", '{"%s": {"v": "x", "oid": 1}}' % got.lease_id, "[1, 2]"):
         Path(path).write_text(junk)
@@ -506,7 +506,7 @@ def test_damaged_replay_memory_forgets_and_never_crashes(signed):
 
 
 def test_oversized_signature_is_reported_not_ignored(signed):
-    from gitlease.store import MAX_BLOB_BYTES
+    from gitlease.core.store import MAX_BLOB_BYTES
 
     a, c = signed.agent("a"), signed.agent("c")
     got = a.acquire(["svc"])
@@ -519,8 +519,8 @@ def test_oversized_signature_is_reported_not_ignored(signed):
 # ------------------------------------------------------------------------------- the log verifies too
 
 def test_log_verifies_lease_versions_and_audit_entries(signed):
-    from gitlease.audit import AuditLog
-    from gitlease.sweep import Sweeper, history
+    from gitlease.service.audit import AuditLog
+    from gitlease.ops.sweep import Sweeper, history
 
     a, b, boss = signed.agent("a"), signed.agent("b"), signed.agent("boss")
     old = a.acquire(["old"], ttl=60)

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from conftest import ROOT
-from gitlease import manpage
+from gitlease.cli import manpage
 from gitlease.cli import COMMANDS
 
 PAGE = ROOT / "docs" / "man" / "git-lease.1"
@@ -18,7 +18,7 @@ needs_man = pytest.mark.skipif(shutil.which("man") is None, reason="man is not i
 
 def test_committed_page_is_up_to_date():
     assert PAGE.read_text(encoding="utf-8") == manpage.render(), \
-        "docs/man/git-lease.1 is out of date: run python -m gitlease.manpage"
+        "docs/man/git-lease.1 is out of date: run python -m gitlease.cli.manpage"
     assert manpage.main(["--check", "-o", str(PAGE)]) == 0
 
 

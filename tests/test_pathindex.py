@@ -2,8 +2,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitlease.pathindex import PathIndex, naive_overlapping
-from gitlease.scope import ROOT
+from gitlease.core.pathindex import PathIndex, naive_overlapping
+from gitlease.core.scope import ROOT
 
 # Few segment names, including prefixes of one another ("a", "ab"), so that segment-awareness matters.
 SEG = st.sampled_from(["a", "ab", "b", "src", "s"])

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import cli, git
-from gitlease.errors import UsageError
-from gitlease.plan import Task, blocking_leases, make_task, parse_tasks, plan, plan_queue, start_tasks
-from gitlease.record import Owner, new_record
-from gitlease.scope import ROOT, sets_overlap
-from gitlease.service import LeaseView, Snapshot
-from gitlease.suggest import RepoTree, parse_granularity, read_tree, suggest
+from gitlease.core.errors import UsageError
+from gitlease.plan.planner import Task, blocking_leases, make_task, parse_tasks, plan, plan_queue, start_tasks
+from gitlease.core.record import Owner, new_record
+from gitlease.core.scope import ROOT, sets_overlap
+from gitlease.service.leases import LeaseView, Snapshot
+from gitlease.plan.suggest import RepoTree, parse_granularity, read_tree, suggest
 
 
 def T(tid, *scope):

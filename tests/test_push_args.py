@@ -1,8 +1,9 @@
 """No push gitlease makes may switch the compare-and-swap off: no --force, no '+' refspec, every ref pinned."""
 import pytest
 
-from gitlease import errors, gitcmd
-from gitlease.store import RefUpdate, push_argv
+from gitlease.core import errors
+from gitlease.core import gitcmd
+from gitlease.core.store import RefUpdate, push_argv
 
 
 @pytest.fixture

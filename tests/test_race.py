@@ -3,7 +3,7 @@ import multiprocessing as mp
 
 import pytest
 
-from gitlease import errors
+from gitlease.core import errors
 
 ctx = mp.get_context("fork")
 N = 8
@@ -46,7 +46,7 @@ def _state(fleet):
 
 def _clear(fleet):
     svc = fleet.agent("cleaner")
-    from gitlease.store import RefUpdate
+    from gitlease.core.store import RefUpdate
     refs = svc.store.list_refs()
     if refs:
         assert svc.store.apply([RefUpdate(r, None, o) for r, o in refs.items()]).ok

@@ -3,8 +3,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from gitlease import record
-from gitlease.errors import InvalidRecord
+from gitlease.core import record
+from gitlease.core.errors import InvalidRecord
 
 
 def sample(**kw):

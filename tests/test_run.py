@@ -16,10 +16,10 @@ import time
 import pytest
 
 from conftest import cli, git
-from gitlease.clock import FakeClock, parse_iso
-from gitlease.config import resolve
-from gitlease.repo import Repo
-from gitlease.service import LeaseService
+from gitlease.core.clock import FakeClock, parse_iso
+from gitlease.core.config import resolve
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService
 from servers import GitDaemon, HangingServer
 
 BIN = os.path.dirname(sys.executable)

@@ -3,8 +3,8 @@ import subprocess
 import pytest
 from hypothesis import given, strategies as st
 
-from gitlease import scope
-from gitlease.errors import ScopeError
+from gitlease.core import scope
+from gitlease.core.errors import ScopeError
 
 
 @pytest.mark.parametrize("raw,norm", [

@@ -2,9 +2,9 @@
 import pytest
 
 from conftest import git
-from gitlease import errors
-from gitlease.service import id_ref, scope_ref
-from gitlease.store import RefUpdate
+from gitlease.core import errors
+from gitlease.service.leases import id_ref, scope_ref
+from gitlease.core.store import RefUpdate
 
 
 def test_acquire_refuse_disjoint(fleet):

@@ -84,9 +84,9 @@ def _two_leases(tmp_path):
     """Real lease objects in a real bare store: a released lease on ``src`` and a held one on ``src/x``."""
     import subprocess
 
-    from gitlease.config import resolve
-    from gitlease.repo import Repo
-    from gitlease.service import LeaseService
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
+    from gitlease.service.leases import LeaseService
 
     bare = tmp_path / "store.git"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
@@ -101,7 +101,7 @@ def _two_leases(tmp_path):
 
 
 def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(tmp_path):
-    from gitlease.service import id_ref, scope_ref
+    from gitlease.service.leases import id_ref, scope_ref
 
     bare, a, b = _two_leases(tmp_path)
     z, t0 = "0" * 40, a.record.expires - 60

@@ -1,4 +1,4 @@
-"""gitlease.sshsig against the real ssh-keygen (both directions), its failure modes, allowed_signers, fuzzing."""
+"""gitlease.identity.sshsig against the real ssh-keygen (both directions), its failure modes, allowed_signers, fuzzing."""
 from __future__ import annotations
 
 import base64
@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gitlease import sshsig
-from gitlease.errors import ConfigError, InvalidRecord
+from gitlease.identity import sshsig
+from gitlease.core.errors import ConfigError, InvalidRecord
 
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 needs_ssh_keygen = pytest.mark.skipif(not os.path.exists(SSH_KEYGEN), reason="OpenSSH ssh-keygen not installed")

@@ -17,14 +17,14 @@ import time
 import pytest
 
 from conftest import cli, git
-from gitlease import errors
-from gitlease import record as records
-from gitlease.audit import read_log
-from gitlease.clock import FakeClock
-from gitlease.record import Owner
-from gitlease.service import id_ref, process_start, scope_ref
-from gitlease.store import RefUpdate
-from gitlease.sweep import Sweeper, history
+from gitlease.core import errors
+from gitlease.core import record as records
+from gitlease.service.audit import read_log
+from gitlease.core.clock import FakeClock
+from gitlease.core.record import Owner
+from gitlease.service.leases import id_ref, process_start, scope_ref
+from gitlease.core.store import RefUpdate
+from gitlease.ops.sweep import Sweeper, history
 from helpers import Fleet
 
 HOST = os.uname().nodename
@@ -520,8 +520,8 @@ def test_ci_install_gitlab_validates_against_the_gitlab_schema(make_repo):
 
 
 def test_sweep_keys_from_git_config(make_repo):
-    from gitlease.config import resolve
-    from gitlease.repo import Repo
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
 
     repo = make_repo("cfg")
     settings = resolve(Repo.discover(repo).config, env={})

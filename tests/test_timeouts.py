@@ -28,7 +28,7 @@ def test_an_acquire_whose_push_lands_after_the_re_read_is_still_ours(tmp_path, r
     """The server commits the push after the client gave up and after its first re-read (a stalled server):
     the refusal path then finds the attempt's own, unique lease and takes it, instead of reporting itself
     as the blocker."""
-    from gitlease.store import Outcome, RemoteStore
+    from gitlease.core.store import Outcome, RemoteStore
 
     class LateStore(RemoteStore):
         deferred = None

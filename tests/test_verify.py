@@ -5,8 +5,8 @@ import os
 import pytest
 
 from conftest import cli, git
-from gitlease import record as records
-from gitlease.objects import ObjectWriter, ident_for
+from gitlease.core import record as records
+from gitlease.core.objects import ObjectWriter, ident_for
 from test_hooks import acquire, commit, run
 
 
@@ -199,7 +199,8 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
 
 def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
     """Refs the store reserves for other tools (``store.RESERVED``: doctor's probes) are not leases."""
-    from gitlease import receive, store
+    from gitlease.enforce import server as receive
+    from gitlease.core import store
 
     monkeypatch.chdir(remote.bare)
     probe = [("0" * 40, "1" * 40, "refs/leases/doctor/20261202T000000Z/x")]
@@ -210,7 +211,7 @@ def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
 
 
 def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded, tmp_path):
-    from gitlease import sshsig
+    from gitlease.identity import sshsig
 
     keys = {n: sshsig.generate_key(str(tmp_path / f"key_{n}"), comment=n) for n in ("agent-a", "agent-b")}
     admin = guarded("trust-admin")

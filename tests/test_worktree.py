@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, git
-from gitlease.clock import FakeClock
-from gitlease.config import resolve
-from gitlease.errors import GitLeaseError, NotHeld, UsageError
-from gitlease.repo import Repo
-from gitlease.service import LeaseService
-from gitlease.state import HeldState
-from gitlease.worktree import WorktreeManager
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.errors import GitLeaseError, NotHeld, UsageError
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService
+from gitlease.core.state import HeldState
+from gitlease.worktree.manager import WorktreeManager
 
 TTL = 60
 

@@ -57,7 +57,7 @@ def dispatch(argv: list[str]) -> int:
         sys.stdout.write(_help())
         return 0 if argv else 2
     if argv[0] == "--version":
-        from .. import __version__
+        from gitlease import __version__
         sys.stdout.write(f"git-lease {__version__}\n")
         return 0
     if argv[0] == "help":
@@ -65,13 +65,13 @@ def dispatch(argv: list[str]) -> int:
     name = argv[0]
     if name not in COMMANDS:
         return _unknown(name, "--json" in argv)
-    from . import fast
+    from gitlease.cli import fast
 
     kwargs = fast.parse(name, argv[1:])
     try:
         if kwargs is None:
             return _run_typer(name, argv)
-        from . import core  # a core command, well formed: run it without typer (see gitlease.cli.fast)
+        from gitlease.cli import core
 
         core.COMMANDS[name](**kwargs)
         return 0
@@ -81,7 +81,7 @@ def dispatch(argv: list[str]) -> int:
     except BrokenPipeError:  # the reader went away (`git lease status | head`): as click's standalone mode does
         return 1
     except KeyboardInterrupt:
-        from ..errors import INTERRUPTED
+        from gitlease.core.errors import INTERRUPTED
         return INTERRUPTED
 
 
@@ -108,7 +108,7 @@ def _run_typer(name: str, argv: list[str]) -> int:
             _envelope(_command_name(group, argv), exc.format_message(), exc.exit_code, kind="error")
         return exc.exit_code
     except click.exceptions.Abort:
-        from ..errors import INTERRUPTED
+        from gitlease.core.errors import INTERRUPTED
         return INTERRUPTED
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 

@@ -1,12 +1,12 @@
-"""``git lease agent``: the per-user, per-host renewal agent (gitlease/agent.py), in the foreground."""
+"""``git lease agent``: the per-user, per-host renewal agent (gitlease/liveness/agent.py), in the foreground."""
 from __future__ import annotations
 
 from typing import Annotated, Optional
 
 import typer
 
-from .common import run
-from .options import JsonOpt, make_app
+from gitlease.cli.common import run
+from gitlease.cli.options import JsonOpt, make_app
 
 app = make_app()
 
@@ -22,8 +22,8 @@ def agent(
 ) -> None:
     """Renew the leases of every local holder that registers, one push per store and interval."""
     def body():
-        from .. import agent as agents
-        from .. import errors
+        from gitlease.liveness import agent as agents
+        from gitlease.core import errors
 
         path = socket or agents.socket_path()
         client = agents.AgentClient(path)

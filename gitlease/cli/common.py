@@ -13,14 +13,14 @@ import os
 import sys
 from typing import Any, Callable
 
-from .. import errors
+from gitlease.core import errors
 
 
 def service(remote: str | None, *, at: str = ".", **flags: Any):
     """The service for the repository (worktree) at ``at``, settings resolved from its config, env and flags."""
-    from ..config import resolve
-    from ..repo import Repo
-    from ..service import LeaseService
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
+    from gitlease.service.leases import LeaseService
 
     repo = Repo.discover(at)
     settings = resolve(repo.config, remote=remote, **flags)
@@ -30,10 +30,10 @@ def service(remote: str | None, *, at: str = ".", **flags: Any):
 def signer_for(settings):
     """UNSIGNED, or the SSHSIG signer of ``lease.signingKey`` (imports cryptography only then)."""
     if settings.signing_key:
-        from ..signer import load_signer
+        from gitlease.identity.signer import load_signer
 
         return load_signer(settings.signing_key)
-    from ..signer import UNSIGNED
+    from gitlease.identity.signer import UNSIGNED
 
     return UNSIGNED
 
@@ -83,6 +83,6 @@ def echo(line: str, *, err: bool = False) -> None:
 
 
 def ttl_seconds(value: str | None) -> int | None:
-    from ..config import parse_duration
+    from gitlease.core.config import parse_duration
 
     return None if value is None else parse_duration("--ttl", value, 5)

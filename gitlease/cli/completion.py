@@ -1,12 +1,12 @@
-"""``git lease completion bash|zsh``: print the completion script (gitlease/completion.py)."""
+"""``git lease completion bash|zsh``: print the completion script (gitlease/cli/shellcomp.py)."""
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
 
-from .. import errors
-from .options import make_app
+from gitlease.core import errors
+from gitlease.cli.options import make_app
 
 app = make_app()
 
@@ -15,7 +15,7 @@ app = make_app()
 def completion(shell: Annotated[str, typer.Argument(metavar="bash|zsh", help="Which shell.")]) -> None:
     """Print a completion script: `eval "$(git lease completion bash)"` in ~/.bashrc (after git's completion),
     or save `git lease completion zsh` as _git-lease on $fpath."""
-    from .. import completion as comp
+    from gitlease.cli import shellcomp as comp
 
     if shell not in ("bash", "zsh"):
         typer.echo(f"git-lease: completion for bash or zsh, not {shell!r}", err=True)

@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .. import errors
-from ..clock import iso
-from .common import echo, run, service, ttl_seconds
+from gitlease.core import errors
+from gitlease.core.clock import iso
+from gitlease.cli.common import echo, run, service, ttl_seconds
 
 if TYPE_CHECKING:  # the names the annotations use: put here at run time by options.bind
     from typing import Annotated, Optional
 
     import typer
 
-    from .options import JsonOpt, LeaseArg, RemoteOpt, ScopeOpt
+    from gitlease.cli.options import JsonOpt, LeaseArg, RemoteOpt, ScopeOpt
 
 
 # ----------------------------------------------------------------------------- commands
@@ -60,15 +60,15 @@ def acquire(
             if workspace:
                 raise errors.UsageError("--workspace and --worktree do not go together: the worktree's id is "
                                         "the workspace")
-            from ..worktree import WorktreeManager
+            from gitlease.worktree.manager import WorktreeManager
             manager = WorktreeManager(svc)
             args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, base=base, branch=branch)
             do_acquire = manager.acquire
         elif base or branch:
             raise errors.UsageError("--base and --branch need --worktree")
         if wait is not None:
-            from ..config import parse_duration
-            from ..wait import acquire_wait
+            from gitlease.core.config import parse_duration
+            from gitlease.liveness.wait import acquire_wait
 
             got = acquire_wait(svc, scope, wait=parse_duration("--wait", wait, 0), on_wait=lambda refusal, pause:
                                echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
@@ -86,7 +86,7 @@ def acquire(
                   "version": rec.version, "expiresAt": rec.expires_at, "store": svc.store.name,
                   "cleared": list(got.cleared)}
         if att is not None:
-            from .worktree import attached_lines
+            from gitlease.cli.worktree import attached_lines
             lines += attached_lines(att)
             result["worktree"] = att.to_json()
         return result, lines
@@ -119,7 +119,7 @@ def release(
     """Give a lease back (its worktree stays)."""
     def body():
         if force:
-            from ..sweep import Sweeper
+            from gitlease.ops.sweep import Sweeper
 
             svc = service(remote)
             got = Sweeper(svc).force(lease_id, action="force-release")
@@ -191,7 +191,7 @@ def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
 
 def _gone(svc, lease_id: str) -> str:
     """Why ``show`` finds no lease: reclaimed (the audit log says by whom and when) or released/never there."""
-    from ..audit import read_log
+    from gitlease.service.audit import read_log
 
     try:
         entries = [e for e in read_log(svc.store) if e.lease_id == lease_id]
@@ -244,7 +244,7 @@ def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False)
 def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Read-only: exit 0 if the scope is free now, 3 if not (naming the blockers)."""
     def body():
-        from ..service import held_error
+        from gitlease.service.leases import held_error
 
         svc = service(remote)
         paths, blockers, _ = svc.can_start(scope)
@@ -260,7 +260,7 @@ COMMANDS = {"acquire": acquire, "renew": renew, "release": release, "status": st
 
 def __getattr__(name: str):
     if name == "app":
-        from .options import bind
+        from gitlease.cli.options import bind
 
         app = bind(globals(), COMMANDS)
         globals()["app"] = app

@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import run
-from .options import JsonOpt, RemoteOpt, make_app
+from gitlease.cli.common import run
+from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 
@@ -20,10 +20,10 @@ def doctor(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     remote cannot safely host leases, git is too old, or the configured key is unreadable); warnings do not
     change the exit code. The probe refs are deleted afterwards, also on failure and interrupt."""
     def body():
-        from ..config import resolve
-        from ..doctor import diagnose
-        from ..errors import DoctorFailed
-        from ..repo import Repo
+        from gitlease.core.config import resolve
+        from gitlease.ops.doctor import diagnose
+        from gitlease.core.errors import DoctorFailed
+        from gitlease.core.repo import Repo
 
         repo = Repo.discover(".")
         settings = resolve(repo.config, remote=remote)
@@ -65,8 +65,8 @@ def budget(
     """Pushes per minute a fleet makes on the lease remote, against the host's recommendation, and the largest
     fleet that fits: per-lease renewals (today) and one renewal push per host (batched, planned)."""
     def body():
-        from ..budget import Fleet, plan
-        from ..config import parse_duration, DEFAULT_TTL
+        from gitlease.ops.budget import Fleet, plan
+        from gitlease.core.config import parse_duration, DEFAULT_TTL
 
         ttl_s = parse_duration("--ttl", ttl, 5) if ttl is not None else _configured_ttl(DEFAULT_TTL)
         every = parse_duration("--renew-every", renew_every, 1) if renew_every is not None else None
@@ -78,8 +78,8 @@ def budget(
 
 def _configured_ttl(default: int) -> int:
     try:
-        from ..config import resolve
-        from ..repo import Repo
+        from gitlease.core.config import resolve
+        from gitlease.core.repo import Repo
 
         return resolve(Repo.discover(".").config).ttl
     except Exception:  # outside a repository: the default

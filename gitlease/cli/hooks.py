@@ -6,9 +6,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .. import errors
-from .common import run, service
-from .options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
+from gitlease.cli.common import run, service
+from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 
@@ -35,7 +35,7 @@ def install_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
     """Install gitlease's pre-commit and pre-push hooks where git looks for hooks (core.hooksPath and linked
     worktrees included); a hook already there is kept and run first. Idempotent."""
     def body():
-        from ..hooks import CLIENT_HOOKS, SERVER_HOOKS, install
+        from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, install
 
         changes = install(".", SERVER_HOOKS if server else CLIENT_HOOKS)
         return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
@@ -46,7 +46,7 @@ def install_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
 def uninstall_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
     """Remove gitlease's hooks and put back the hooks they replaced."""
     def body():
-        from ..hooks import CLIENT_HOOKS, SERVER_HOOKS, uninstall
+        from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, uninstall
 
         changes = uninstall(".", SERVER_HOOKS if server else CLIENT_HOOKS)
         return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
@@ -69,7 +69,7 @@ def verify(
     """CI check of a pull request: every path its commits touch must lie inside the lease it was made under
     (active on the store) and outside every other active lease. Exit 4 on a violation."""
     def body():
-        from ..verify import describe, verify as check
+        from gitlease.enforce.verify import describe, verify as check
 
         verdict = check(service(remote), base=base, head=head, lease_ids=lease or None,
                         require_lease=require_lease)
@@ -94,7 +94,7 @@ def server_hook(
     def body():
         if hook != "pre-receive":
             raise errors.UsageError(f"unknown server hook {hook!r} (only pre-receive)")
-        from ..receive import pre_receive
+        from gitlease.enforce.server import pre_receive
 
         refusals, notes = pre_receive(sys.stdin.buffer.read())
         if refusals:

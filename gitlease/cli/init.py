@@ -1,4 +1,4 @@
-"""``git lease init``: the guided, idempotent set-up (gitlease/init.py)."""
+"""``git lease init``: the guided, idempotent set-up (gitlease/ops/init.py)."""
 from __future__ import annotations
 
 import sys
@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import run
-from .options import JsonOpt, make_app
+from gitlease.cli.common import run
+from gitlease.cli.options import JsonOpt, make_app
 
 app = make_app()
 
@@ -30,8 +30,8 @@ def init(
 ) -> None:
     """Set up this repository for leases: config, signing key, trust-file line, hooks, CI job. Idempotent."""
     def body():
-        from .. import errors
-        from ..init import init as do_init
+        from gitlease.core import errors
+        from gitlease.ops.init import init as do_init
 
         if ci is not None and ci not in ("github", "gitlab"):
             raise errors.UsageError(f"--ci must be github or gitlab, not {ci!r}")

@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import errors
-from .common import run
-from .options import JsonOpt, make_app
+from gitlease.core import errors
+from gitlease.cli.common import run
+from gitlease.cli.options import JsonOpt, make_app
 
 app = make_app()
 
@@ -17,8 +17,8 @@ _PRINCIPAL = re.compile(r"^[A-Za-z0-9._@+=:/-]{1,200}$")  # no pattern character
 
 
 def _default_agent() -> str:
-    from ..config import resolve
-    from ..repo import Repo
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
 
     try:
         config = Repo.discover(".").config
@@ -39,8 +39,8 @@ def keygen(
 ) -> None:
     """Make an Ed25519 OpenSSH key for an agent; print the allowed_signers line to commit and the config to set."""
     def body():
-        from ..signer import ADMIN_NAMESPACE, NAMESPACE
-        from ..sshsig import generate_key
+        from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
+        from gitlease.identity.sshsig import generate_key
 
         who = agent or _default_agent()
         if not _PRINCIPAL.match(who):

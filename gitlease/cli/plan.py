@@ -6,9 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import errors
-from .common import run, service, ttl_seconds
-from .options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
+from gitlease.cli.common import run, service, ttl_seconds
+from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 
@@ -44,8 +44,8 @@ def plan_cmd(
     TASKS: a file of JSON lines in queue order, {"id": ..., "scope": [...]} or {"id": ..., "paths": [...]};
     '-' reads stdin. Rules: docs/planning.md."""
     def body():
-        from ..plan import parse_tasks, plan_queue, start_tasks
-        from ..suggest import parse_granularity, read_tree
+        from gitlease.plan.planner import parse_tasks, plan_queue, start_tasks
+        from gitlease.plan.suggest import parse_granularity, read_tree
 
         gran = parse_granularity(granularity)
         lines, source = _read_lines(tasks)

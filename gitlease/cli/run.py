@@ -8,9 +8,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .. import errors
-from .common import run, service, ttl_seconds
-from .options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
+from gitlease.cli.common import run, service, ttl_seconds
+from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 
@@ -19,7 +19,7 @@ LeaseOpt = Annotated[Optional[str], typer.Option("--lease", help="A lease this w
 
 
 def _seconds(name: str, value: str | None, lo: int = 1) -> int | None:
-    from ..config import parse_duration
+    from gitlease.core.config import parse_duration
 
     return None if value is None else parse_duration(name, value, lo)
 
@@ -60,9 +60,9 @@ def run_(
     outcome = {}
 
     def body():
-        from ..delegate import AgentLink
-        from ..heartbeat import Timing
-        from ..supervise import Supervisor
+        from gitlease.liveness.delegate import AgentLink
+        from gitlease.liveness.heartbeat import Timing
+        from gitlease.liveness.supervise import Supervisor
 
         svc = service(remote, task=task, agent=agent)
         if lease and scope:
@@ -78,7 +78,7 @@ def run_(
         link = AgentLink.connect(svc, renew_agent, log=_log)
         timeout = min(svc.settings.timeout, (ttl_seconds(ttl) or svc.settings.ttl) / 6)
         if lease:
-            from .. import record as records
+            from gitlease.core import record as records
 
             held = svc.held_here().get(lease)
             if held is None:
@@ -95,13 +95,13 @@ def run_(
             args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
             do_acquire = link.acquire if link else svc.acquire
             if worktree:
-                from ..worktree import WorktreeManager
+                from gitlease.worktree.manager import WorktreeManager
 
                 manager = WorktreeManager(svc)
                 do_acquire = lambda s, **kw: manager.acquire(s, base=base, branch=branch,  # noqa: E731
                                                              **{k: v for k, v in kw.items() if k != "renew_every"})
             if wait is not None:
-                from ..wait import acquire_wait
+                from gitlease.liveness.wait import acquire_wait
 
                 got = acquire_wait(svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting,
                                    acquire=do_acquire, **args)
@@ -149,7 +149,7 @@ def _waiting(refusal, pause: float) -> None:
 
 
 def _current_branch(cwd: str) -> str:
-    from .. import gitcmd
+    from gitlease.core import gitcmd
 
     res = gitcmd.run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, check=False)
     if res.returncode != 0 or not res.out.strip():
@@ -158,7 +158,7 @@ def _current_branch(cwd: str) -> str:
 
 
 def _push_remote(cwd: str, branch: str) -> str:
-    from .. import gitcmd
+    from gitlease.core import gitcmd
 
     for key in (f"branch.{branch}.pushRemote", "remote.pushDefault", f"branch.{branch}.remote"):
         res = gitcmd.run(["config", "--get", key], cwd=cwd, check=False)

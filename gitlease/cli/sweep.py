@@ -5,9 +5,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import errors
-from .common import run, service
-from .options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
+from gitlease.cli.common import run, service
+from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
 ci_app = make_app(help="CI jobs that sweep stale leases on a schedule.")
@@ -26,7 +26,7 @@ def sweep_stale(
     """Reclaim stale leases (expired beyond lease.skew, heartbeat missed twice, holder process gone on this
     host, progress stalled): each by one atomic CAS delete of exactly its refs, audited in the same push."""
     def body():
-        from ..sweep import Sweeper
+        from gitlease.ops.sweep import Sweeper
 
         svc = service(remote)
         sweeper = Sweeper(svc)
@@ -63,7 +63,7 @@ def log(
 ) -> None:
     """The audit log (reclaims, forced releases) with lease history (acquire, renew) where the store keeps it."""
     def body():
-        from ..sweep import history
+        from gitlease.ops.sweep import history
 
         svc = service(remote)
         cut = _since(since, svc.clock.now()) if since else None
@@ -74,8 +74,8 @@ def log(
 
 
 def _since(text: str, now: float) -> float:
-    from ..clock import parse_iso
-    from ..config import parse_duration
+    from gitlease.core.clock import parse_iso
+    from gitlease.core.config import parse_duration
 
     try:
         return parse_iso(text)
@@ -99,8 +99,8 @@ def ci_install(
     """Write the scheduled sweep job into this repository (.github/workflows/gitlease-sweep.yml, or
     .gitlab/gitlease-sweep.yml included from .gitlab-ci.yml)."""
     def body():
-        from ..repo import Repo
-        from ..templates import install as do_install
+        from gitlease.core.repo import Repo
+        from gitlease.ops.templates import install as do_install
 
         repo = Repo.discover(".")
         if repo.worktree is None:

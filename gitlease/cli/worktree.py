@@ -1,12 +1,12 @@
-"""``git lease worktree add | list | prune | remove``: worktrees bound to leases (gitlease.worktree)."""
+"""``git lease worktree add | list | prune | remove``: worktrees bound to leases (gitlease.worktree.manager)."""
 from __future__ import annotations
 
 from typing import Annotated, Optional
 
 import typer
 
-from .common import run, service
-from .options import JsonOpt, LeaseArg, RemoteOpt, make_app
+from gitlease.cli.common import run, service
+from gitlease.cli.options import JsonOpt, LeaseArg, RemoteOpt, make_app
 
 app = make_app()
 worktree_app = make_app(help="Worktrees bound to leases: attach, list, prune, remove.")
@@ -20,7 +20,7 @@ WorkspaceArg = Annotated[str, typer.Argument(help="The worktree's id (its worksp
 
 
 def manager(remote: str | None):
-    from ..worktree import WorktreeManager
+    from gitlease.worktree.manager import WorktreeManager
 
     return WorktreeManager(service(remote))
 

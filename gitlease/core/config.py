@@ -1,0 +1,118 @@
+"""Settings: git config ``lease.*``, then environment, then flags, in that rising order."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from gitlease.enforce.rules import parse_mode
+from gitlease.core.errors import ConfigError
+
+DEFAULT_TTL = 300
+DEFAULT_SKEW = 30
+DEFAULT_TIMEOUT = 30.0
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Settings:
+    remote: str | None
+    ttl: int
+    skew: int
+    agent: str
+    task: str
+    timeout: float
+    repo_name: str | None
+    signing_key: str | None
+    allowed_signers: str
+    workspace: str | None
+    # sweeping (docs/sweeping.md): each reclaim rule can be turned off; progressTimeout None: rule off
+    sweep_expired: bool = True
+    sweep_missed_heartbeats: bool = True
+    sweep_dead_holder: bool = True
+    progress_timeout: int | None = None
+    enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
+    worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
+    renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
+
+
+def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
+    if value is None or value == "":
+        return default
+    text = value.strip().lower()
+    mult = 1
+    if text and text[-1] in _UNITS:
+        text, mult = text[:-1], _UNITS[text[-1]]
+    try:
+        n = int(text) * mult
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number of seconds, not {value!r}") from None
+    if not lo <= n <= hi:
+        raise ConfigError(f"{name} must be between {lo} and {hi} seconds, not {n}")
+    return n
+
+
+def _bool(name: str, value: str | None, default: bool) -> bool:
+    """git's boolean spellings: true/false, yes/no, on/off, 1/0 (an empty value is true, as in git)."""
+    if value is None:
+        return default
+    text = value.strip().lower()
+    if text in ("", "true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ConfigError(f"{name} must be true or false, not {value!r}")
+
+
+def parse_duration(name: str, value: str, lo: int = 0, hi: int = 366 * 86400) -> int:
+    """'300', '300s', '5m', '2h' -> seconds."""
+    return _int(name, value, 0, lo, hi)
+
+
+def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **flags: object) -> Settings:
+    env = os.environ if env is None else env
+
+    def pick(flag: str, key: str, env_name: str | None = None) -> str | None:
+        val = flags.get(flag)
+        if val is not None:
+            return str(val)
+        if env_name and env.get(env_name):
+            return env[env_name]
+        return config.get(key)
+
+    remote = pick("remote", "lease.remote")
+    if remote is not None and remote.strip() in ("", "local"):
+        remote = None
+    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{os.uname().nodename}"
+    task = pick("task", "lease.task", "GITLEASE_TASK") or "manual"
+    for label, text in (("agent", agent), ("task", task)):
+        if len(text) > 200 or any(ord(c) < 0x20 for c in text):
+            raise ConfigError(f"{label} id must be at most 200 printable characters")
+    timeout = float(_int("lease.timeout", pick("timeout", "lease.timeout"), int(DEFAULT_TIMEOUT), 1, 3600))
+    return Settings(
+        remote=remote,
+        ttl=_int("lease.ttl", pick("ttl", "lease.ttl"), DEFAULT_TTL, 5, 366 * 86400),
+        skew=_int("lease.skew", pick("skew", "lease.skew"), DEFAULT_SKEW, 0, 3600),
+        agent=agent,
+        task=task,
+        timeout=timeout,
+        repo_name=pick("repo_name", "lease.repo"),
+        signing_key=pick("signing_key", "lease.signingkey"),
+        allowed_signers=pick("allowed_signers", "lease.allowedsignersfile") or ".gitlease/allowed_signers",
+        workspace=pick("workspace", "lease.workspace"),
+        sweep_expired=_bool("lease.sweep.expired", pick("sweep_expired", "lease.sweep.expired"), True),
+        sweep_missed_heartbeats=_bool("lease.sweep.missedHeartbeats",
+                                      pick("sweep_missed_heartbeats", "lease.sweep.missedheartbeats"), True),
+        sweep_dead_holder=_bool("lease.sweep.deadHolder", pick("sweep_dead_holder", "lease.sweep.deadholder"),
+                                True),
+        progress_timeout=_int("lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0,
+                              366 * 86400) or None,
+        enforce=parse_mode(pick("enforce", "lease.enforce")),
+        worktree_root=pick("worktree_root", "lease.worktreeroot"),
+        renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"),
+                          True),
+    )
+
+
+def _user() -> str:
+    return os.environ.get("USER") or os.environ.get("LOGNAME") or f"uid{os.getuid()}"

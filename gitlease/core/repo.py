@@ -1,0 +1,55 @@
+"""Where we are: the repository, its git dirs, and its ``lease.*`` configuration (two git calls)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from gitlease.core import gitcmd
+from gitlease.core.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Repo:
+    git_dir: str
+    common_dir: str
+    worktree: str | None  # None in a bare repository
+    object_format: str = "sha1"
+    config: dict[str, str] = field(default_factory=dict)  # lease.* keys, lower-cased, last value wins
+
+    @classmethod
+    def discover(cls, path: str | os.PathLike[str] = ".") -> "Repo":
+        res = gitcmd.run(["rev-parse", "--path-format=absolute", "--is-bare-repository", "--git-dir",
+                          "--git-common-dir", "--show-object-format", "--show-toplevel"], cwd=path, check=False)
+        lines = res.out.splitlines()
+        if len(lines) < 4:
+            raise UsageError(f"not a git repository: {os.path.abspath(path)}")
+        bare = lines[0] == "true"
+        worktree = None if bare or len(lines) < 5 else lines[4]
+        git_dir, common_dir, fmt = lines[1], lines[2], lines[3]
+        return cls(git_dir=git_dir, common_dir=common_dir, worktree=worktree, object_format=fmt,
+                   config=read_lease_config(git_dir))
+
+    @property
+    def objects_dir(self) -> str:
+        return os.path.join(self.common_dir, "objects")
+
+    @property
+    def cwd(self) -> str:
+        return self.worktree or self.git_dir
+
+    def private_dir(self) -> str:
+        """gitlease's per-worktree state folder (inside this worktree's own git dir)."""
+        return os.path.join(self.git_dir, "gitlease")
+
+    def shared_dir(self) -> str:
+        """gitlease's folder shared by all worktrees (in the common git dir)."""
+        return os.path.join(self.common_dir, "gitlease")
+
+
+def read_lease_config(git_dir: str) -> dict[str, str]:
+    res = gitcmd.run(["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^lease\."], check=False)
+    out: dict[str, str] = {}
+    for item in gitcmd.zsplit(res.out):
+        key, _, value = item.partition("\n")
+        out[key.lower()] = value
+    return out

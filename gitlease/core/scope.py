@@ -1,0 +1,153 @@
+"""Scope algebra: repository-relative POSIX path prefixes, segment-aware.
+
+A scope is a normalised path such as ``services/billing`` (covering everything at or below it) or ``.``
+(the whole repository). Pure functions only; no git, no I/O.
+
+The ref encoding maps one path segment to one ref component, injectively, so that git's own
+directory/file rule on ref names refuses two overlapping scopes (see docs/protocol.md).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from gitlease.core.errors import ScopeError
+
+ROOT = "."
+MAX_PATH_BYTES = 4096
+
+# Characters kept as they are inside a ref component; everything else is %XX-escaped (UTF-8 bytes).
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def normalize(raw: str) -> str:
+    """Return the canonical form of a scope argument, or raise ScopeError saying why it is refused."""
+    if not isinstance(raw, str):
+        raise ScopeError(f"scope must be a string, not {type(raw).__name__}")
+    shown = _show(raw)
+    if raw == "":
+        raise ScopeError("empty scope (use '.' for the whole repository)")
+    if "\x00" in raw:
+        raise ScopeError(f"scope {shown} contains a NUL character")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+        raise ScopeError(f"scope {shown} contains a control character")
+    if "\\" in raw:
+        raise ScopeError(f"scope {shown} contains a backslash (use '/' between path segments)")
+    if raw.startswith("/"):
+        raise ScopeError(f"scope {shown} is an absolute path (give a path relative to the repository root)")
+    try:
+        encoded_len = len(raw.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ScopeError(f"scope {shown} is not valid unicode") from None
+    if encoded_len > MAX_PATH_BYTES:
+        raise ScopeError(f"scope is longer than {MAX_PATH_BYTES} bytes")
+    parts = [p for p in raw.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise ScopeError(f"scope {shown} contains '..' (scopes stay inside the repository)")
+    if any(p.lower() == ".git" for p in parts):
+        raise ScopeError(f"scope {shown} names a .git directory, which is never part of the repository's tree")
+    if not parts:
+        return ROOT
+    return "/".join(parts)
+
+
+def normalize_all(raws: Iterable[str]) -> tuple[str, ...]:
+    """Normalise several scopes and drop those covered by another, sorted: the canonical path set."""
+    paths = sorted({normalize(r) for r in raws})
+    if not paths:
+        raise ScopeError("no scope given (use --scope PATH, or '.' for the whole repository)")
+    return minimize(paths)
+
+
+def minimize(paths: Iterable[str]) -> tuple[str, ...]:
+    """Drop every path that another path of the set contains. Input must be normalised."""
+    ordered = sorted(set(paths), key=lambda p: (_segments(p), p))
+    kept: list[str] = []
+    for p in ordered:
+        if not any(contains(k, p) for k in kept):
+            kept.append(p)
+    return tuple(sorted(kept))
+
+
+def _segments(path: str) -> tuple[str, ...]:
+    return () if path == ROOT else tuple(path.split("/"))
+
+
+def contains(outer: str, inner: str) -> bool:
+    """True when every path under ``inner`` is also under ``outer`` (both normalised)."""
+    o, i = _segments(outer), _segments(inner)
+    return i[: len(o)] == o
+
+
+def overlaps(a: str, b: str) -> bool:
+    """True when some path lies under both scopes: one contains the other."""
+    return contains(a, b) or contains(b, a)
+
+
+def covers(scopes: Iterable[str], path: str) -> bool:
+    """True when a repository path lies inside one of the scopes."""
+    return any(contains(s, path) for s in scopes)
+
+
+def sets_overlap(a: Iterable[str], b: Iterable[str]) -> bool:
+    bl = list(b)
+    return any(overlaps(x, y) for x in a for y in bl)
+
+
+# ---------------------------------------------------------------- ref encoding
+
+def encode_segment(segment: str) -> str:
+    """One path segment as one valid ref component (injective; decode_segment inverts it)."""
+    out = []
+    raw = segment.encode("utf-8")
+    n = len(raw)
+    for idx, byte in enumerate(raw):
+        ch = chr(byte)
+        escape = ch not in _SAFE
+        if ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1:idx] == b"."):
+            escape = True  # no leading '.', no '..', no trailing '.' in a component
+        out.append(f"%{byte:02X}" if escape else ch)
+    enc = "".join(out)
+    if enc.endswith(".lock"):
+        enc = enc[: -len(".lock")] + "%2Elock"
+    if enc == "@":
+        enc = "%40"
+    return enc
+
+
+def decode_segment(component: str) -> str:
+    """Inverse of encode_segment; raises ValueError on a component encode_segment cannot produce."""
+    buf = bytearray()
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "%":
+            hx = component[i + 1:i + 3]
+            if len(hx) != 2 or any(c not in "0123456789ABCDEF" for c in hx):
+                raise ValueError(f"bad escape in ref component {component!r}")
+            buf.append(int(hx, 16))
+            i += 3
+        else:
+            if ch not in _SAFE:
+                raise ValueError(f"unexpected character in ref component {component!r}")
+            buf.append(ord(ch))
+            i += 1
+    segment = buf.decode("utf-8")
+    if encode_segment(segment) != component:
+        raise ValueError(f"ref component {component!r} is not in canonical encoding")
+    return segment
+
+
+def to_ref_suffix(path: str) -> str:
+    """``services/billing`` -> ``services/billing``; ``.`` -> ``""`` (the namespace ref itself)."""
+    return "/".join(encode_segment(s) for s in _segments(path))
+
+
+def from_ref_suffix(suffix: str) -> str:
+    if suffix == "":
+        return ROOT
+    return "/".join(decode_segment(c) for c in suffix.split("/"))
+
+
+def _show(raw: str) -> str:
+    text = repr(raw)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,425 @@
+"""The lease store: refs under ``refs/leases/`` changed only by compare-and-swap transactions.
+
+Two stores speak one interface:
+
+* ``RemoteStore``: any git remote (URL or remote name). Writes are ``git push --atomic --porcelain`` with
+  every ref pinned by ``--force-with-lease=<ref>:<expected oid>`` (empty: must not exist). Never ``--force``,
+  never a ``+`` refspec: ``push_argv`` is the one place push arguments are built, and tests check it.
+* ``LocalStore``: the repository's own refs (shared by all its worktrees), changed with one
+  ``git update-ref --stdin`` transaction per write. Many agents on one machine, zero network.
+
+The store knows refs and objects, not leases: the service gives it ref updates and reads back bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from gitlease.core import gitcmd
+from gitlease.core.errors import InvalidRecord, RemoteUnavailable
+from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
+
+NAMESPACE = "refs/leases"
+ID_PREFIX = "refs/leases/id/"
+SCOPE_REF = "refs/leases/scope"  # the whole repository ('.'); paths live below it
+RESERVED = (NAMESPACE + "/doctor/",)  # throw-away probe refs of `git lease doctor`: not leases, never listed
+ZERO = "0" * 40
+DEFAULT_TIMEOUT = 30.0
+PUSH_GRACE = 1.0  # seconds a timed-out push's children get to finish (gitcmd.run, grace)
+MAX_BLOB_BYTES = 1024 * 1024  # larger "records" are reported invalid without being read
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """Set ``ref`` from ``old`` to ``new``. ``old=None``: the ref must not exist. ``new=None``: delete."""
+
+    ref: str
+    new: str | None
+    old: str | None
+
+    def __post_init__(self) -> None:
+        if not self.ref.startswith("refs/"):
+            raise ValueError(f"not a full ref name: {self.ref}")
+        if self.new is None and self.old is None:
+            raise ValueError("a delete must name the value it expects")
+
+
+@dataclass
+class Outcome:
+    """What a transaction did. ``ok``: every update landed. ``ambiguous``: we cannot tell (killed, timed
+    out, connection lost mid-push): the caller must re-read before deciding anything."""
+
+    ok: bool
+    ambiguous: bool = False
+    statuses: dict[str, str] = field(default_factory=dict)  # ref -> ok | uptodate | rejected:<reason>
+    message: str = ""
+
+    def rejected(self) -> list[str]:
+        return [r for r, s in self.statuses.items() if s.startswith("rejected")]
+
+
+@dataclass(frozen=True)
+class Blob:
+    record: bytes | None  # None: missing, not a lease commit, or too large
+    signature: bytes | None
+    problem: str | None = None
+
+
+class Store:
+    """Shared by both stores: reading objects from the local repository with cat-file."""
+
+    kind = "abstract"
+
+    def __init__(self, repo_dir: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.repo_dir = repo_dir
+        self.timeout = timeout
+
+    # --- interface -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
+              extra_refspecs: Sequence[str] = (), run_hooks: bool = False) -> Outcome:
+        raise NotImplementedError
+
+    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
+        """Make the objects of these commits readable locally."""
+
+    # --- shared ----------------------------------------------------------------------------------
+    def read(self, oids: Iterable[str], *, timeout: float | None = None, fetch: bool = True) -> dict[str, Blob]:
+        """Lease record and signature bytes of each commit oid (fetching what is missing, unless
+        ``fetch`` is false: then only what is already in the local repository)."""
+        wanted = sorted(set(oids))
+        if not wanted:
+            return {}
+        if fetch:
+            self.ensure_objects(wanted, timeout=timeout)
+        names = [f"{oid}:{fname}" for oid in wanted for fname in (RECORD_FILE, SIGNATURE_FILE)]
+        sizes = _batch_check(self.repo_dir, names)
+        small = [n for n in names if sizes.get(n, (None, -1))[0] == "blob" and sizes[n][1] <= MAX_BLOB_BYTES]
+        contents = _batch_contents(self.repo_dir, small) if small else {}
+        out: dict[str, Blob] = {}
+        for oid in wanted:
+            rname, sname = f"{oid}:{RECORD_FILE}", f"{oid}:{SIGNATURE_FILE}"
+            problem = None
+            if rname not in contents:
+                kind, size = sizes.get(rname, (None, -1))
+                if kind is None:
+                    problem = "not a lease commit (no lease.json)"
+                elif kind != "blob":
+                    problem = "lease.json is not a file"
+                else:
+                    problem = f"record is {size} bytes, over the limit"
+            if problem is None and sname in sizes and sname not in contents:
+                problem = "lease.sig is not a file, or over the size limit"
+            out[oid] = Blob(contents.get(rname), contents.get(sname), problem)
+        return out
+
+    def parents(self, heads: Iterable[str], *, exclude: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+        """{commit: its parents} for every commit reachable from ``heads`` (already local), in one call.
+        ``exclude``: commits whose history is not wanted (the walk stops there: they and what they reach are
+        left out)."""
+        heads = sorted(set(heads))
+        if not heads:
+            return {}
+        stop = sorted(set(exclude) - set(heads))
+        res = gitcmd.run(["rev-list", "--parents", "--stdin"], cwd=self.repo_dir,
+                         input="".join([h + "\n" for h in heads] + [f"^{x}\n" for x in stop]).encode(),
+                         check=False)
+        if res.returncode != 0 and stop:
+            return self.parents(heads)
+        if res.returncode != 0 and len(heads) > 1:  # one unreadable head: the others still answer
+            out = {}
+            for h in heads:
+                out.update(self.parents([h]))
+            return out
+        out: dict[str, tuple[str, ...]] = {}
+        for line in res.out.splitlines():
+            parts = line.split()
+            if parts:
+                out[parts[0]] = tuple(parts[1:])
+        return out
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        """(branch ref, commit) of the store's default branch (what trust is read from), or None if unborn."""
+        raise NotImplementedError
+
+    def file_at(self, commit: str, path: str, *, limit: int = MAX_BLOB_BYTES) -> bytes | None:
+        """The bytes of ``path`` in ``commit`` (already local), or None when there is no such file."""
+        name = f"{commit}:{path}"
+        kind, size = _batch_check(self.repo_dir, [name]).get(name, (None, -1))
+        if kind != "blob":
+            return None
+        if size > limit:
+            raise InvalidRecord(f"{path} is {size} bytes, over the {limit}-byte limit")
+        return _batch_contents(self.repo_dir, [name]).get(name)
+
+    def history(self, oid: str, *, limit: int = 1000) -> list[tuple[str, tuple[str, ...]]]:
+        """(commit, parents) from ``oid`` back to the grant, newest first."""
+        res = gitcmd.run(["log", f"--max-count={limit}", "--format=%H %P", oid, "--"], cwd=self.repo_dir,
+                         check=False)
+        if res.returncode != 0:
+            return []
+        rows = []
+        for line in res.out.splitlines():
+            parts = line.split()
+            if parts:
+                rows.append((parts[0], tuple(parts[1:])))
+        return rows
+
+
+# ---------------------------------------------------------------------------- remote
+
+class RemoteStore(Store):
+    kind = "remote"
+
+    def __init__(self, repo_dir: str, remote: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(repo_dir, timeout=timeout)
+        self.remote = remote
+
+    @property
+    def name(self) -> str:
+        return self.remote
+
+    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
+              extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
+        argv = push_argv(self.remote, updates, extra_refspecs=extra_refspecs, run_hooks=run_hooks, atomic=atomic)
+        try:
+            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False,
+                             grace=PUSH_GRACE)
+        except gitcmd.Timeout as exc:
+            return Outcome(ok=False, ambiguous=True, message=str(exc))
+        statuses = parse_push_porcelain(res.out)
+        wanted = [u.ref for u in updates]
+        if not statuses or any(r not in statuses for r in wanted):
+            # No verdict for some ref: the connection failed before, or during, the push.
+            return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err))
+        ok = all(not s.startswith("rejected") for s in statuses.values()) and res.returncode == 0
+        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err))
+
+    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+        try:
+            res = gitcmd.run(["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"], cwd=self.repo_dir,
+                             timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: {_last_error(res.err)}")
+        refs = {}
+        for line in res.out.splitlines():
+            oid, _, ref = line.partition("\t")
+            if (ref == SCOPE_REF or ref.startswith(NAMESPACE + "/")) and not ref.startswith(RESERVED):
+                refs[ref] = oid
+        return refs
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        """``git ls-remote --symref <remote> HEAD``: the branch the remote's HEAD names, and its commit
+        (fetched by oid, like lease commits, when it is not local yet)."""
+        try:
+            res = gitcmd.run(["ls-remote", "--symref", self.remote, "HEAD"], cwd=self.repo_dir,
+                             timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: {_last_error(res.err)}")
+        branch = oid = None
+        for line in res.out.splitlines():
+            left, _, right = line.partition("\t")
+            if right != "HEAD":
+                continue
+            if left.startswith("ref: "):
+                branch = left[5:].strip()
+            else:
+                oid = left.strip()
+        if not oid:
+            return None
+        self.ensure_objects([oid], timeout=timeout)
+        return branch or "HEAD", oid
+
+    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
+        oids = list(oids)
+        present = _batch_check(self.repo_dir, oids)
+        missing = [o for o in oids if o not in present]
+        if not missing:
+            return
+        try:
+            res = gitcmd.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+                              "--no-recurse-submodules", "--stdin", self.remote], cwd=self.repo_dir,
+                             input="".join(o + "\n" for o in missing).encode(),
+                             timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            # A ref moved between ls-remote and fetch (its old object is gone): fetch what is still there.
+            for oid in missing:
+                gitcmd.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+                            "--no-recurse-submodules", self.remote, oid], cwd=self.repo_dir,
+                           timeout=timeout or self.timeout, check=False)
+
+
+def push_argv(remote: str, updates: Sequence[RefUpdate], *, extra_refspecs: Sequence[str] = (),
+              run_hooks: bool = False, atomic: bool = True) -> list[str]:
+    """The one builder of push arguments. Each ref is pinned to the value we expect; no ``--force``,
+    no ``+refspec``, ever (tests assert it)."""
+    argv = ["push", "--porcelain", "--no-follow-tags", "--no-signed", "--recurse-submodules=no"]
+    if atomic:
+        argv.append("--atomic")
+    if not run_hooks:
+        argv.append("--no-verify")
+    specs = []
+    for u in updates:
+        argv.append(f"--force-with-lease={u.ref}:{u.old or ''}")
+        specs.append(f"{u.new}:{u.ref}" if u.new is not None else f":{u.ref}")
+    for spec in extra_refspecs:
+        if spec.startswith("+"):
+            raise ValueError("a forced refspec would switch the compare-and-swap off")
+        specs.append(spec)
+    return argv + [remote, *specs]
+
+
+def parse_push_porcelain(out: str) -> dict[str, str]:
+    """``git push --porcelain`` lines -> {remote ref: ok | uptodate | rejected:<reason>}."""
+    statuses: dict[str, str] = {}
+    for line in out.splitlines():
+        if len(line) < 3 or line[1] != "\t":
+            continue
+        flag, rest = line[0], line[2:]
+        spec, _, summary = rest.partition("\t")
+        dst = spec.rpartition(":")[2]
+        if flag == "!":
+            reason = summary[summary.find("(") + 1:summary.rfind(")")] if "(" in summary else summary
+            statuses[dst] = "rejected:" + (reason or summary.strip("[] ")).strip()
+        elif flag == "=":
+            statuses[dst] = "uptodate"
+        elif flag in " +-*":
+            statuses[dst] = "ok"
+    return statuses
+
+
+def _last_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    ours = [ln[len("remote: "):] for ln in lines if ln.startswith("remote: gitlease:")]
+    if ours:  # a server hook of ours said why (gitlease's pre-receive): that is the reason, not git's summary
+        return "; ".join(ours[:3])
+    for ln in lines:
+        if ln.startswith(("fatal:", "ssh:")) or "Could not read" in ln or "unable to access" in ln:
+            return ln.split(": ", 1)[-1] if ln.startswith("fatal:") else ln
+    return lines[-1] if lines else ""
+
+
+# ----------------------------------------------------------------------------- local
+
+class LocalStore(Store):
+    kind = "local"
+
+    @property
+    def name(self) -> str:
+        return "local"
+
+    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
+              extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
+        if extra_refspecs:
+            raise ValueError("the local store does not push branches")
+        lines = ["start"]
+        for u in updates:
+            if u.new is None:
+                lines.append(f"delete {u.ref} {u.old}")
+            elif u.old is None:
+                lines.append(f"create {u.ref} {u.new}")
+            else:
+                lines.append(f"update {u.ref} {u.new} {u.old}")
+        lines += ["prepare", "commit"]
+        try:
+            res = gitcmd.run(["update-ref", "--stdin"], cwd=self.repo_dir,
+                             input=("\n".join(lines) + "\n").encode(), timeout=timeout or self.timeout, check=False)
+        except gitcmd.Timeout as exc:
+            return Outcome(ok=False, ambiguous=True, message=str(exc))
+        if res.returncode == 0:
+            return Outcome(ok=True, statuses={u.ref: "ok" for u in updates})
+        msg = _last_error(res.err)
+        return Outcome(ok=False, statuses={u.ref: "rejected:" + msg for u in updates}, message=msg)
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        """The repository's own default branch: the branch its main worktree's HEAD names (the common git
+        dir's HEAD, the same for every linked worktree), and its commit."""
+        res = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=self.repo_dir)
+        common = res.out.strip()
+        ref = gitcmd.run(["--git-dir", common, "symbolic-ref", "-q", "HEAD"], check=False).out.strip()
+        head = gitcmd.run(["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"],
+                          check=False).out.strip()
+        return (ref or "HEAD", head) if head else None
+
+    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+        res = gitcmd.run(["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"],
+                         cwd=self.repo_dir, timeout=timeout or self.timeout)
+        refs = {}
+        for line in res.out.splitlines():
+            oid, _, ref = line.partition(" ")
+            if not ref.startswith(RESERVED):
+                refs[ref] = oid
+        return refs
+
+
+# --------------------------------------------------------------------- cat-file helpers
+
+def _batch_check(repo_dir: str, names: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """{name: (type, size)} for each object name that exists."""
+    if not names:
+        return {}
+    res = gitcmd.run(["cat-file", "--batch-check=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
+                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    found: dict[str, tuple[str, int]] = {}
+    for line in res.out.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            found[parts[2]] = (parts[0], int(parts[1]))
+    return found
+
+
+def parse_batch(data: bytes) -> dict[str, tuple[str, bytes]]:
+    """``git cat-file --batch='%(objecttype) %(objectsize) %(rest)'`` output (each name given as its own
+    rest) -> {name: (type, contents)}; missing objects are left out."""
+    out: dict[str, tuple[str, bytes]] = {}
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        header = data[pos:nl].decode("utf-8", "replace").split(" ", 2)
+        pos = nl + 1
+        if len(header) == 3 and header[1].isdigit():
+            size = int(header[1])
+            out[header[2]] = (header[0], data[pos:pos + size])
+            pos += size + 1
+    return out
+
+
+def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
+    res = gitcmd.run(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
+                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    out = {name: body for name, (_, body) in parse_batch(res.stdout).items()}
+    return out
+
+
+def open_store(repo_dir: str, remote: str | None, *, timeout: float = DEFAULT_TIMEOUT) -> Store:
+    if remote in (None, "", "local"):
+        return LocalStore(repo_dir, timeout=timeout)
+    return RemoteStore(repo_dir, remote, timeout=timeout)
+
+
+def remote_url(repo_dir: str, remote: str) -> str:
+    """The URL git pushes to for ``remote`` (a remote name or a URL; ``insteadOf`` rewrites applied)."""
+    res = gitcmd.run(["remote", "get-url", "--push", remote], cwd=repo_dir, check=False)
+    if res.returncode != 0:  # not a configured remote name: a URL
+        res = gitcmd.run(["ls-remote", "--get-url", remote], cwd=repo_dir, check=False)
+    url = res.out.strip() or remote
+    return url.rstrip("/")
+
+
+def same_remote(repo_dir: str, a: str, b: str) -> bool:
+    """Whether pushes to ``a`` and to ``b`` reach the same repository (same name, or the same push URL)."""
+    return a == b or remote_url(repo_dir, a) == remote_url(repo_dir, b)

@@ -1,0 +1,274 @@
+"""The program git's hooks run (``hooks/pre-commit``, ``hooks/pre-push``; the ``git-lease-hook`` script).
+
+    git-lease-hook pre-commit            # what the installed hook runs on every commit
+    git-lease-hook pre-push REMOTE URL   # refs on stdin, as git gives them
+
+Speed is the point of this module: it runs on every commit. The installed hook starts Python with ``-S``
+(no site: an editable install's path finder alone costs about 15 ms) and this module imports the standard
+library only, and little of it (no subprocess, no dataclasses, no typing). The pre-commit path makes two git
+calls: ``git config`` (for ``lease.enforce``) and ``git diff-index`` (the staged paths); others' leases are
+looked up only when needed (``others`` mode, or to name who holds a refused path).
+
+Its few git calls are the one exception to "every git call goes through ``gitcmd.run``": they are local,
+read-only, and run with git's hook environment kept on purpose (``GIT_INDEX_FILE`` points at the index being
+committed, which may be a temporary one). The pre-push path and everything slow use the library.
+
+Only this module and the CLI print or exit.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from gitlease.enforce import rules as enforce
+from gitlease.core.errors import GitLeaseError, InvalidRecord
+
+EMPTY_TREES = ("4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+               "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321")
+DEFAULT_SKEW = 30
+
+
+def _git(args, cwd: str | None = None) -> tuple[int, bytes]:
+    """``git *args`` -> (exit code, stdout). stdin and stderr are /dev/null; the environment is kept."""
+    r, w = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        actions = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, w, 1),
+                   (os.POSIX_SPAWN_DUP2, devnull, 2)]
+        argv = ["git", *args] if cwd is None else ["git", "-C", cwd, *args]
+        pid = os.posix_spawnp("git", argv, os.environ, file_actions=actions)
+    finally:
+        os.close(w)
+        os.close(devnull)
+    chunks = []
+    try:
+        while True:
+            b = os.read(r, 1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(r)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks)
+
+
+def git_dir() -> str:
+    """This worktree's git dir: $GIT_DIR (git sets it for hooks of linked worktrees), else ``.git`` in the
+    current folder (hooks run at the top of the worktree), else ask git."""
+    env = os.environ.get("GIT_DIR")
+    if env:
+        return os.path.abspath(env)
+    dot = os.path.abspath(".git")
+    if os.path.isdir(dot):
+        return dot
+    try:
+        with open(dot, encoding="utf-8") as fh:
+            first = fh.readline().strip()
+        if first.startswith("gitdir: "):
+            return os.path.normpath(os.path.join(os.path.dirname(dot), first[len("gitdir: "):]))
+    except OSError:
+        pass
+    rc, out = _git(["rev-parse", "--absolute-git-dir"])
+    if rc != 0:
+        raise GitLeaseError("not inside a git repository")
+    return out.decode("utf-8", "surrogateescape").strip()
+
+
+def lease_config() -> dict[str, str]:
+    rc, out = _git(["config", "-z", "--get-regexp", r"^lease\."])
+    cfg: dict[str, str] = {}
+    for item in out.decode("utf-8", "surrogateescape").split("\0"):
+        if item:
+            key, _, value = item.partition("\n")
+            cfg[key.lower()] = value
+    return cfg
+
+
+def staged_paths(gdir: str) -> list[str]:
+    """Every path the commit changes, both sides of a rename and deletions included. Concluding a merge:
+    only the paths that differ from every parent (what the merge itself changes, as ``git log --cc`` sees it),
+    not those the merged branch brings."""
+    paths = _diff_index("HEAD")
+    try:
+        with open(os.path.join(gdir, "MERGE_HEAD"), encoding="ascii") as fh:
+            heads = fh.read().split()
+    except (OSError, ValueError):
+        heads = []
+    for oid in heads:
+        if paths:
+            keep = set(_diff_index(oid))
+            paths = [p for p in paths if p in keep]
+    return paths
+
+
+def _diff_index(tree: str) -> list[str]:
+    rc, out = _git(["diff-index", "--cached", "--name-only", "--no-renames", "-z", tree])
+    if rc != 0 and tree != "HEAD":
+        raise GitLeaseError(f"cannot compare the index with {tree} (git diff-index failed)")
+    if rc != 0:  # no HEAD yet: the first commit; compare with the empty tree
+        for tree in EMPTY_TREES:
+            rc, out = _git(["diff-index", "--cached", "--name-only", "--no-renames", "-z", tree])
+            if rc == 0:
+                break
+        else:
+            raise GitLeaseError("cannot list the staged paths (git diff-index failed)")
+    return enforce.zsplit(out)
+
+
+def skew(cfg: dict[str, str]) -> int:
+    text = cfg.get("lease.skew", "").strip().lower()
+    mult = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], 0)
+    try:
+        return int(text[:-1]) * mult if mult else int(text)
+    except ValueError:
+        return DEFAULT_SKEW
+
+
+class LocalLookup:
+    """Others' leases as this repository last knew them, without the network: the repository's own refs
+    (local store), or the service's cache of the remote's last listing (``git lease status`` refreshes it).
+    The pre-push hook and ``verify`` read the remote itself."""
+
+    def __init__(self, gdir: str, cfg: dict[str, str], mine, now: float) -> None:
+        self.gdir, self.cfg, self.now = gdir, cfg, now
+        self.mine_grants = {m.grant for m in mine if m.grant}
+
+    def refs(self) -> dict[str, str]:
+        store = self.cfg.get("lease.remote", "").strip()
+        if store in ("", "local"):
+            rc, out = _git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/leases/"])
+            refs = {}
+            for line in out.decode("utf-8", "surrogateescape").splitlines():
+                oid, _, ref = line.partition(" ")
+                refs[ref] = oid
+            return refs
+        cached = enforce.load_refs_cache(enforce.common_dir(self.gdir), store)
+        return cached[0] if cached else {}
+
+    def records(self, oids) -> dict:
+        import json
+
+        from gitlease.core import gitcmd
+
+        oids = sorted(oids)
+        if not oids:
+            return {}
+        res = gitcmd.run(["cat-file", "--batch"], input="".join(f"{o}:lease.json\n" for o in oids).encode(),
+                         check=False)
+        out, data, pos = {}, res.stdout, 0
+        for oid in oids:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            header = data[pos:nl].split(b" ")
+            pos = nl + 1
+            if len(header) == 3 and header[1] == b"blob" and header[2].isdigit():
+                size = int(header[2])
+                try:
+                    out[oid] = json.loads(data[pos:pos + size].decode("utf-8"))
+                except ValueError:
+                    out[oid] = None
+                pos += size + 1
+            else:
+                out[oid] = None
+        return out
+
+    def __call__(self, paths) -> dict:
+        return enforce.holders_from_refs(paths, self.refs(), self.mine_grants, self.records, self.now,
+                                         skew(self.cfg))
+
+
+def pre_commit() -> int:
+    import time
+
+    gdir = git_dir()
+    cfg = lease_config()
+    configured = enforce.parse_mode(cfg.get("lease.enforce"))
+    if configured == "off":
+        return 0
+    try:
+        mine = enforce.load_held(os.path.join(gdir, "gitlease", "held.json"))
+    except InvalidRecord as exc:
+        if configured == "warn":
+            _say([f"gitlease: warning (lease.enforce=warn): {exc.message}"])
+            return 0
+        _say([f"gitlease: commit refused: {exc.message}"])
+        return exc.exit_code
+    mode = enforce.effective_mode(configured, bool(mine))
+    paths = staged_paths(gdir)
+    if not paths:
+        return 0
+    now = time.time()
+    check_mode = "others" if mode == "warn" and not mine else ("strict" if mode == "warn" else mode)
+    violations = enforce.check(paths, mine, check_mode, now, LocalLookup(gdir, cfg, mine, now))
+    if not violations:
+        return 0
+    warn = mode == "warn"
+    _say(enforce.refusal("commit", check_mode, violations, warn=warn))
+    return 0 if warn else enforce.exit_code(violations)
+
+
+def pre_push(remote: str, url: str) -> int:
+    data = sys.stdin.buffer.read()
+    from gitlease.enforce.verify import pre_push as check_push
+
+    ok, lines, code = check_push(remote, url, data)
+    if lines:
+        _say(lines)
+    return 0 if ok else code
+
+
+def pre_receive() -> int:
+    data = sys.stdin.buffer.read()
+    from gitlease.enforce.server import pre_receive as check_receive
+
+    refusals, notes = check_receive(data)
+    _say([f"gitlease: {line}" for line in refusals + notes])
+    return 4 if refusals else 0
+
+
+def _say(lines) -> None:
+    sys.stderr.write("".join(line + "\n" for line in lines))
+    sys.stderr.flush()
+
+
+USAGE = "usage: git-lease-hook pre-commit | pre-push REMOTE URL | pre-receive"
+
+
+def run(argv: list[str]) -> int:
+    if not argv:
+        _say([USAGE])
+        return 2
+    try:
+        if argv[0] == "pre-commit":
+            return pre_commit()
+        if argv[0] == "pre-receive":
+            return pre_receive()
+        if argv[0] == "pre-push" and len(argv) >= 2:
+            return pre_push(argv[1], argv[2] if len(argv) > 2 else argv[1])
+        _say([USAGE])
+        return 2
+    except GitLeaseError as exc:
+        _say([f"gitlease: {argv[0]} refused: {exc.message}"])
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: fail closed, one line, no traceback
+        if os.environ.get("GITLEASE_DEBUG"):
+            raise
+        _say([f"gitlease: {argv[0]} refused: internal error: {type(exc).__name__}: {exc}"])
+        return 1
+
+
+def main() -> None:
+    code = run(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Checks against the lease store itself: the pre-push hook and ``git lease verify`` (CI on a pull request).
+
+Both take every path the commits in question touch (``git log --name-only --no-renames --cc``: deletions and
+both sides of renames, and what a merge commit itself changes), read the store (``snapshot(use_cache=False)``:
+an unreachable store or an unreadable record refuses, fail closed) and apply the rule of ``enforce.check``:
+inside a lease the writer holds that is still current on the store, outside every other lease that is not
+expired beyond the skew margin (invalid ones included).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from gitlease.enforce import rules as enforce
+from gitlease.core import gitcmd
+from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
+from gitlease.service.leases import LeaseService, Snapshot
+
+ZERO_RE = re.compile(r"^0+$")
+LEASE_IN_TEXT = re.compile(r"(lease_[0-9a-z]{6,40})")
+TRAILER = "Lease"  # commit trailer naming the lease a commit was made under: "Lease: lease_..."
+
+
+def touched_paths(cwd: str, include: list[str], exclude: list[str]) -> list[str]:
+    """Every path changed by the commits reachable from ``include`` and not from ``exclude``."""
+    args = ["log", "--format=", "--name-only", "--no-renames", "--cc", "-z", *include, "--not", *exclude, "--"]
+    res = gitcmd.run(args, cwd=cwd)
+    return sorted(set(enforce.zsplit(res.stdout)))
+
+
+def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
+    """``enforce.check``'s lookup from a fresh snapshot: {path: Holder} of other leases that still block."""
+    blocking = [v for v in snap.leases if v.lease_id not in mine_ids and v.state(now, skew) != "expired"]
+
+    def lookup(paths):
+        out = {}
+        for p in paths:
+            for v in blocking:
+                s = enforce.covering(v.paths, p)
+                if s is None:
+                    continue
+                if not v.valid or v.record is None:
+                    out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
+                else:
+                    r = v.record
+                    out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
+                break
+        return out
+    return lookup
+
+
+def _mine_from_held(svc: LeaseService, snap: Snapshot) -> list[enforce.Mine]:
+    out = []
+    for h in svc.held_here().values():
+        view = snap.find(h.lease_id)
+        problem = None
+        if h.store != svc.store.name:
+            problem = f"is on store {h.store!r}, not the configured {svc.store.name!r}"
+        elif view is None:
+            problem = "is gone from the lease store (released, or cleared and lost)"
+        elif not view.valid:
+            problem = "is invalid on the lease store: " + "; ".join(view.problems)
+        elif view.current_oid not in (h.current, h.pending):
+            problem = "was replaced on the lease store (lost)"
+        out.append(enforce.Mine(h.lease_id, h.paths, h.expires_at, h.grant, problem))
+    return out
+
+
+# ------------------------------------------------------------------------------------ pre-push
+
+def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
+    """The pre-push hook. Returns (allowed, lines for stderr, exit code)."""
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
+
+    repo = Repo.discover(".")
+    settings = resolve(repo.config)
+    configured = settings.enforce
+    if configured == "off":
+        return True, [], 0
+    svc = LeaseService(repo, settings)
+    warn = configured == "warn"
+    try:
+        held = svc.held_here()
+    except InvalidRecord as exc:
+        return _refuse_or_warn(warn, f"push refused: {exc.message}", exc.exit_code)
+    mode = enforce.effective_mode(configured, bool(held))
+    check_mode = mode if mode in ("strict", "others") else ("strict" if held else "others")
+    include, exclude = [], [f"--remotes={remote}"]
+    for _local_ref, local_oid, remote_ref, remote_oid in parse_push_lines(data):
+        if ZERO_RE.match(local_oid) or remote_ref.startswith("refs/leases/"):
+            continue  # a delete touches no path; lease refs are checked by the server hook
+        if local_oid not in include:
+            include.append(local_oid)
+        if not ZERO_RE.match(remote_oid) and remote_oid not in exclude and _exists(repo.cwd, remote_oid):
+            exclude.append(remote_oid)
+    if not include:
+        return True, [], 0
+    paths = touched_paths(repo.cwd, include, exclude)
+    if not paths:
+        return True, [], 0
+    try:
+        snap = svc.snapshot(use_cache=False)
+    except RemoteUnavailable as exc:
+        return _refuse_or_warn(warn, f"push refused: cannot read the lease store ({exc.message}); "
+                                     "refusing rather than guessing (fail closed)", exc.exit_code)
+    now = svc.clock.now()
+    mine = _mine_from_held(svc, snap)
+    usable_ids = {m.lease_id for m in mine if m.problem is None}
+    violations = enforce.check(paths, mine, check_mode, now, others_lookup(snap, usable_ids, now,
+                                                                           settings.skew))
+    if not violations:
+        return True, [], 0
+    lines = enforce.refusal("push", check_mode, violations, warn=warn)
+    return warn, lines, enforce.exit_code(violations)
+
+
+OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
+REF_RE = re.compile(r"[^\x00-\x20\x7f]+")  # a ref name has no space or control character (check-ref-format)
+
+
+def parse_push_lines(data: bytes) -> list[tuple[str, str, str, str]]:
+    """The pre-push hook's stdin: ``<local ref> SP <local oid> SP <remote ref> SP <remote oid> LF`` per ref.
+
+    Lines end at LF only (a ref name may hold U+2028 or U+0085), and the local ref is whatever the user wrote
+    (``:/fix bug``, ``HEAD^{/msg}``: spaces included), so the fields are taken from the right. Anything else is
+    not what git gives: UsageError (exit 2), never skipped, since a line skipped is a push not checked."""
+    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
+    out = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line:
+            continue
+        parts = line.rsplit(" ", 3)
+        if (len(parts) != 4 or not parts[0] or not OID_RE.fullmatch(parts[1]) or not OID_RE.fullmatch(parts[3])
+                or not REF_RE.fullmatch(parts[2])):
+            raise UsageError(f"line {number} of the hook's input is not '<local ref> <local oid> "
+                             f"<remote ref> <remote oid>' ({line[:80]!r}); refusing")
+        out.append((parts[0], parts[1], parts[2], parts[3]))
+    return out
+
+
+def _refuse_or_warn(warn: bool, message: str, code: int) -> tuple[bool, list[str], int]:
+    if warn:
+        return True, [f"gitlease: warning (lease.enforce=warn): {message}"], 0
+    return False, [f"gitlease: {message}"], code
+
+
+def _exists(cwd: str, oid: str) -> bool:
+    return gitcmd.run(["cat-file", "-e", f"{oid}^{{commit}}"], cwd=cwd, check=False).returncode == 0
+
+
+# -------------------------------------------------------------------------------------- verify
+
+@dataclass
+class Verdict:
+    base: str
+    head: str
+    commits: int
+    paths: list[str]
+    leases: list[str]  # the leases the changes were checked against
+    found_by: str  # flag | trailer | branch | none
+    mode: str  # strict (a lease is named) | others (none named)
+    violations: list[enforce.Violation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "base": self.base, "head": self.head, "commits": self.commits,
+                "paths": self.paths, "leases": self.leases, "foundBy": self.found_by, "mode": self.mode,
+                "violations": [v.to_json() for v in self.violations], "notes": self.notes}
+
+
+def _rev(cwd: str, name: str, what: str) -> str:
+    res = gitcmd.run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=cwd,
+                     check=False)
+    if res.returncode != 0:
+        raise UsageError(f"{what} {name!r} is not a commit here (in CI, fetch it first: "
+                         "actions/checkout with fetch-depth: 0)")
+    return res.out.strip()
+
+
+def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple[list[str], str]:
+    """The leases a change says it was made under: ``Lease:`` trailers of its commits, else a lease id in
+    the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions)."""
+    res = gitcmd.run(["log", f"--format=%(trailers:key={TRAILER},valueonly,separator=%x00)%x00", head, "--not",
+                      base, "--"], cwd=cwd)
+    ids = sorted({m.group(1) for item in enforce.zsplit(res.stdout) for m in [LEASE_IN_TEXT.fullmatch(item.strip())]
+                  if m})
+    if ids:
+        return ids, "trailer"
+    for name in (head_name, os.environ.get("GITHUB_HEAD_REF")):
+        m = LEASE_IN_TEXT.search(name or "")
+        if m:
+            return [m.group(1)], "branch"
+    return [], "none"
+
+
+def verify(svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[str] | None = None,
+           require_lease: bool = False) -> Verdict:
+    cwd = svc.repo.cwd
+    head_oid, base_oid = _rev(cwd, head, "head"), _rev(cwd, base, "base")
+    count = gitcmd.run(["rev-list", "--count", head_oid, "--not", base_oid, "--"], cwd=cwd).out.strip()
+    paths = touched_paths(cwd, [head_oid], [base_oid])
+    if lease_ids:
+        ids, found_by = sorted(set(lease_ids)), "flag"
+    else:
+        ids, found_by = leases_named(cwd, head_oid, base_oid, None if head == "HEAD" else head)
+    if not ids and require_lease:
+        raise UsageError("no lease named: pass --lease ID, or put a 'Lease: lease_...' trailer in the commits, "
+                         "or the lease id in the branch name")
+    verdict = Verdict(base=base, head=head, commits=int(count or 0), paths=paths, leases=ids, found_by=found_by,
+                      mode="strict" if ids else "others")
+    if not paths:
+        return verdict
+    snap = svc.snapshot(use_cache=False)  # RemoteUnavailable: the caller fails (closed)
+    now, skew = svc.clock.now(), svc.settings.skew
+    mine = []
+    for lid in ids:
+        view = snap.find(lid)
+        if view is None or not view.valid or view.record is None:
+            why = "is not on the lease store" if view is None else "is invalid: " + "; ".join(view.problems)
+            verdict.notes.append(f"lease {lid} {why}")
+            mine.append(enforce.Mine(lid, view.paths if view else (), "", problem=why))
+            continue
+        # (signatures, issue 3: once records are signed, the snapshot's views say whether they verify.)
+        mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
+    usable = {m.lease_id for m in mine if m.problem is None}
+    verdict.violations = enforce.check(paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew),
+                                       who="this change")
+    return verdict
+
+
+def describe(verdict: Verdict) -> list[str]:
+    span = f"{verdict.base}..{verdict.head}"
+    n, c = len(verdict.paths), verdict.commits
+    scope = (f"lease {', '.join(verdict.leases)} (from {verdict.found_by})" if verdict.leases else
+             "no lease named: checked against others' leases only")
+    if verdict.ok:
+        return [f"verify ok: {n} path{'s' if n != 1 else ''} in {c} commit{'s' if c != 1 else ''} ({span}), {scope}"]
+    lines = [f"gitlease: {note}" for note in verdict.notes]
+    lines += enforce.refusal("verify", verdict.mode, verdict.violations, why=scope, mine="the change's leases")
+    return lines
+
+
+__all__ = ["pre_push", "verify", "Verdict", "describe", "touched_paths", "others_lookup"]

@@ -1,0 +1,73 @@
+"""Who signs lease versions. The service sees only this small interface; SSHSIG lives in sshsig.py and
+``cryptography`` is imported only when a key is configured (``load_signer``), so it is not a start-up cost of
+unsigned commands."""
+from __future__ import annotations
+
+import os
+
+NAMESPACE = "gitlease"  # SSHSIG namespace of every lease version
+ADMIN_NAMESPACE = "gitlease-admin"  # allowed_signers namespace of keys that may force-release and reclaim
+
+
+class Signer:
+    """Unsigned mode: for a single machine with a local store and no trust file."""
+
+    public_key: str | None = None
+    fingerprint: str | None = None
+
+    def sign(self, data: bytes) -> bytes | None:
+        return None
+
+
+UNSIGNED = Signer()
+
+
+class SshSigner(Signer):
+    """SSHSIG (``ssh-keygen -Y sign -n gitlease``) with an Ed25519 OpenSSH private key file, in-process."""
+
+    def __init__(self, key: object) -> None:  # key: sshsig.SigningKey or sshsig.AgentKey
+        from gitlease.identity.sshsig import AgentKey, SigningKey
+
+        if not isinstance(key, (SigningKey, AgentKey)):
+            raise TypeError("SshSigner needs a sshsig.SigningKey or sshsig.AgentKey")
+        self._key = key
+        self.public_key = key.public_key()
+        self.fingerprint = key.fingerprint()
+        self.path = key.path
+
+    def sign(self, data: bytes) -> bytes:
+        from gitlease.identity.sshsig import sign
+
+        return sign(self._key, data, NAMESPACE).encode("ascii")
+
+    def __repr__(self) -> str:
+        return f"SshSigner({self.fingerprint})"
+
+
+def load_signer(value: str) -> SshSigner:
+    """The signer of ``lease.signingKey``. ConfigError on any problem. Like git's ``user.signingKey`` for ssh:
+
+    * a private key file (``~`` expanded): an unencrypted OpenSSH Ed25519 key, used in-process;
+    * a public key file (``.pub`` content), or a literal ``key::ssh-ed25519 AAAA...``: the key is in ssh-agent
+      (``SSH_AUTH_SOCK``), which signs."""
+    from gitlease.core.errors import ConfigError
+    from gitlease.identity.sshsig import AgentKey, SigningKey
+
+    literal = value[len("key::"):] if value.startswith("key::") else None
+    if literal is None and value.startswith("ssh-"):
+        literal = value
+    path = os.path.expanduser(value)
+    if literal is None:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(8192)
+        except OSError:
+            head = b""  # SigningKey.load says what is wrong with the file
+        if head.startswith(b"ssh-"):
+            try:
+                literal = head.decode("ascii").splitlines()[0]
+            except (UnicodeDecodeError, IndexError):
+                raise ConfigError(f"signing key {value}: not a public key file") from None
+    if literal is not None:
+        return SshSigner(AgentKey(literal))
+    return SshSigner(SigningKey.load(path))

@@ -1,0 +1,524 @@
+"""Who is trusted, and whether a lease's history proves it was written by its owner.
+
+* ``load_trust``: the allowed-signers file (OpenSSH format, principals = agent ids) from the store's default
+  branch, so that changing who is trusted goes through review (docs/protocol.md, "Trust").
+* ``Trust.check_chain``: every version of one lease, newest first along the commits' parents: each version
+  signed (SSHSIG, namespace ``gitlease``) over its exact ``lease.json`` bytes, by the key its record names as
+  the owner's, trusted for the owner's agent id, and by the same key as version 1 (owner binding); versions
+  strictly advance by one from version 1, which must be the grant the scope refs point at.
+* ``ChainMemo``: versions already verified, by (trust, commit id), so a read checks only the versions it has
+  not seen (a renewal adds one): what a commit id names never changes (its parents, its lease.json and
+  lease.sig bytes), so a verdict on it holds as long as the trust file is the same.
+* ``Seen``: this machine's memory of the newest version it has seen of each lease, so a ref moved back to an
+  older (validly signed) version, or a lease that reappears after it was gone, is reported as a replay.
+
+Pure apart from ``load_trust`` (which reads through the store) and ``Seen``/``TrustCache`` (small JSON files in
+the common git dir). ``cryptography`` is only imported by sshsig when a signature is actually checked.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from gitlease.core import record as records
+from gitlease.identity import sshsig
+from gitlease.core.clock import parse_iso
+from gitlease.core.errors import InvalidRecord, RemoteUnavailable
+from gitlease.core.fsutil import write_json
+from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
+
+MAX_CHAIN = 100_000  # versions walked per lease; a longer history is reported, not walked
+VERIFIED, UNSIGNED, UNTRUSTED, INVALID = "verified", "unsigned", "untrusted", "invalid"
+
+
+# ------------------------------------------------------------------------------------------- trust file
+
+@dataclass(frozen=True)
+class Trust:
+    """The trust a reader has. ``signers`` None: no trust file (unsigned mode, or unknown when offline)."""
+
+    signers: tuple[sshsig.AllowedSigner, ...] | None
+    source: str  # for people: where the trust file was read, or why there is none
+
+    @property
+    def signed(self) -> bool:
+        return self.signers is not None
+
+    @functools.cached_property
+    def identity(self) -> str | None:
+        """What a memoised verdict depends on: the trust file's content. None when verdicts also depend on the
+        time (a signer with valid-after / valid-before): then nothing is memoised."""
+        if any(s.valid_after is not None or s.valid_before is not None for s in self.signers or ()):
+            return None
+        return hashlib.sha256(repr((self.signers, self.signed)).encode("utf-8")).hexdigest()
+
+    def describe(self) -> str:
+        if self.signed:
+            return f"signed: trust from {self.source}"
+        return f"unsigned: {self.source}"
+
+    # -------------------------------------------------------------------------------- admin
+    def admin_principals(self, key: str | None, when: float) -> list[str]:
+        """Principals the trust file lets ``key`` use namespace gitlease-admin as (empty: not an admin)."""
+        if not self.signed or not key:
+            return []
+        return sshsig.principals_for(self.signers or (), key, ADMIN_NAMESPACE, when=when)
+
+    def trusted_for(self, agent: str, key: str | None, when: float) -> bool:
+        return bool(self.signed and key and sshsig.allowed(self.signers or (), agent, key, NAMESPACE, when=when))
+
+    # --------------------------------------------------------------------------- versions
+    def check_version(self, rec: records.Record, data: bytes, sig: bytes | None, when: float) -> "VersionCheck":
+        v = rec.version
+        if sig is None:
+            if rec.owner.key is not None:
+                return VersionCheck(v, INVALID, problem=f"v{v} names an owner key but carries no signature")
+            if self.signed:
+                return VersionCheck(v, INVALID, problem=f"v{v} is unsigned, but this store is signed "
+                                                        f"({self.source})")
+            return VersionCheck(v, UNSIGNED)
+        try:
+            key = sshsig.verify(sig, data, NAMESPACE)
+        except InvalidRecord as exc:
+            return VersionCheck(v, INVALID, problem=f"v{v}: {exc}")
+        fp = sshsig.fingerprint_of(key)
+        if _key_words(rec.owner.key) != key:
+            return VersionCheck(v, INVALID, key, fp, problem=f"v{v} is signed by key {fp}, not by the owner key "
+                                                             "its record names (forged or replaced)")
+        if not self.signed:
+            return VersionCheck(v, UNTRUSTED, key, fp)
+        if not sshsig.allowed(self.signers or (), rec.owner.agent_id, key, NAMESPACE, when=when):
+            return VersionCheck(v, INVALID, key, fp, problem=f"v{v}: key {fp} is not trusted for agent "
+                                                             f"{rec.owner.agent_id!r} (namespace {NAMESPACE}, "
+                                                             f"{self.source})")
+        return VersionCheck(v, VERIFIED, key, fp, rec.owner.agent_id)
+
+    def check_chain(self, lease_id: str, head: str, grant: str | None, parents: Mapping[str, Sequence[str]],
+                    blobs: Mapping[str, object], when: float,
+                    known: Mapping[str, records.Record] | None = None,
+                    memo: "ChainMemo | None" = None) -> "ChainCheck":
+        """Check the history of one lease from ``head`` (its id ref, or the grant) back to version 1.
+
+        ``parents``: commit -> parents (``Store.parents``); ``blobs``: commit -> ``store.Blob``; ``known``:
+        records already parsed from those blobs (parsing is most of a reader's time). ``memo``: the walk stops
+        at the first commit already verified under this trust; its versions are taken from the memo (the
+        history rules are still checked over the whole history), and a history found valid is memoised."""
+        out = ChainCheck()
+        chain: list[str] = []
+        oid: str | None = head
+        ident = self.identity if memo is not None else None
+        base: list[HistoryCheck] = []
+        while oid is not None:
+            if ident is not None:
+                cached = memo.versions(ident, lease_id, oid)
+                if cached:
+                    base = cached
+                    break
+            ps = parents.get(oid)
+            if ps is None:
+                out.problems.append(f"history unreadable at {oid[:12]}")
+                break
+            chain.append(oid)
+            if len(ps) > 1:
+                out.problems.append(f"version commit {oid[:12]} has {len(ps)} parents")
+                break
+            if len(chain) > MAX_CHAIN:
+                out.problems.append(f"history longer than {MAX_CHAIN} versions")
+                break
+            oid = ps[0] if ps else None
+        root_oid = base[-1].oid if base else (chain[-1] if chain else None)
+        if grant is not None and root_oid is not None and root_oid != grant and not out.problems:
+            out.problems.append("the id ref's history does not lead to the grant the scope refs point at")
+        parsed: list[tuple[str, records.Record]] = []
+        for c in chain:
+            blob = blobs.get(c)
+            data = getattr(blob, "record", None)
+            if data is None:
+                out.problems.append(f"version {c[:12]}: {getattr(blob, 'problem', None) or 'record missing'}")
+                out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
+                continue
+            try:
+                rec = known[c] if known and c in known else records.parse(data)
+            except InvalidRecord as exc:
+                out.problems.append(f"version {c[:12]}: {exc}")
+                out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))
+                continue
+            check = self.check_version(rec, data, getattr(blob, "signature", None), when)
+            if getattr(blob, "problem", None):
+                check = VersionCheck(rec.version, INVALID, check.key, check.fingerprint, problem=blob.problem)
+            out.versions.append(HistoryCheck(c, rec, check, getattr(blob, "signature", None) is not None))
+            parsed.append((c, rec))
+            if check.problem:
+                out.problems.append(check.problem)
+        new = len(out.versions)
+        out.versions.extend(base)
+        if out.versions and len(parsed) == len(chain):
+            self._chain_rules(lease_id, out)
+        statuses = {h.check.status for h in out.versions}
+        if out.problems or INVALID in statuses or not out.versions:
+            out.status = INVALID
+        elif statuses == {VERIFIED}:
+            out.status = VERIFIED
+        elif UNTRUSTED in statuses:
+            out.status = UNTRUSTED
+        else:
+            out.status = UNSIGNED
+        root = out.versions[-1] if out.versions else None
+        if root is not None:
+            out.signer = root.check.fingerprint
+            out.principal = root.check.principal
+        if ident is not None and out.status != INVALID and new:
+            memo.remember(ident, lease_id, out.versions, new)
+        return out
+
+    @staticmethod
+    def _chain_rules(lease_id: str, out: "ChainCheck") -> None:
+        """Versions strictly advance from 1; what a renewal never changes stays; one key signs them all."""
+        hist = [(h.oid, h.record) for h in out.versions]
+        root_oid, root = hist[-1]
+        assert root is not None
+        root_key = out.versions[-1].check.key
+        if root.version != 1:
+            out.problems.append(f"history starts at v{root.version}, not v1")
+        for (newer_oid, newer), (_, older) in zip(hist, hist[1:]):
+            assert newer is not None and older is not None
+            if newer.version != older.version + 1:
+                out.problems.append(f"replay: v{newer.version} ({newer_oid[:12]}) follows v{older.version}; "
+                                    "versions must advance by one")
+        for oid, rec in hist:
+            assert rec is not None
+            if rec.lease_id != lease_id:
+                out.problems.append(f"version {oid[:12]} names lease {rec.lease_id}")
+            if (rec.owner, rec.paths, rec.acquired_at, rec.repo, rec.workspace_id) != (
+                    root.owner, root.paths, root.acquired_at, root.repo, root.workspace_id):
+                out.problems.append(f"v{rec.version} changes the owner, scope or grant fields of v1")
+        for h in out.versions[:-1]:
+            if h.check.key is not None and h.check.key != root_key:
+                out.problems.append(f"v{h.check.version} is signed by {h.check.fingerprint}, not by the key that "
+                                    f"signed v1 ({out.versions[-1].check.fingerprint}): owner binding broken")
+        # keep the first few, in order, without repeats
+        seen: list[str] = []
+        for p in out.problems:
+            if p not in seen:
+                seen.append(p)
+        out.problems[:] = seen
+
+
+class ChainMemo:
+    """In-process memory of verified versions: (trust identity, commit id) -> the lease id and the version's
+    HistoryCheck, with the commit id of the version before it. Only versions of a history found valid as a
+    whole go in, so a hit stands for the whole history below it. Bounded: cleared when full."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._entries: dict[tuple[str, str], tuple[str, HistoryCheck, str | None]] = {}
+        self._newest: dict[tuple[str, str], str] = {}  # (trust, lease id) -> its newest verified commit
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def versions(self, ident: str, lease_id: str, oid: str) -> list[HistoryCheck]:
+        """The verified history from ``oid`` down to v1, newest first; empty when ``oid`` is not memoised."""
+        out: list[HistoryCheck] = []
+        cur: str | None = oid
+        with self._lock:
+            while cur is not None:
+                entry = self._entries.get((ident, cur))
+                if entry is None or entry[0] != lease_id:
+                    if out:  # a broken memo chain (cleared meanwhile): verify from scratch
+                        out = []
+                    break
+                out.append(entry[1])
+                cur = entry[2]
+        if out:
+            self.hits += 1
+        else:
+            self.misses += 1
+        return out
+
+    def remember(self, ident: str, lease_id: str, versions: Sequence[HistoryCheck], new: int) -> None:
+        """``versions``: a valid history, newest first; its first ``new`` entries are not memoised yet."""
+        with self._lock:
+            if len(self._entries) + new > self.limit:
+                self._entries.clear()
+                self._newest.clear()
+                new = len(versions)
+            for i in range(min(new, len(versions)) - 1, -1, -1):
+                parent = versions[i + 1].oid if i + 1 < len(versions) else None
+                self._entries[(ident, versions[i].oid)] = (lease_id, versions[i], parent)
+            self._newest[(ident, lease_id)] = versions[0].oid
+
+    def newest(self, ident: str, lease_ids: Iterable[str]) -> list[str]:
+        """The newest verified commit of each of ``lease_ids`` that has one (a history walk can stop there)."""
+        with self._lock:
+            return [self._newest[(ident, lid)] for lid in lease_ids if (ident, lid) in self._newest]
+
+
+MEMO = ChainMemo()
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    version: int | None
+    status: str  # verified | unsigned | untrusted (signature good, no trust file) | invalid
+    key: str | None = None  # "ssh-ed25519 <b64>" of a signature that verifies
+    fingerprint: str | None = None
+    principal: str | None = None  # the agent id the trust file vouches for
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryCheck:
+    oid: str
+    record: records.Record | None
+    check: VersionCheck
+    signed: bool = False  # a lease.sig is there (whether or not it verifies)
+
+
+@dataclass
+class ChainCheck:
+    status: str = INVALID
+    problems: list[str] = field(default_factory=list)
+    versions: list[HistoryCheck] = field(default_factory=list)  # newest first
+    signer: str | None = None  # fingerprint of the key that signed v1
+    principal: str | None = None
+
+
+def _key_words(key: str | None) -> str | None:
+    """'ssh-ed25519 <b64>' of a public key text (its comment dropped), or None."""
+    if not key:
+        return None
+    words = key.split()
+    return " ".join(words[:2]) if len(words) >= 2 else None
+
+
+def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None) -> str | None:
+    """The problem with one audit entry's signature (None: fine). Same rules as a lease version: the SSHSIG
+    (namespace gitlease) must verify over the exact ``entry.json`` bytes by the key the entry names; on a
+    signed store that key must be trusted for the writer (``by``), and be a gitlease-admin key for what only
+    an admin may do (a forced release, a reclaim of a live lease by an early rule)."""
+    if sig is None:
+        if doc.get("key"):
+            return "the entry names a key but carries no signature"
+        if trust.signed:
+            return f"the entry is unsigned, but this store is signed ({trust.source})"
+        return None
+    try:
+        key = sshsig.verify(sig, data, NAMESPACE)  # type: ignore[arg-type]  (bytes are de-armored too)
+    except InvalidRecord as exc:
+        return f"signature: {exc}"
+    fp = sshsig.fingerprint_of(key)
+    if _key_words(doc.get("key") if isinstance(doc.get("key"), str) else None) != key:
+        return f"signed by key {fp}, not by the key the entry names (forged or replaced)"
+    if not trust.signed:
+        return None
+    try:
+        when = parse_iso(str(doc.get("at")))
+    except ValueError:
+        return f"unreadable time {doc.get('at')!r}"
+    admin_only = doc.get("action") == "force-release" or doc.get("rule") not in ("expired", "half-deleted", None)
+    if trust.admin_principals(key, when):
+        return None
+    if admin_only:
+        return (f"{doc.get('action')} by rule {doc.get('rule')!r} needs a {ADMIN_NAMESPACE} key, and key {fp} "
+                f"is not one ({trust.source})")
+    if not trust.trusted_for(str(doc.get("by")), key, when):
+        return f"key {fp} is not trusted for writer {doc.get('by')!r} ({trust.source})"
+    return None
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+def load_trust(store, path: str, *, cache_dir: str, required: bool, offline: bool = False) -> Trust:
+    """Read the allowed-signers file. ``path`` relative: a file in the store's default branch (the remote's
+    HEAD branch by ``git ls-remote --symref``, fetched by oid; for the local store the repository's own HEAD
+    branch). ``path`` absolute (or ``~/...``): a local file, for a single machine or a test.
+
+    ``required`` (a signing key is configured): a missing file raises InvalidRecord (exit 5). A file that does
+    not parse always raises InvalidRecord. ``offline`` or an unreachable store: the last trust read from this
+    store is used (marked as such); when there is none, trust is unknown (signatures checked, keys not)."""
+    cache = TrustCache(cache_dir, store.name)
+    expanded = os.path.expanduser(path)
+    if os.path.isabs(expanded):
+        return _from_local_file(expanded, required)
+    if offline:
+        return cache.load() or Trust(None, "trust unknown: the store is unreachable and no trust file was read "
+                                           "from it before")
+    try:
+        head = store.default_head()
+    except RemoteUnavailable:
+        cached = cache.load()
+        if cached is None:
+            raise
+        return cached
+    where = f"the default branch of {store.name}"
+    if head is None:
+        data = None
+        where = (f"the default branch of {store.name}, which has no commits (or the remote's HEAD names a branch "
+                 "that does not exist: set the host's default branch, or `git symbolic-ref HEAD refs/heads/main` "
+                 "in a bare repository)")
+        source = f"{path} (not found: {where})"
+    else:
+        branch, commit = head
+        short = branch[len("refs/heads/"):] if branch.startswith("refs/heads/") else branch
+        where = f"{short} ({commit[:12]}) of {store.name}"
+        data = store.file_at(commit, path)
+        source = f"{path} on {where}" if data is not None else f"no trust file ({path} not on {where})"
+    if data is None:
+        if required:
+            raise InvalidRecord(f"lease.signingKey is set but there is no trust file: {path} is not on {where}; "
+                                "commit an allowed_signers file there (git lease keygen prints its line), "
+                                "or unset lease.signingKey", trustFile=path)
+        trust = Trust(None, source)
+    else:
+        trust = Trust(_parse(data, f"{path} on {where}"), source)
+    cache.save(trust, data)
+    return trust
+
+
+def _from_local_file(path: str, required: bool) -> Trust:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(sshsig_limit() + 1)
+    except FileNotFoundError:
+        if required:
+            raise InvalidRecord(f"lease.signingKey is set but the trust file {path} does not exist",
+                                trustFile=path) from None
+        return Trust(None, f"no trust file ({path} does not exist)")
+    except OSError as exc:
+        raise InvalidRecord(f"trust file {path} cannot be read: {exc.strerror}", trustFile=path) from None
+    if len(data) > sshsig_limit():
+        raise InvalidRecord(f"trust file {path} is too large", trustFile=path)
+    return Trust(_parse(data, path), f"{path} (a local file, not reviewed through the default branch)")
+
+
+def sshsig_limit() -> int:
+    return 1024 * 1024
+
+
+def _parse(data: bytes, where: str) -> tuple[sshsig.AllowedSigner, ...]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRecord(f"trust file {where} does not parse: not UTF-8 text", trustFile=where) from None
+    try:
+        return tuple(sshsig.parse_allowed_signers(text))
+    except InvalidRecord as exc:
+        raise InvalidRecord(f"trust file {where} does not parse: {exc}", trustFile=where) from None
+
+
+def _cache_name(folder: str, prefix: str, store_name: str) -> str:
+    return os.path.join(folder, "cache", f"{prefix}-{hashlib.sha1(store_name.encode()).hexdigest()[:16]}.json")
+
+
+def _write_json(path: str, doc: object) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json(path, doc)
+    except OSError:
+        pass  # a cache that cannot be written only costs what it would have remembered
+
+
+class TrustCache:
+    """The last trust file read from a store, so a stale ``status`` (store unreachable) still verifies."""
+
+    def __init__(self, folder: str, store_name: str) -> None:
+        self.path = _cache_name(folder, "trust", store_name)
+
+    def save(self, trust: Trust, data: bytes | None) -> None:
+        _write_json(self.path, {"source": trust.source,
+                                "text": data.decode("utf-8") if data is not None else None})
+
+    def load(self) -> Trust | None:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            source, text = str(doc["source"]), doc["text"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        label = f"{source}, as last read (store unreachable)"
+        if text is None:
+            return Trust(None, label)
+        try:
+            return Trust(tuple(sshsig.parse_allowed_signers(str(text))), label)
+        except InvalidRecord:
+            return None
+
+
+# ---------------------------------------------------------------------------------------- replay memory
+
+class Seen:
+    """Newest version of each lease this machine has seen on a store (in the common git dir, shared by all
+    worktrees), and which leases it has seen disappear.
+
+    Load it *before* listing the store: whatever was recorded then was listed by a read that finished before
+    ours began, so our read must see that version or a newer one. Less is a replay (a ref moved back), and a
+    lease id that comes back after it was gone is one too (lease ids are never reused)."""
+
+    KEEP = 7 * 86400  # forget leases this long after their last known expiry
+
+    def __init__(self, folder: str, store_name: str) -> None:
+        self.path = _cache_name(folder, "seen", store_name)
+
+    def load(self) -> dict[str, dict[str, object]]:
+        """The memory, without any entry that is not well-formed (a damaged file forgets, never crashes)."""
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            items = doc.items()
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+        out: dict[str, dict[str, object]] = {}
+        for k, v in items:
+            if (isinstance(v, dict) and isinstance(v.get("v"), int) and isinstance(v.get("oid"), str)
+                    and isinstance(v.get("exp"), (int, float)) and isinstance(v.get("gone", False), bool)):
+                out[str(k)] = dict(v)
+        return out
+
+    @staticmethod
+    def replay_problem(before: Mapping[str, Mapping[str, object]], lease_id: str, version: int,
+                       oid: str) -> str | None:
+        prev = before.get(lease_id)
+        if not prev:
+            return None
+        if prev.get("gone"):
+            return (f"replay: lease {lease_id} reappeared after it was seen gone (released or cleared); "
+                    "lease ids are never reused")
+        pv = prev["v"]
+        if version < pv:  # type: ignore[operator]
+            return f"replay: the id ref moved back to v{version} after v{pv} was seen"
+        if version == pv and prev.get("oid") and prev.get("oid") != oid:
+            return f"replay: v{version} is now {oid[:12]}, but {str(prev.get('oid'))[:12]} was seen as v{version}"
+        return None
+
+    def update(self, before: Mapping[str, object], listed: Iterable[tuple[str, int, str, float]],
+               present: set[str], now: float) -> None:
+        """Merge what one complete listing saw: (lease id, version, oid, expires) of each valid lease, and the
+        set of every lease id present. A lease remembered *before* the listing began and absent from it is
+        marked gone (one first seen by a later read is not: our listing may predate it)."""
+        listed = list(listed)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            lock = open(self.path + ".lock", "a+")
+        except OSError:
+            return  # a memory that cannot be written only forgets
+        with contextlib.closing(lock):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            seen = self.load()
+            for lease_id, version, oid, expires in listed:
+                cur = seen.get(lease_id)
+                if cur and cur.get("gone"):
+                    continue
+                if cur is None or cur["v"] < version:  # type: ignore[operator]
+                    seen[lease_id] = {"v": version, "oid": oid, "exp": expires}
+            for lease_id, entry in seen.items():
+                if lease_id in before and lease_id not in present and not entry.get("gone"):
+                    entry["gone"] = True
+            seen = {k: v for k, v in seen.items() if v["exp"] + self.KEEP >= now}  # type: ignore[operator]
+            _write_json(self.path, seen)

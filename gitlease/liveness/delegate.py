@@ -1,0 +1,182 @@
+"""A holder's side of the renewal agent (issue 11): ``hold()`` and ``git lease run`` hand their lease to the
+per-host agent (gitlease/liveness/agent.py) instead of pushing a renewal each, and fall back to renewing by themselves
+when the agent is gone.
+
+* ``AgentLink.connect`` starts the agent on demand (``AgentClient.ensure_running``) unless the holder opted out
+  (``renew_agent=False``, ``--no-renew-agent``, git config ``lease.renewAgent false``, or
+  ``GITLEASE_RENEW_AGENT=0``) or the leases are in the repository's own refs (no pushes to save).
+* ``acquire`` / ``release`` go through the agent, so due renewals of other local leases ride in the same push;
+  when the agent cannot be reached the holder does them itself (after checking its held state, when a request
+  was sent but unanswered, so nothing is done twice).
+* ``AgentAttempt`` is the heartbeat's Attempt (gitlease/liveness/heartbeat.py): it asks the agent for the lease's state.
+  ``lost`` is a refused renewal (LeaseLost: the stop signal). A newer expiry is a confirmed renewal. An agent
+  late enough that waiting one more interval would leave no time for a renewal of its own: the holder renews
+  itself this once. An agent that does not answer, or no longer knows the lease: the holder renews itself
+  from then on (``fallen``), within the same attempt's budget, so no deadline is missed.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from gitlease.core import record as records
+from gitlease.liveness.agent import AgentClient, AgentNoAnswer, AgentRefused, AgentUnreachable, raise_refusal
+from gitlease.core.clock import parse_iso
+from gitlease.core.errors import LeaseLost, RemoteUnavailable
+from gitlease.liveness.heartbeat import MIN_ATTEMPT, Attempt, Timing
+
+
+def wanted(svc, renew_agent: bool | None) -> bool:
+    if renew_agent is not None:
+        return bool(renew_agent)
+    if svc.store.kind == "local":
+        return False
+    return svc.settings.renew_agent
+
+
+class AgentLink:
+    """One holder's connection to the agent: its service (for identity and falling back) and the client."""
+
+    def __init__(self, svc, client: AgentClient, log: Callable[[str], None] | None = None) -> None:
+        self.svc, self.client = svc, client
+        self.log = log or (lambda line: None)
+
+    @classmethod
+    def connect(cls, svc, renew_agent: bool | None = None, *, client: AgentClient | None = None,
+                log: Callable[[str], None] | None = None) -> "AgentLink | None":
+        if not wanted(svc, renew_agent):
+            return None
+        client = client or AgentClient()
+        try:
+            up = client.ensure_running()
+        except OSError:
+            up = False
+        if not up:
+            (log or (lambda line: None))(f"renewal agent: none answers on {client.path}; renewing by itself")
+            return None
+        return cls(svc, client, log)
+
+    # ------------------------------------------------------------------ requests
+    def _who(self) -> dict:
+        s = self.svc.settings
+        return {"agent": s.agent, "task": s.task, "workspace": s.workspace, "key": self.svc.signer.public_key}
+
+    def _long(self) -> float:
+        return max(self.client.timeout, float(self.svc.settings.timeout) * 4)
+
+    def _call(self, op: str, **kw) -> dict:
+        ans = self.client.request(op, timeout=self._long(), repo=self.svc.repo.cwd,
+                                  remote=self.svc.settings.remote, who=self._who(), **kw)
+        if not ans.get("ok"):
+            raise_refusal(ans)
+        return ans
+
+    def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
+                renew_every: int | None = None, replace: str | None = None):
+        """``LeaseService.acquire`` through the agent (due renewals ride along); by itself when the agent is
+        gone or refuses."""
+        from gitlease.core import scope as scopes
+        from gitlease.service.leases import Acquired
+
+        before = set(self.svc.held_here())
+        kw = dict(ttl=ttl, holder_pid=holder_pid, renew_every=renew_every, replace=replace)
+        try:
+            ans = self._call("acquire", scope=list(raw_scopes), pid=holder_pid, ttl=ttl, renewEvery=renew_every,
+                             replace=replace)
+        except (AgentUnreachable, AgentRefused):
+            return self.svc.acquire(raw_scopes, **kw)
+        except AgentNoAnswer:  # it may have acquired: adopt what it wrote into this worktree's held state
+            paths = set(scopes.normalize_all(raw_scopes))
+            for lid, h in self.svc.held_here().items():
+                if lid not in before and set(h.paths) == paths:
+                    return Acquired(lid, records.parse(h.record.encode("utf-8")), h.current)
+            return self.svc.acquire(raw_scopes, **kw)
+        return Acquired(ans["lease"], records.parse(ans["record"].encode("utf-8")), ans["oid"],
+                        tuple(ans.get("cleared") or ()))
+
+    def release(self, lease_id: str) -> None:
+        """``LeaseService.release`` through the agent; by itself when the agent is gone."""
+        try:
+            self._call("release", lease=lease_id)
+            return
+        except (AgentUnreachable, AgentRefused):
+            pass
+        except AgentNoAnswer:
+            if lease_id not in self.svc.held_here():
+                return  # the agent released it
+        self.unregister(lease_id)
+        self.svc.release(lease_id)
+
+    def unregister(self, lease_id: str) -> None:
+        try:
+            self.client.request("unregister", timeout=0.5, lease=lease_id)
+        except OSError:
+            pass
+
+    def register(self, lease_id: str, pid: int) -> bool:
+        try:
+            ans = self.client.request("register", timeout=self._long(), repo=self.svc.repo.cwd,
+                                      remote=self.svc.settings.remote, lease=lease_id, pid=pid)
+        except OSError:
+            return False
+        return bool(ans.get("ok"))
+
+    def attempt(self, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt) -> "AgentAttempt":
+        return AgentAttempt(self, lease_id, timing, expires, self_attempt)
+
+
+class AgentAttempt:
+    """A heartbeat Attempt backed by the agent, falling back to ``self_attempt`` (service_attempt)."""
+
+    def __init__(self, link: AgentLink, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt):
+        self.link, self.lease_id, self.timing = link, lease_id, timing
+        self.expires = expires  # the newest expiry known to this holder
+        self.self_attempt = self_attempt
+        self.fallen: str | None = None  # why the holder renews by itself from now on
+        self.self_renewals = 0
+
+    def __call__(self, budget: float, progress: str | None) -> float:
+        if self.fallen:
+            return self._self(budget, progress)
+        clock = self.link.svc.clock
+        start = clock.monotonic()
+        try:
+            ans = self.link.client.request("status", timeout=max(0.05, min(self.link.client.timeout, budget / 4)),
+                                           lease=self.lease_id, progress=progress)
+        except OSError as exc:
+            return self._fall_back(f"it does not answer ({exc})", budget - (clock.monotonic() - start), progress)
+        left = budget - (clock.monotonic() - start)
+        state = ans.get("state")
+        if state == "lost":
+            raise LeaseLost(f"lease lost: {self.lease_id}: {ans.get('error') or 'the renewal agent reports it lost'}"
+                            " (stop writing)", leaseId=self.lease_id)
+        if not ans.get("ok") or state != "held":
+            return self._fall_back(f"it does not renew {self.lease_id} ({state or 'error'}: "
+                                   f"{ans.get('error') or 'unknown lease'})", left, progress)
+        expires = max(self.expires, parse_iso(ans["expiresAt"]))
+        if expires > self.expires:
+            self.expires = expires
+            return expires
+        t = self.timing
+        if clock.now() + t.renew_every + t.timeout >= expires - t.grace - t.margin:
+            # the agent is late: one more interval would leave no time for a renewal of our own
+            return self._self(left, progress)
+        return expires
+
+    def _self(self, budget: float, progress: str | None) -> float:
+        if budget < MIN_ATTEMPT / 2:
+            raise RemoteUnavailable("no time left in this attempt for a renewal")
+        got = self.self_attempt(budget, progress)
+        self.self_renewals += 1
+        self.expires = max(self.expires, got)
+        return got
+
+    def _fall_back(self, why: str, budget: float, progress: str | None) -> float:
+        self.fallen = why
+        self.link.log(f"renewal agent: {why}; renewing {self.lease_id} by itself from now on")
+        try:
+            return self._self(budget, progress)
+        finally:  # after the renewal, so a hung agent does not eat its budget
+            self.link.unregister(self.lease_id)
+
+
+__all__ = ["AgentLink", "AgentAttempt", "wanted"]

@@ -1,0 +1,132 @@
+"""``gitlease.hold``: a lease held for the length of a ``with`` block, renewed by a background thread.
+
+::
+
+    with gitlease.hold(".", scope=["services/billing"], ttl=300) as lease:
+        for step in work:
+            lease.check()          # raises LeaseLost once the lease is lost: stop writing
+            step()
+            lease.progress("tests 40/120")   # recorded with the next renewal
+
+``lease.lost`` is a threading.Event, set when a renewal is refused or none is confirmed by the stop deadline
+(``Timing``: ``grace`` seconds before the lease could expire). Leaving the block stops the heartbeat and releases
+the lease; leaving it normally after a loss raises LeaseLost, so a caller never mistakes unprotected work for
+protected work. Every git call of the heartbeat has a hard timeout that ends before the stop deadline.
+
+By default the lease is handed to the per-host renewal agent (docs/agent.md; started on demand): the acquire
+and the release go through it (due renewals of other local leases ride in the same push), and the heartbeat
+asks it for the lease's state instead of pushing; if the agent dies the heartbeat renews by itself
+(gitlease/liveness/delegate.py). ``renew_agent=False`` (or git config ``lease.renewAgent false``) renews by itself only.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from gitlease.core.errors import GitLeaseError, LeaseLost
+from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    paths: tuple[str, ...]
+    timing: Timing
+    heartbeat: Heartbeat = field(repr=False)
+    agent: Any = field(default=None, repr=False)  # the AgentAttempt when renewed through the agent, else None
+
+    @property
+    def lost(self) -> threading.Event:
+        return self.heartbeat.lost
+
+    @property
+    def reason(self) -> str | None:
+        return self.heartbeat.reason
+
+    def check(self) -> None:
+        """Raise LeaseLost (exit code 6) once the lease is lost."""
+        if self.heartbeat.lost.is_set():
+            raise LeaseLost(f"lease lost: {self.lease_id}: {self.heartbeat.reason} (stop writing)",
+                            leaseId=self.lease_id)
+
+    def progress(self, note: str) -> None:
+        """A progress note ("tests 40/120") sent with the next renewal."""
+        self.heartbeat.report(note)
+
+
+def _timing(settings, ttl: int, renew_every: float | None, timeout: float | None, grace: float | None) -> Timing:
+    if timeout is None:
+        timeout = min(settings.timeout, ttl / 6)
+    return Timing.for_ttl(ttl, renew_every=renew_every, timeout=timeout, grace=grace)
+
+
+@contextlib.contextmanager
+def hold(repo: str = ".", scope: Sequence[str] = (), *, ttl: int | None = None, renew_every: float | None = None,
+         wait: float | None = None, remote: str | None = None, grace: float | None = None,
+         timeout: float | None = None, on_lost: Callable[[str], None] | None = None, clock=None, signer=None,
+         service=None, renew_agent: bool | None = None, agent_client=None, **flags: Any) -> Iterator[Lease]:
+    """Acquire ``scope`` in ``repo`` (waiting up to ``wait`` seconds while it is held), renew it in a
+    background thread, release it when the block ends. ``service``: an existing LeaseService (tests).
+    ``renew_agent``: renew through the per-host agent (default: git config ``lease.renewAgent``, true; never
+    for leases in the repository's own refs); ``agent_client``: an AgentClient (default: the usual socket)."""
+    from gitlease import open_service
+    from gitlease.liveness.delegate import AgentLink
+    from gitlease.service.leases import LeaseService
+
+    svc = service or open_service(repo, remote=remote, clock=clock, signer=signer, **flags)
+    ttl = int(ttl or svc.settings.ttl)
+    timing = _timing(svc.settings, ttl, renew_every, timeout, grace)
+    link = AgentLink.connect(svc, renew_agent, client=agent_client)
+    acquire = link.acquire if link else svc.acquire
+    acquire_args = dict(ttl=ttl, renew_every=max(1, int(timing.renew_every)))
+    if link:
+        acquire_args["holder_pid"] = os.getpid()
+    if wait is not None:
+        from gitlease.liveness.wait import acquire_wait
+
+        got = acquire_wait(svc, scope, wait=wait, acquire=acquire, **acquire_args)
+    else:
+        got = acquire(scope, **acquire_args)
+    beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
+    attempt = service_attempt(beat_svc, got.lease_id)
+    if link and link.register(got.lease_id, os.getpid()):
+        attempt = link.attempt(got.lease_id, timing, got.record.expires, attempt)
+    else:
+        link = None
+    hb = Heartbeat(attempt, timing, got.record.expires, clock=svc.clock, on_lost=on_lost)
+    thread = threading.Thread(target=hb.run, name=f"gitlease-heartbeat-{got.lease_id}", daemon=True)
+    lease = Lease(got.lease_id, got.record.paths, timing, hb, attempt if link else None)
+    thread.start()
+    body_failed = False
+    try:
+        yield lease
+    except BaseException:
+        body_failed = True
+        raise
+    finally:
+        hb.stop()
+        thread.join(timing.timeout + 1)  # an attempt in flight ends within its budget
+        lost = hb.lost.is_set()
+        saved = svc.store.timeout
+        if lost:  # the store may be what failed: do not let the release hang for the full timeout
+            svc.store.timeout = min(float(saved), timing.timeout)
+        try:
+            if link is not None and not attempt.fallen and not lost:
+                link.release(got.lease_id)
+            else:
+                if link is not None:
+                    link.unregister(got.lease_id)
+                svc.release(got.lease_id)
+        except GitLeaseError:
+            if not (lost or body_failed):
+                raise
+        finally:
+            svc.store.timeout = saved
+        if lost and not body_failed:
+            lease.check()
+
+
+__all__ = ["hold", "Lease"]

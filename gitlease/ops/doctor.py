@@ -1,0 +1,672 @@
+"""``git lease doctor``: find out at set-up time, not in production, whether a remote can host leases.
+
+The remote is probed with throw-away refs under ``refs/leases/doctor/<run>/`` (``<run>`` is a UTC timestamp and
+a random suffix), each probe testing one property the protocol (docs/protocol.md) rests on:
+
+* ``custom-refs``: a push creating refs under ``refs/leases/`` is accepted, and ``ls-remote`` lists them;
+* ``atomic-advertised``: ``atomic`` is in receive-pack's capability advertisement (read from the packet
+  trace, ``GIT_TRACE_PACKET``, of that first push: the advertisement is what the git client itself reads);
+* ``atomic-honoured``: an ``--atomic`` push of two refs, one of which the server must refuse (a directory/file
+  conflict), leaves neither;
+* ``compare-and-swap``: an update whose expected old value went stale *after* the client read the
+  advertisement is refused by the server. Made deterministic with a ``pre-push`` hook (our own, through
+  ``-c core.hooksPath`` pointing at a private folder) that moves the ref in between: git runs pre-push after
+  its own ``--force-with-lease`` check and before it sends the update, so only the server can catch it;
+* ``dir-file``: creating ``X/sub`` while ``X`` exists, and ``Y`` while ``Y/leaf`` exists, are both refused;
+* ``deletes``: each probe ref can be deleted, pinned to its value (that is also the clean-up);
+* ``latency``: the round trip of a read (``ls-remote``) and of a push.
+
+Local checks: git version, hooks installed and reachable from every linked worktree, signing key readable,
+trust file on the remote's default branch, clock offset against the remote (from the HTTP ``Date:`` header
+over http(s); other transports carry no clock).
+
+The probe refs are deleted in a ``finally`` (also on failure and on interrupt); refs of an earlier run that
+was killed before it could clean up are deleted by the next run once they are older than ``STALE_AFTER``.
+Every push is built by ``store.push_argv`` (pinned, never forced). Library code: it reports, the CLI prints.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import shutil
+import stat
+import signal
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from gitlease.core import gitcmd
+from gitlease.core.clock import SYSTEM, Clock
+from gitlease.core.config import Settings
+from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
+from gitlease.core.objects import ObjectWriter
+from gitlease.core.repo import Repo
+from gitlease.core.store import (NAMESPACE, RESERVED, Outcome, RefUpdate, RemoteStore, Store, _last_error, open_store,
+                    parse_push_porcelain, push_argv)
+
+DOCTOR_PREFIX = RESERVED[0]  # store.list_refs skips it: probes never block a lease
+STALE_AFTER = 900  # seconds: a doctor run's refs older than this are leftovers of a run that was killed
+# The newest git features gitlease relies on: worktree list -z (2.36), rev-parse --path-format (2.31),
+# fetch --stdin and --no-write-fetch-head (2.29), update-ref --stdin start/prepare/commit (2.28).
+MIN_GIT = (2, 36)
+TESTED_GIT = (2, 39)
+HOOK_NAMES = ("pre-commit", "pre-push")
+HOOK_MARKERS = ("gitlease", "git-lease", "git lease")
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+
+# One advertised ref line in a packet trace, as the client read it ("<"): "<oid> <ref>\0<capabilities>".
+_ADVERTISEMENT = re.compile(r"packet:\s+[\w.-]+< (?:[0-9a-f]{40}|[0-9a-f]{64}) [^ \\]+\\0(.*)$")
+_DATE_HEADER = re.compile(r"<= Recv header: Date: (.+?)\s*$", re.IGNORECASE)
+_RUN_NAME = re.compile(r"^(\d{8}T\d{6}Z)-[0-9a-f]+$")
+
+
+@dataclass
+class Check:
+    """One line of the report: ``status`` is pass, fail (leases cannot safely work), warn (works, but fix it)
+    or skip (not applicable, or not testable after an earlier failure)."""
+
+    name: str
+    status: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "message": self.message, **self.data}
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name:<17}  {self.message}"
+
+
+@dataclass
+class Report:
+    store: str  # the remote as given, or "local"
+    url: str | None
+    run: str  # the run's ref folder
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == FAIL for c in self.checks)
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == FAIL]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "store": self.store, "url": self.url, "probeRefs": self.run,
+                "checks": [c.to_json() for c in self.checks]}
+
+
+# ------------------------------------------------------------------------------- pure helpers
+
+def parse_git_version(text: str) -> tuple[int, ...] | None:
+    """``git version 2.39.5`` (also ``2.39.5.windows.1``, ``2.39.5 (Apple Git-143)``) -> (2, 39, 5)."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def advertised_capabilities(trace: str) -> list[str] | None:
+    """The capabilities of the first ref advertisement the client read, from a ``GIT_TRACE_PACKET`` log;
+    None when the trace holds none (the connection failed, or a transport we cannot see through)."""
+    for line in trace.splitlines():
+        m = _ADVERTISEMENT.search(line)
+        if m:
+            return m.group(1).split()
+    return None
+
+
+def http_date_offset(trace: str, sent: float, received: float) -> tuple[float, float] | None:
+    """(offset, uncertainty) in seconds of the server's clock against ours, from the last ``Date:`` header
+    in a ``GIT_TRACE_CURL`` log of a request made between ``sent`` and ``received`` (our wall clock). The
+    header has one-second resolution: the server's time was in [D, D+1)."""
+    from email.utils import parsedate_to_datetime
+
+    dates = [m.group(1) for m in map(_DATE_HEADER.search, trace.splitlines()) if m]
+    if not dates:
+        return None
+    try:
+        server = parsedate_to_datetime(dates[-1]).timestamp()
+    except (TypeError, ValueError):
+        return None
+    middle = (sent + received) / 2
+    return server + 0.5 - middle, 0.5 + (received - sent) / 2
+
+
+def run_name(now: float, nonce: str) -> str:
+    return datetime.fromtimestamp(int(now), tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + nonce
+
+
+def run_started(name: str) -> float | None:
+    m = _RUN_NAME.match(name)
+    if not m:
+        return None
+    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def is_gitlease_hook(text: str) -> bool:
+    low = text.lower()
+    return any(marker in low for marker in HOOK_MARKERS)
+
+
+# ------------------------------------------------------------------------------------- doctor
+
+class Doctor:
+    """Runs the checks in order, handing each to ``on_check`` as it completes (the CLI prints it)."""
+
+    def __init__(self, repo: Repo, settings: Settings, *, clock: Clock = SYSTEM,
+                 on_check: Callable[[Check], None] | None = None) -> None:
+        self.repo = repo
+        self.settings = settings
+        self.clock = clock
+        self.on_check = on_check or (lambda c: None)
+        self.store: Store = open_store(repo.cwd, settings.remote, timeout=settings.timeout)
+        self.remote = settings.remote
+        self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
+        self.checks: list[Check] = []
+        self.run = DOCTOR_PREFIX + run_name(clock.now(), secrets.token_hex(4))
+        self.url: str | None = None
+        self._tmp: str | None = None
+        self._atomic = True  # until the advertisement says otherwise
+        self._leftovers = 0
+
+    # -- reporting
+    def _add(self, name: str, status: str, message: str, **data: Any) -> Check:
+        check = Check(name, status, message, data)
+        self.checks.append(check)
+        self.on_check(check)
+        return check
+
+    def _status(self, name: str) -> str | None:
+        for c in self.checks:
+            if c.name == name:
+                return c.status
+        return None
+
+    # -- the whole run
+    def diagnose(self) -> Report:
+        self.check_git_version()
+        if self.remote is not None:
+            self.url = self._resolve_url()
+        self._tmp = tempfile.mkdtemp(prefix="gitlease-doctor-")
+        try:
+            self.probe_store()
+            self.check_trust_file()
+            self.check_clock()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self.check_hooks()
+        self.check_signing_key()
+        return Report(self.store.name, self.url, self.run, self.checks)
+
+    # ------------------------------------------------------------------------- local: git itself
+    def check_git_version(self) -> None:
+        res = gitcmd.run(["--version"], check=False)
+        version = parse_git_version(res.out)
+        shown = ".".join(map(str, version)) if version else res.out.strip() or "unknown"
+        need = ".".join(map(str, MIN_GIT))
+        if version is None or version[:2] < MIN_GIT:
+            self._add("git-version", FAIL, f"git {shown}: gitlease needs git {need} or newer", version=shown)
+        elif version[:2] < TESTED_GIT:
+            self._add("git-version", WARN, f"git {shown}: works from {need}, tested on "
+                      f"{'.'.join(map(str, TESTED_GIT))}", version=shown)
+        else:
+            self._add("git-version", PASS, f"git {shown} (gitlease needs {need} or newer)", version=shown)
+
+    def _resolve_url(self) -> str:
+        res = gitcmd.run(["ls-remote", "--get-url", self.remote], cwd=self.repo.cwd, check=False)
+        return res.out.strip() or self.remote
+
+    # ------------------------------------------------------------------------- the store probes
+    PROBES = ("custom-refs", "atomic-advertised", "dir-file", "atomic-honoured", "compare-and-swap", "latency")
+
+    def probe_store(self) -> None:
+        try:
+            self._remove_leftovers()
+            self._probe()
+        except RemoteUnavailable as exc:
+            self._add("remote", FAIL, f"the remote stopped answering during the probes: {exc}")
+            self._skip_probes("the remote stopped answering")
+        finally:
+            self._cleanup()
+
+    def _skip_probes(self, reason: str) -> None:
+        for name in self.PROBES:
+            if self._status(name) is None:
+                self._add(name, SKIP, f"not tested: {reason}")
+
+    def _commit(self, label: str) -> str:
+        """A fresh, unique commit for a probe ref (unique objects: see the same-object trap in git-facts)."""
+        body = f"gitlease doctor probe {label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
+        tree = self.objects.tree({"doctor.txt": self.objects.blob(body)})
+        return self.objects.commit(tree, (), "gitlease doctor <doctor@gitlease.invalid>", int(self.clock.now()),
+                                   f"gitlease doctor probe {label}")
+
+    def _ref(self, name: str) -> str:
+        return f"{self.run}/{name}"
+
+    def _list(self, pattern: str) -> dict[str, str]:
+        """Refs matching ``pattern`` on the store, read now (raises RemoteUnavailable)."""
+        if isinstance(self.store, RemoteStore):
+            try:
+                res = gitcmd.run(["ls-remote", "--refs", self.remote, pattern], cwd=self.repo.cwd,
+                                 timeout=self.settings.timeout, check=False)
+            except gitcmd.Timeout as exc:
+                raise RemoteUnavailable(str(exc)) from None
+            if res.returncode != 0:
+                raise RemoteUnavailable(_last_error(res.err) or f"git ls-remote exit {res.returncode}")
+            lines = res.out.splitlines()
+        else:
+            prefix = pattern[:-1] if pattern.endswith("*") else pattern
+            res = gitcmd.run(["for-each-ref", "--format=%(objectname)\t%(refname)", prefix], cwd=self.repo.cwd)
+            lines = res.out.splitlines()
+        out = {}
+        for line in lines:
+            oid, _, ref = line.partition("\t")
+            if ref:
+                out[ref] = oid
+        return out
+
+    def _push(self, updates: Sequence[RefUpdate], *, atomic: bool, env: dict[str, str] | None = None,
+              hooks_dir: str | None = None) -> Outcome:
+        """A push built by ``push_argv`` with a trace environment or our own hooks folder (the store's
+        ``apply`` takes neither). The remote store only."""
+        argv = push_argv(self.remote, updates, atomic=atomic, run_hooks=hooks_dir is not None)
+        if hooks_dir is not None:
+            argv = ["-c", f"core.hooksPath={hooks_dir}", *argv]
+        try:
+            res = gitcmd.run(argv, cwd=self.repo.cwd, timeout=self.settings.timeout, check=False, env=env)
+        except gitcmd.Timeout as exc:
+            return Outcome(ok=False, ambiguous=True, message=str(exc))
+        statuses = parse_push_porcelain(res.out)
+        if not statuses or any(u.ref not in statuses for u in updates):
+            return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err))
+        ok = res.returncode == 0 and all(not s.startswith("rejected") for s in statuses.values())
+        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err))
+
+    def _apply_each(self, updates: Sequence[RefUpdate]) -> Outcome:
+        """Each update on its own (a non-atomic push; one transaction each on the local store)."""
+        if isinstance(self.store, RemoteStore):
+            return self.store.apply(updates, atomic=False)
+        statuses: dict[str, str] = {}
+        for u in updates:
+            statuses.update(self.store.apply([u]).statuses)
+        return Outcome(ok=all(s == "ok" for s in statuses.values()), statuses=statuses)
+
+    def _probe(self) -> None:
+        remote = isinstance(self.store, RemoteStore)
+        skip_rest = self._skip_probes
+
+        x = {n: self._commit(n) for n in ("probe", "df", "dir-leaf", "cas")}
+        created = {self._ref("probe"): x["probe"], self._ref("df"): x["df"],
+                   self._ref("dir/leaf"): x["dir-leaf"], self._ref("cas"): x["cas"]}
+        first = [RefUpdate(ref, oid, None) for ref, oid in created.items()]
+
+        # 1. custom refs accepted (non-atomic: we do not know yet whether the remote does atomic).
+        t0 = self.clock.monotonic()
+        caps: list[str] | None = None
+        if remote:
+            trace = os.path.join(self._tmp or ".", "packet.trace")
+            out = self._push(first, atomic=False, env={"GIT_TRACE_PACKET": trace})
+            try:
+                with open(trace, encoding="utf-8", errors="replace") as fh:
+                    caps = advertised_capabilities(fh.read())
+            except OSError:
+                caps = None
+        else:
+            out = self.store.apply(first)
+        push_ms = (self.clock.monotonic() - t0) * 1000
+        if out.ambiguous and not out.statuses:
+            self._add("custom-refs", FAIL, f"cannot push to {self.store.name}: {out.message or 'no answer'}")
+            return skip_rest("the remote could not be reached")
+        refused = {r: s for r, s in out.statuses.items() if s != "ok"}
+        try:
+            t1 = self.clock.monotonic()
+            listed = self._list(self.run + "/*")
+            read_ms = (self.clock.monotonic() - t1) * 1000
+        except RemoteUnavailable as exc:
+            self._add("custom-refs", FAIL, f"pushed, but cannot list refs: {exc}")
+            return skip_rest("the remote could not be read")
+        missing = [r for r in created if listed.get(r) != created[r]]
+        if refused or missing:
+            why = next(iter(refused.values()), "rejected").split(":", 1)[-1] if refused else "not listed"
+            self._add("custom-refs", FAIL, f"refs under {NAMESPACE}/ are refused or hidden ({why}): "
+                      "use another remote (lease.remote) or allow the namespace", refused=refused,
+                      missing=missing)
+            return skip_rest("custom refs are refused")
+        self._add("custom-refs", PASS, f"refs under {NAMESPACE}/ can be created and are listed",
+                  refs=len(created))
+
+        # 2. atomic advertised
+        atomic = True
+        if not remote:
+            self._add("atomic-advertised", PASS, "local store: update-ref transactions are all-or-nothing")
+        elif caps is None:
+            self._add("atomic-advertised", WARN, "could not read the capability advertisement from the packet "
+                      "trace; the next check tries an --atomic push")
+        elif "atomic" in caps:
+            self._add("atomic-advertised", PASS, "receive-pack advertises 'atomic'", capabilities=caps)
+        else:
+            atomic = self._atomic = False
+            self._add("atomic-advertised", FAIL, "receive-pack does not advertise 'atomic': every lease write "
+                      "is an --atomic push (on your own server: receive.advertiseAtomic=true)",
+                      capabilities=caps)
+
+        # 3. directory/file rule, both directions, each ref on its own.
+        sub, parent = self._ref("df/sub"), self._ref("dir")
+        out = self._apply_each([RefUpdate(sub, self._commit("df-sub"), None),
+                                RefUpdate(parent, self._commit("dir"), None)])
+        after = self._list(self.run + "/*")
+        wrong = [r for r in (sub, parent) if r in after]
+        df_ok = not wrong and not out.ambiguous
+        if df_ok:
+            self._add("dir-file", PASS, "an overlapping create is refused (X/sub while X exists, and X while "
+                      "X/leaf exists)")
+        elif out.ambiguous and not wrong:
+            self._add("dir-file", WARN, f"could not tell: {out.message or 'no verdict'}")
+        else:
+            self._add("dir-file", FAIL, "the server accepted an overlapping ref ("
+                      + ", ".join(r[len(self.run) + 1:] for r in wrong) + "): overlapping leases would not be "
+                      "refused", accepted=wrong)
+
+        # 4. atomic honoured: one good create + one create the server must refuse (D/F), atomically.
+        if not atomic:
+            self._add("atomic-honoured", SKIP, "not tested: 'atomic' is not advertised")
+        elif not df_ok:
+            self._add("atomic-honoured", SKIP, "not tested: needs the directory/file rule to force a refusal")
+        else:
+            good, bad = self._ref("atomic"), self._ref("df/sub2")
+            ups = [RefUpdate(good, self._commit("atomic"), None), RefUpdate(bad, self._commit("df-sub2"), None)]
+            out = self.store.apply(ups, atomic=True)
+            after = self._list(self.run + "/*")
+            if good not in after and bad not in after and not out.ok:
+                self._add("atomic-honoured", PASS, "an atomic push with one refused ref left neither ref")
+            elif out.ambiguous and good not in after:
+                self._add("atomic-honoured", WARN, f"could not tell: {out.message or 'no verdict'}")
+            else:
+                self._add("atomic-honoured", FAIL, "an atomic push with one refused ref still wrote "
+                          + ", ".join(r[len(self.run) + 1:] for r in (good, bad) if r in after)
+                          + ": lease writes would not be all-or-nothing")
+
+        # 5. compare-and-swap on a stale expectation.
+        self._probe_cas(x["cas"], atomic)
+
+        # 6. latency
+        ttl = self.settings.ttl
+        msg = f"read {read_ms:.0f} ms, {'push' if remote else 'write'} {push_ms:.0f} ms"
+        if push_ms > ttl * 100:  # more than a tenth of the TTL
+            self._add("latency", WARN, msg + f": slow against lease.ttl={ttl}s (renewals may not land in time)",
+                      readMs=round(read_ms, 1), pushMs=round(push_ms, 1))
+        else:
+            self._add("latency", PASS, msg, readMs=round(read_ms, 1), pushMs=round(push_ms, 1))
+
+    def _probe_cas(self, old: str, atomic: bool) -> None:
+        ref = self._ref("cas")
+        mine, theirs = self._commit("cas-mine"), self._commit("cas-theirs")
+        if not isinstance(self.store, RemoteStore):
+            self.store.apply([RefUpdate(ref, theirs, old)])
+            out = self.store.apply([RefUpdate(ref, mine, old)])
+            now = self._list(ref).get(ref)
+            if not out.ok and now == theirs:
+                self._add("compare-and-swap", PASS, "an update expecting a stale value is refused")
+            else:
+                self._add("compare-and-swap", FAIL, "an update expecting a stale value was not refused")
+            return
+        # The pre-push hook moves the ref (old -> theirs) after git's own lease check, so the server alone
+        # sees that our expectation (old) is stale.
+        hooks = os.path.join(self._tmp or ".", "hooks")
+        os.makedirs(hooks, exist_ok=True)
+        marker = os.path.join(hooks, "moved")
+        nested = ["git", *push_argv(self.remote, [RefUpdate(ref, theirs, old)], atomic=atomic)]
+        script = (f"#!/bin/sh\ncat >/dev/null\n{shlex.join(nested)} >/dev/null 2>&1\n"
+                  f"echo $? > {shlex.quote(marker)}\nexit 0\n")
+        hook = os.path.join(hooks, "pre-push")
+        with open(hook, "w") as fh:
+            fh.write(script)
+        os.chmod(hook, 0o700)
+        out = self._push([RefUpdate(ref, mine, old)], atomic=atomic, hooks_dir=hooks)
+        try:
+            with open(marker) as fh:
+                moved = fh.read().strip() == "0"
+        except OSError:
+            moved = False
+        now = self._list(ref).get(ref)
+        if not moved:
+            # Our hook did not run (or its push failed): fall back to a plain stale expectation (checked by
+            # the client against the advertisement, and by the server).
+            self.store.apply([RefUpdate(ref, theirs, old)], atomic=atomic)
+            out = self.store.apply([RefUpdate(ref, mine, old)], atomic=atomic)
+            now = self._list(ref).get(ref)
+            if not out.ok and now == theirs:
+                self._add("compare-and-swap", WARN, "a stale expectation is refused, but only the client-side "
+                          "check could be tested (the probe hook did not run)")
+            else:
+                self._add("compare-and-swap", FAIL, "an update expecting a stale value was not refused")
+            return
+        if not out.ok and now == theirs:
+            self._add("compare-and-swap", PASS, "the server refused an update whose expected value went stale "
+                      "after the client read it")
+        elif out.ambiguous and now == theirs:
+            self._add("compare-and-swap", WARN, f"could not tell: {out.message or 'no verdict'}")
+        else:
+            self._add("compare-and-swap", FAIL, "the server accepted an update whose expected value was stale: "
+                      "two holders could both win a lease")
+
+    # ------------------------------------------------------------------------------- clean-up
+    def _delete(self, refs: dict[str, str]) -> Outcome:
+        """Delete ``refs``, each pinned to its value: one atomic push when the remote does atomic (as a
+        release does), else each on its own."""
+        ups = [RefUpdate(ref, None, oid) for ref, oid in sorted(refs.items())]
+        if self._atomic:
+            return self.store.apply(ups, atomic=True)
+        return self._apply_each(ups)
+
+    def _remove_leftovers(self) -> None:
+        """Delete the refs of earlier runs that were killed before their clean-up (older than STALE_AFTER)."""
+        try:
+            refs = self._list(DOCTOR_PREFIX + "*")
+        except RemoteUnavailable:
+            return  # the probes report it
+        now = self.clock.now()
+        stale = {}
+        for ref, oid in refs.items():
+            started = run_started(ref[len(DOCTOR_PREFIX):].split("/", 1)[0])
+            if started is None or now - started > STALE_AFTER:
+                stale[ref] = oid
+        if stale:
+            out = self._apply_each([RefUpdate(r, None, o) for r, o in sorted(stale.items())])
+            self._leftovers = sum(1 for s in out.statuses.values() if s == "ok")
+
+    def _cleanup(self) -> None:
+        """Delete this run's refs. Runs in a ``finally`` (also after a failure or an interrupt); an interrupt
+        that arrives during the clean-up is held back until it is done (each git call has its timeout)."""
+        interrupted: list[int] = []
+        old = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, lambda *a: interrupted.append(1))
+        try:
+            self._cleanup_refs()
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def _cleanup_refs(self) -> None:
+        tested = self._status("custom-refs") == PASS
+        try:
+            refs = self._list(self.run + "/*")
+            out = self._delete(refs) if refs else Outcome(ok=True)
+            left = self._list(self.run + "/*")
+        except RemoteUnavailable as exc:
+            self._add("cleanup", FAIL, f"could not remove the probe refs under {self.run}/ ({exc}); the next "
+                      f"doctor run removes them once they are {STALE_AFTER // 60} minutes old")
+            return
+        if tested:
+            if not left and out.ok:
+                self._add("deletes", PASS, f"{len(refs)} probe refs deleted, each pinned to its value")
+            else:
+                self._add("deletes", FAIL, f"{len(left)} of {len(refs)} probe refs could not be deleted "
+                          f"({out.message or 'refused'}): leases could not be released", left=sorted(left))
+        extra = f"; removed {self._leftovers} left by an interrupted earlier run" if self._leftovers else ""
+        if left:
+            self._add("cleanup", FAIL, f"{len(left)} probe refs left; remove them by hand: "
+                      + " ".join(sorted(left)) + extra, left=sorted(left))
+        else:
+            self._add("cleanup", PASS, f"no probe refs left on {self.store.name}" + extra,
+                      removedLeftovers=self._leftovers)
+
+    # --------------------------------------------------------------------------- trust file, clock
+    def check_trust_file(self) -> None:
+        path = self.settings.allowed_signers
+        if isinstance(self.store, RemoteStore):
+            try:
+                res = gitcmd.run(["ls-remote", "--symref", self.remote, "HEAD"], cwd=self.repo.cwd,
+                                 timeout=self.settings.timeout, check=False)
+            except gitcmd.Timeout:
+                self._add("trust-file", WARN, "could not read the remote's default branch (timeout)")
+                return
+            branch, oid = None, None
+            for line in res.out.splitlines():
+                left, _, right = line.partition("\t")
+                if left.startswith("ref: ") and right == "HEAD":
+                    branch = left[5:]
+                elif right == "HEAD":
+                    oid = left
+            where = f"the remote's default branch ({(branch or 'HEAD').removeprefix('refs/heads/')})"
+            if oid is None:
+                self._add("trust-file", WARN, f"the remote has no default branch, so no trust file ({path}): "
+                          "leases stay unsigned")
+                return
+            try:
+                self.store.ensure_objects([oid])
+            except GitLeaseError as exc:
+                self._add("trust-file", WARN, f"could not fetch {where}: {exc}")
+                return
+        else:
+            oid, where = "HEAD", "HEAD"
+        res = gitcmd.run(["cat-file", "blob", f"{oid}:{path}"], cwd=self.repo.cwd, check=False)
+        if res.returncode != 0:
+            signed = " (lease.signingKey is set: signed leases cannot be verified)" if self.settings.signing_key \
+                else ": leases stay unsigned"
+            self._add("trust-file", WARN, f"no trust file {path} on {where}{signed}", path=path)
+            return
+        entries = [ln for ln in res.out.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        self._add("trust-file", PASS, f"{path} found on {where} ({len(entries)} signers)", path=path,
+                  signers=len(entries))
+
+    def check_clock(self) -> None:
+        if not isinstance(self.store, RemoteStore):
+            self._add("clock", SKIP, "local store: one machine, one clock")
+            return
+        url = self.url or self.remote
+        if not url.startswith(("http://", "https://")):
+            scheme = url.split("://", 1)[0] + "://" if "://" in url else "ssh"
+            self._add("clock", SKIP, f"cannot be told over {scheme} (no clock in the protocol); keep clocks in "
+                      f"sync with NTP (lease.skew={self.settings.skew}s)")
+            return
+        trace = os.path.join(self._tmp or ".", "curl.trace")
+        env = {"GIT_TRACE_CURL": trace, "GIT_TRACE_CURL_NO_DATA": "1", "GIT_TRACE_REDACT": "1"}
+        sent = self.clock.now()
+        try:
+            gitcmd.run(["ls-remote", "--refs", self.remote, self.run + "/*"], cwd=self.repo.cwd,
+                       timeout=self.settings.timeout, check=False, env=env)
+        except gitcmd.Timeout:
+            self._add("clock", WARN, "could not be told: the remote did not answer")
+            return
+        received = self.clock.now()
+        try:
+            with open(trace, encoding="utf-8", errors="replace") as fh:
+                got = http_date_offset(fh.read(), sent, received)
+        except OSError:
+            got = None
+        if got is None:
+            self._add("clock", SKIP, "cannot be told: the server sent no Date header")
+            return
+        offset, error = got
+        skew = self.settings.skew
+        msg = f"offset against the remote {offset:+.1f} s (±{error:.1f} s, from its HTTP Date header)"
+        if abs(offset) - error > skew / 2:
+            self._add("clock", WARN, msg + f": more than half of lease.skew={skew}s; sync this clock (NTP)",
+                      offsetSeconds=round(offset, 2), uncertaintySeconds=round(error, 2))
+        else:
+            self._add("clock", PASS, msg, offsetSeconds=round(offset, 2), uncertaintySeconds=round(error, 2))
+
+    # ------------------------------------------------------------------------------- hooks, key
+    def check_hooks(self) -> None:
+        worktrees = [self.repo.cwd]
+        res = gitcmd.run(["worktree", "list", "--porcelain", "-z"], cwd=self.repo.cwd, check=False)
+        for item in gitcmd.zsplit(res.out):
+            if item.startswith("worktree "):
+                path = item[len("worktree "):]
+                if os.path.isdir(path) and os.path.realpath(path) not in map(os.path.realpath, worktrees):
+                    worktrees.append(path)
+        missing: dict[str, list[str]] = {}
+        dirs = set()
+        for wt in worktrees:
+            got = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-path", "hooks"], cwd=wt, check=False)
+            hooks_dir = got.out.strip()
+            dirs.add(hooks_dir)
+            for name in HOOK_NAMES:
+                if not _hook_installed(os.path.join(hooks_dir, name)):
+                    missing.setdefault(name, []).append(wt)
+        n = len(worktrees)
+        where = f"{n} worktree{'s' if n != 1 else ''}"
+        if not missing:
+            self._add("hooks", PASS, f"{' and '.join(HOOK_NAMES)} installed, reachable from {where}",
+                      hooksDirs=sorted(dirs))
+        elif all(len(v) == n for v in missing.values()) and len(missing) == len(HOOK_NAMES):
+            self._add("hooks", WARN, "gitlease hooks not installed (git lease install-hooks): leases are "
+                      "not checked on commit and push", hooksDirs=sorted(dirs))
+        else:
+            parts = [f"{name} missing in {len(wts)} of {n} worktrees" for name, wts in missing.items()]
+            self._add("hooks", WARN, "gitlease hooks incomplete: " + "; ".join(parts)
+                      + " (a relative core.hooksPath resolves per worktree)", missing=missing,
+                      hooksDirs=sorted(dirs))
+
+    def check_signing_key(self) -> None:
+        key = self.settings.signing_key
+        if not key:
+            self._add("signing-key", SKIP, "lease.signingKey not set: leases are unsigned")
+            return
+        if key.startswith(("key::", "ssh-")):
+            if os.environ.get("SSH_AUTH_SOCK"):
+                self._add("signing-key", PASS, "a literal public key: signing goes through ssh-agent")
+            else:
+                self._add("signing-key", FAIL, "a literal public key, but no ssh-agent (SSH_AUTH_SOCK unset)")
+            return
+        path = os.path.expanduser(key)
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            self._add("signing-key", FAIL, f"lease.signingKey {key} is not a readable file")
+            return
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            self._add("signing-key", WARN, f"{key} is readable by others (mode {mode:o}); ssh-keygen refuses "
+                      "such keys: chmod 600")
+            return
+        self._add("signing-key", PASS, f"{key} readable, private to this user")
+
+
+def _hook_installed(path: str) -> bool:
+    try:
+        if not os.access(path, os.X_OK):
+            return False
+        with open(path, "rb") as fh:
+            return is_gitlease_hook(fh.read(65536).decode("utf-8", "replace"))
+    except OSError:
+        return False
+
+
+def diagnose(repo: Repo, settings: Settings, *, clock: Clock = SYSTEM,
+             on_check: Callable[[Check], None] | None = None) -> Report:
+    """Run every check; the report's ``ok`` is false when any check failed."""
+    return Doctor(repo, settings, clock=clock, on_check=on_check).diagnose()
+
+
+__all__ = ["Check", "Report", "Doctor", "DoctorFailed", "diagnose", "advertised_capabilities",
+           "http_date_offset", "parse_git_version", "DOCTOR_PREFIX", "STALE_AFTER"]

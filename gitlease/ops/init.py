@@ -1,0 +1,191 @@
+"""``git lease init``: one idempotent step from a plain repository to agents working under leases.
+
+Steps, each reported as a ``Step(name, status, detail)`` with status ``set`` | ``unchanged`` | ``skipped`` |
+``todo`` (something only the user can do, such as committing the trust-file line through review):
+
+1. config: ``lease.remote`` (``--remote`` / ``--lease-repo``), ``lease.agent``;
+2. key: ``lease.signingKey`` (an existing key, ``--key PATH``, or a new Ed25519 key for the agent);
+3. trust: the key's ``allowed_signers`` line in ``.gitlease/allowed_signers`` of the work tree, to commit;
+4. hooks: ``pre-commit`` and ``pre-push`` installed (chained with what is there);
+5. ci: the scheduled sweep job (``--ci github|gitlab``), else the command that installs it.
+
+Running it again changes nothing (every step ``unchanged``). Questions are decided by ``decide(question)``:
+the CLI asks on a terminal, answers yes with ``--yes``, and skips otherwise.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from gitlease.core import gitcmd
+from gitlease.core.errors import ConfigError, GitLeaseError, UsageError
+from gitlease.core.repo import Repo
+
+TRUST_DEFAULT = ".gitlease/allowed_signers"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    status: str  # set | unchanged | skipped | todo
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.name}: {self.status}: {self.detail}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": self.status, "detail": self.detail}
+
+
+def _config(repo: Repo, key: str) -> str | None:
+    return repo.config.get(key.lower())
+
+
+def _set(repo: Repo, key: str, value: str) -> None:
+    gitcmd.run(["config", key, value], cwd=repo.cwd)
+
+
+def init(path: str = ".", *, remote: str | None = None, lease_repo: str | None = None, agent: str | None = None,
+         key: str | None = None, sign: bool | None = None, hooks: bool = True, ci: str | None = None,
+         decide: Callable[[str], bool] = lambda q: False) -> list[Step]:
+    if remote and lease_repo:
+        raise UsageError("give --remote or --lease-repo, not both (--lease-repo is a remote of its own)")
+    repo = Repo.discover(path)
+    steps: list[Step] = []
+    steps += _store(repo, remote or lease_repo, dedicated=bool(lease_repo))
+    repo = Repo.discover(path)  # re-read the config we wrote
+    who, step = _agent(repo, agent)
+    steps.append(step)
+    shared = bool(_config(repo, "lease.remote"))
+    want_sign = sign if sign is not None else shared  # one machine, local store: unsigned is fine
+    key_step, public = _key(repo, who, key, want_sign, decide)
+    steps.append(key_step)
+    steps.append(_trust(repo, who, public, decide) if public else Step("trust", "skipped", "unsigned: no key"))
+    steps.append(_hooks(repo) if hooks else Step("hooks", "skipped", "--no-hooks"))
+    steps.append(_ci(repo, ci))
+    return steps
+
+
+def _store(repo: Repo, remote: str | None, *, dedicated: bool) -> list[Step]:
+    current = _config(repo, "lease.remote")
+    if remote is None:
+        if current:
+            return [Step("remote", "unchanged", f"lease.remote = {current}")]
+        return [Step("remote", "unchanged", "no lease.remote: this repository's own refs (one machine); "
+                                            "--remote origin shares leases through a remote")]
+    if current == remote:
+        return [Step("remote", "unchanged", f"lease.remote = {remote}")]
+    if not dedicated and "://" not in remote and not remote.startswith(("/", ".")) and ":" not in remote:
+        known = gitcmd.run(["remote"], cwd=repo.cwd).out.split()
+        if remote not in known:
+            raise UsageError(f"no git remote named {remote!r} (known: {', '.join(known) or 'none'}); give a "
+                             "remote name or a URL")
+    _set(repo, "lease.remote", remote)
+    what = "a dedicated lease repository" if dedicated else "the code's remote"
+    return [Step("remote", "set", f"lease.remote = {remote} ({what})")]
+
+
+def _agent(repo: Repo, agent: str | None) -> tuple[str, Step]:
+    from gitlease.core.config import resolve
+
+    current = _config(repo, "lease.agent")
+    if agent is None and current:
+        return current, Step("agent", "unchanged", f"lease.agent = {current}")
+    who = agent or resolve(repo.config).agent
+    if not re.match(r"^[A-Za-z0-9._@+=:/-]{1,200}$", who):
+        raise UsageError(f"agent id {who!r} cannot be an allowed_signers principal: use letters, digits and "
+                         ". _ @ + = : / - only (--agent ID)")
+    if current == who:
+        return who, Step("agent", "unchanged", f"lease.agent = {who}")
+    _set(repo, "lease.agent", who)
+    return who, Step("agent", "set", f"lease.agent = {who}")
+
+
+def _key(repo: Repo, who: str, key: str | None, want: bool,
+         decide: Callable[[str], bool]) -> tuple[Step, str | None]:
+    from gitlease.identity.signer import load_signer
+
+    current = _config(repo, "lease.signingKey")
+    if key is None and current:
+        signer = load_signer(current)  # ConfigError (exit 1) if unreadable: said, not papered over
+        return Step("key", "unchanged", f"lease.signingKey = {current} ({signer.fingerprint})"), signer.public_key
+    if key is not None:
+        signer = load_signer(key)
+        if current == key:
+            return Step("key", "unchanged", f"lease.signingKey = {key}"), signer.public_key
+        _set(repo, "lease.signingKey", key)
+        return Step("key", "set", f"lease.signingKey = {key} ({signer.fingerprint})"), signer.public_key
+    if not want:
+        return Step("key", "skipped", "unsigned (no lease.remote; --sign to sign anyway)"), None
+    path = os.path.expanduser(os.path.join("~", ".ssh", "gitlease_" + re.sub(r"[^A-Za-z0-9._-]", "_", who)))
+    if os.path.exists(path):
+        signer = load_signer(path)
+        _set(repo, "lease.signingKey", path)
+        return Step("key", "set", f"lease.signingKey = {path} (existing key, {signer.fingerprint})"), \
+            signer.public_key
+    if not decide(f"create an Ed25519 signing key for {who} at {path}?"):
+        return Step("key", "skipped", f"no key (re-run with --yes to create {path}, or --key PATH)"), None
+    from gitlease.identity.sshsig import generate_key
+
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    made = generate_key(path, comment=who)
+    _set(repo, "lease.signingKey", path)
+    return Step("key", "set", f"created {path} ({made.fingerprint()}); lease.signingKey = {path}"), \
+        made.public_key()
+
+
+def _trust(repo: Repo, who: str, public: str, decide: Callable[[str], bool]) -> Step:
+    rel = _config(repo, "lease.allowedSignersFile") or TRUST_DEFAULT
+    if os.path.isabs(rel):
+        return Step("trust", "todo", f"add this line to {rel}: {who} namespaces=\"gitlease\" {public}")
+    if repo.worktree is None:
+        return Step("trust", "todo", f"add to {rel} on the default branch: {who} namespaces=\"gitlease\" {public}")
+    file = os.path.join(repo.worktree, rel)
+    words = public.split()[:2]
+    text = ""
+    if os.path.exists(file):
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == who and " ".join(words) in line:
+            return Step("trust", "unchanged", f"{rel} allows {who}'s key (commit it to the default branch, "
+                                              "through review, if it is not there yet)")
+    line = f'{who} namespaces="gitlease" {" ".join(words)}'
+    if not decide(f"add {who}'s key to {rel}?"):
+        return Step("trust", "todo", f"add this line to {rel} on the default branch: {line}")
+    os.makedirs(os.path.dirname(file), exist_ok=True)
+    with open(file, "a", encoding="utf-8") as fh:
+        if text and not text.endswith("\n"):
+            fh.write("\n")
+        fh.write(line + "\n")
+    return Step("trust", "set", f"added to {rel}: {line}; commit it to the default branch through review "
+                                f"(git add {rel} && git commit): readers trust only what is there")
+
+
+def _hooks(repo: Repo) -> Step:
+    from gitlease.enforce.install import install
+
+    try:
+        changes = install(repo.cwd)
+    except GitLeaseError as exc:
+        return Step("hooks", "todo", exc.message)
+    if all(c.action == "unchanged" for c in changes):
+        return Step("hooks", "unchanged", ", ".join(c.name for c in changes) + " installed")
+    return Step("hooks", "set", "; ".join(f"{c.name} {c.action}" + (f" (kept {c.legacy} and chained)" if c.legacy
+                                                                     else "") for c in changes))
+
+
+def _ci(repo: Repo, ci: str | None) -> Step:
+    if ci is None:
+        return Step("ci", "skipped", "sweep stale leases on a schedule: git lease ci install github|gitlab")
+    if repo.worktree is None:
+        raise ConfigError("ci needs a work tree (this repository is bare)")
+    from gitlease.ops.templates import install as do_install
+
+    got = do_install(repo.worktree, ci)
+    if got.written:
+        return Step("ci", "set", "wrote " + ", ".join(got.written) + "; next: " + "; ".join(got.next_steps))
+    return Step("ci", "unchanged", ", ".join(got.unchanged) + " up to date")

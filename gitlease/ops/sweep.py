@@ -1,0 +1,295 @@
+"""The stale-lease sweeper: which leases may be reclaimed and why, and the forced (admin) reclaim.
+
+Rules (docs/sweeping.md), each can be turned off in git config; a lease is judged on what one listing showed:
+
+* ``expired``: ``expiresAt + lease.skew`` lies in the past (``lease.sweep.expired``);
+* ``missed-heartbeats``: the lease declares ``renewEvery`` and has not been renewed for two intervals plus the
+  skew margin, even if its TTL is long (``lease.sweep.missedHeartbeats``);
+* ``dead-holder``: the holder ran on this host and its process is gone, judged by pid AND process start time
+  so a reused pid is not mistaken for the holder (``lease.sweep.deadHolder``);
+* ``stalled``: the lease reported progress once (``renew --progress``) and then not for ``lease.progressTimeout``
+  plus the skew margin (only when that key is set).
+
+An invalid lease is never reclaimed by a rule (it fails closed); only ``--force`` by an admin clears it.
+Every reclaim is ``LeaseService.reclaim``: one atomic transaction deleting exactly the lease's refs at the
+versions read and appending the audit entry. A lease that changed in between survives; the sweep says so
+and moves on. The module prints nothing; the CLI renders its results.
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gitlease.core.clock import iso, parse_iso
+from gitlease.core.errors import Forbidden, GitLeaseError
+from gitlease.service.leases import HALF_DELETED, LeaseService, LeaseView, id_ref, process_start
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rule: str  # expired | missed-heartbeats | dead-holder | stalled | forced
+    reason: str  # key=value words, e.g. "expired=164s"
+
+
+@dataclass
+class SweepResult:
+    lease_id: str
+    owner: str  # the holder's task id ("?" when the record is unreadable)
+    rule: str
+    reason: str
+    outcome: str  # reclaimed | would-reclaim | renewed | gone | forbidden | failed
+    detail: str = ""
+    audit: str | None = None  # the audit entry's commit
+
+    def line(self) -> str:
+        head = f"{self.lease_id} owner={self.owner} {self.reason}"
+        if self.outcome == "reclaimed":
+            return f"reclaimed: {head}"
+        if self.outcome == "would-reclaim":
+            return f"would reclaim: {head}"
+        if self.outcome == "renewed":
+            return f"skipped: {head}: renewed since it was read, it stays"
+        if self.outcome == "gone":
+            return f"skipped: {head}: already gone (reclaimed or released by another)"
+        if self.outcome == "forbidden":
+            return f"skipped: {head}: {self.detail}"
+        return f"failed: {head}: {self.detail}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"leaseId": self.lease_id, "owner": self.owner, "rule": self.rule, "reason": self.reason,
+                "outcome": self.outcome, "detail": self.detail, "audit": self.audit}
+
+
+@dataclass
+class Sweep:
+    results: list[SweepResult]
+    examined: int
+    at: float
+    dry_run: bool
+
+    @property
+    def failed(self) -> list[SweepResult]:
+        return [r for r in self.results if r.outcome == "failed"]
+
+
+# ---------------------------------------------------------------------------------- rules
+
+def proc_available() -> bool:
+    """The dead-holder rule needs /proc (Linux); elsewhere it never fires."""
+    return process_start(os.getpid()) is not None
+
+
+EXPIRY_RULES = ("expired", "half-deleted")  # rules about expired leases: any trusted agent may apply them
+
+
+def judge(view: LeaseView, now: float, settings, *, host: str,
+          proc_start: Callable[[int], int | None] | None = process_start) -> Verdict | None:
+    """Why ``view`` may be reclaimed now, or None. ``proc_start`` None: the dead-holder rule is unavailable."""
+    if view.record is not None and view.problems == [HALF_DELETED] and settings.sweep_expired \
+            and now > view.record.expires + settings.skew:
+        # Only an id ref is left (a server killed while it deleted the lease's refs): it is invalid, so it
+        # blocks its paths, but it grants nothing (no scope refs) and has expired: reclaim it like an expired one.
+        return Verdict("half-deleted", f"expired={int(now - view.record.expires)}s scope-refs=none")
+    if not view.valid or view.record is None:
+        return None
+    rec, skew = view.record, settings.skew
+    if settings.sweep_expired and now > rec.expires + skew:
+        return Verdict("expired", f"expired={int(now - rec.expires)}s")
+    own = rec.owner
+    if settings.sweep_dead_holder and proc_start and own.host == host and own.pid > 0 and own.pid_start is not None:
+        start = proc_start(own.pid)
+        if start != own.pid_start:
+            return Verdict("dead-holder", f"holder-gone=pid:{own.pid}" + (":reused" if start is not None else ""))
+    if settings.sweep_missed_heartbeats and rec.renew_every:
+        silent = now - rec.renewed
+        if silent > 2 * rec.renew_every + skew:
+            return Verdict("missed-heartbeats",
+                           f"missed-heartbeats={int(silent // rec.renew_every)} silent={int(silent)}s")
+    if settings.progress_timeout and rec.progress is not None:
+        stalled = now - parse_iso(rec.progress.at)
+        if stalled > settings.progress_timeout + skew:
+            return Verdict("stalled", f"stalled={int(stalled)}s")
+    return None
+
+
+# -------------------------------------------------------------------------------- sweeper
+
+class Sweeper:
+    """``before_reclaim(view, verdict)`` is a seam for tests: it runs between the read and the write."""
+
+    def __init__(self, service: LeaseService, *, before_reclaim: Callable[[LeaseView, Verdict], None] | None = None,
+                 host: str | None = None, rotate: bool = True) -> None:
+        self.service = service
+        self.before_reclaim = before_reclaim
+        self.host = host or os.uname().nodename
+        self.rotate = rotate  # start at a random stale lease, so concurrent sweepers rarely race for the same one
+
+    def sweep(self, *, dry_run: bool = False, limit: int = 0) -> Sweep:
+        svc = self.service
+        snap = svc.snapshot(use_cache=False)
+        now = svc.clock.now()
+        proc = process_start if proc_available() else None
+        stale = [(v, verdict) for v in snap.leases
+                 if (verdict := judge(v, now, svc.settings, host=self.host, proc_start=proc)) is not None]
+        if self.rotate and stale:
+            k = random.randrange(len(stale))
+            stale = stale[k:] + stale[:k]
+        results: list[SweepResult] = []
+        fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
+        for view, verdict in stale:
+            if limit and len(results) >= limit:
+                break
+            if dry_run:
+                results.append(_result(view, verdict, "would-reclaim"))
+                continue
+            if fresh is not None and any(fresh.get(r) != o for r, o in view.refs().items()):
+                results.append(_lost(view, verdict, fresh))
+                continue
+            by = svc.settings.agent
+            if verdict.rule not in EXPIRY_RULES and view.state(now, svc.settings.skew) != "expired":
+                # issue 3: ordinary agents reclaim only expired leases; the early rules need a gitlease-admin
+                # key when leases are signed (unsigned mode has no identities: anyone)
+                try:
+                    by = svc.require_admin(f"reclaiming a live lease by the {verdict.rule} rule")
+                except Forbidden as exc:
+                    results.append(_result(view, verdict, "forbidden", detail=exc.message))
+                    continue
+            res, refs = self._reclaim(view, verdict, action="reclaim", by=by)
+            fresh = refs if refs else fresh
+            results.append(res)
+        return Sweep(results, len(snap.leases), now, dry_run)
+
+    def _reclaim(self, view: LeaseView, verdict: Verdict, *, action: str,
+                 by: str) -> tuple[SweepResult, dict[str, str] | None]:
+        if self.before_reclaim:
+            self.before_reclaim(view, verdict)
+        got = self.service.reclaim(view, action=action, rule=verdict.rule, reason=verdict.reason, by=by)
+        if got.ok:
+            self.service._forget(view.lease_id)  # if this worktree held it, it does no more
+            return _result(view, verdict, "reclaimed", audit=got.oid), None
+        if got.status == "changed":
+            return _lost(view, verdict, got.refs), got.refs
+        return _result(view, verdict, "failed", detail=got.message or "the store refused the reclaim"), None
+
+    def force(self, lease_id: str, *, action: str = "reclaim") -> SweepResult:
+        """Reclaim ``lease_id`` whatever its state (live, invalid): admin only, audited."""
+        svc = self.service
+        admin = svc.require_admin("a forced release" if action == "force-release" else "reclaiming a live lease")
+        view = svc.snapshot(use_cache=False).find(lease_id)
+        if view is None:
+            raise GitLeaseError(f"no lease {lease_id} on store {svc.store.name}", leaseId=lease_id)
+        state = view.state(svc.clock.now(), svc.settings.skew)
+        return self._reclaim(view, Verdict("forced", f"forced={state}"), action=action, by=admin)[0]
+
+
+def _lost(view: LeaseView, verdict: Verdict, refs: dict[str, str]) -> SweepResult:
+    """The lease is no longer as read: renewed (it stays) or gone (released, or reclaimed by another)."""
+    cur = refs.get(id_ref(view.lease_id))
+    if cur is not None and cur != view.current_oid:
+        return _result(view, verdict, "renewed", detail=f"now at {cur[:12]}")
+    return _result(view, verdict, "gone")
+
+
+def _result(view: LeaseView, verdict: Verdict, outcome: str, *, detail: str = "",
+            audit: str | None = None) -> SweepResult:
+    owner = view.record.owner.task_id if view.record else "?"
+    return SweepResult(view.lease_id, owner, verdict.rule, verdict.reason, outcome, detail, audit)
+
+
+# ------------------------------------------------------------------------------------ log
+
+@dataclass(frozen=True)
+class LogEvent:
+    at: str
+    event: str  # acquire | renew | reclaim | clear | force-release
+    lease_id: str
+    version: int | None
+    by: str
+    detail: str
+    source: str  # lease (a version of a lease the store still holds, or one an audit entry kept) | audit
+    oid: str
+    signed: bool
+    problem: str | None = None
+
+    def line(self) -> str:
+        ver = f"v{self.version}" if self.version is not None else "v?"
+        mark = "" if self.signed else "  [unsigned]"
+        bad = f"  INVALID: {self.problem}" if self.problem else ""
+        return f"{self.at}  {self.event:<13} {self.lease_id}  {ver}  by={self.by}  {self.detail}".rstrip() + mark + bad
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "event": self.event, "leaseId": self.lease_id, "version": self.version,
+                "by": self.by, "detail": self.detail, "source": self.source, "oid": self.oid, "signed": self.signed,
+                "problem": self.problem}
+
+
+def history(service: LeaseService, *, since: float | None = None, lease_id: str | None = None) -> list[LogEvent]:
+    """The audit log merged with lease history: every version (acquire = v1, renew = vN) of each lease the
+    store still holds, and of each lease an audit entry kept reachable. A lease released by its holder leaves
+    nothing behind (its refs are gone and nothing points at its versions)."""
+    from gitlease.service.audit import read_log
+    from gitlease.identity.trust import check_audit_entry
+
+    store = service.store
+    trust = service.trust()
+    entries = read_log(store, verify=lambda data, sig, doc: check_audit_entry(trust, doc, data, sig))
+    snap = service.snapshot(use_cache=False)
+    heads = {v.current_oid or v.grant_oid for v in snap.leases if v.valid} | {e.pointer for e in entries if e.pointer}
+    heads.discard(None)
+    events: list[LogEvent] = []
+    versions = _lease_versions(service, sorted(h for h in heads if h), trust)
+    seen: set[str] = set()
+    for oid, rec, signed, problem in versions:
+        if oid in seen or rec is None:
+            continue
+        seen.add(oid)
+        if rec.version == 1:
+            events.append(LogEvent(rec.acquired_at, "acquire", rec.lease_id, 1, rec.owner.agent_id,
+                                   f"task={rec.owner.task_id} scope={','.join(rec.paths)} ttl={rec.ttl}s",
+                                   "lease", oid, signed, problem))
+        else:
+            note = f" progress={rec.progress.counter}" if rec.progress else ""
+            events.append(LogEvent(rec.renewed_at, "renew", rec.lease_id, rec.version, rec.owner.agent_id,
+                                   f"expiresAt={rec.expires_at}{note}", "lease", oid, signed, problem))
+    for e in entries:
+        d = e.doc
+        events.append(LogEvent(e.at or "?", str(d.get("action") or "?"), str(d.get("leaseId") or "?"),
+                               d.get("version") if isinstance(d.get("version"), int) else None, str(d.get("by") or "?"),
+                               f"{d.get('reason') or ''} owner={(d.get('owner') or {}).get('taskId', '?')} "
+                               f"writer={d.get('writer')} seq={d.get('seq')}", "audit", e.oid, e.signed, e.problem))
+    if since is not None:
+        cut = iso(since)
+        events = [ev for ev in events if ev.at >= cut]
+    if lease_id:
+        events = [ev for ev in events if ev.lease_id == lease_id]
+    events.sort(key=lambda ev: (ev.at, ev.source == "audit", ev.version or 0))
+    return events
+
+
+def _lease_versions(service: LeaseService, heads: list[str], trust):
+    """(oid, record, signed, problem) of every lease version reachable from ``heads``, in one walk and one
+    read; ``problem``: its signature does not verify against ``trust`` (None: fine, or unsigned store)."""
+    from gitlease.core import gitcmd
+    from gitlease.service.leases import _parse_blob
+
+    if not heads:
+        return []
+    res = gitcmd.run(["log", "--format=%H", *heads, "--"], cwd=service.store.repo_dir, check=False)
+    oids = [line for line in res.out.splitlines() if line]
+    blobs = service.store.read(oids, fetch=False)
+    out = []
+    for oid in oids:
+        b = blobs.get(oid)
+        if b is None:
+            continue
+        rec, problem = _parse_blob(b)
+        if rec is not None and problem is None:
+            check = trust.check_version(rec, b.record, b.signature, service.clock.now())
+            problem = check.problem
+        out.append((oid, rec, b.signature is not None, problem))
+    return out
+
+
+__all__ = ["Sweeper", "Sweep", "SweepResult", "Verdict", "judge", "history", "LogEvent"]

@@ -1,0 +1,298 @@
+"""The audit log: an append-only, signed record of every reclaim and forced release, kept in the store.
+
+Layout (docs/protocol.md, "Audit log"): one ref per writer, ``refs/leases-audit/<writer>``, outside
+``refs/leases/`` so that no lease reader ever mistakes an audit ref for a lease (a foreign ref under
+``refs/leases/`` fails closed and blocks paths). Each entry is a commit whose tree holds ``entry.json`` (the
+canonical entry) and, when signed, ``entry.sig``; its first parent is the writer's previous entry, its second
+parent (when there is one) the lease version it reclaimed, so the reclaimed lease's history stays reachable.
+
+An entry is appended *in the same atomic transaction* as the deletes it records (``append_with``): the
+writer's ref is CAS-pinned to its previous entry, the lease refs to the values read. Either the reclaim and its
+record land together, or neither does. Writers never contend (one ref each); two processes sharing one writer
+id do contend, and the loser re-reads its head and tries again while the lease refs are still as read.
+
+Standard library only; no lease semantics (the service builds the entry's fields).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from gitlease.core import gitcmd
+from gitlease.core.clock import iso
+from gitlease.core.errors import GitLeaseError, RemoteUnavailable
+from gitlease.core.objects import ObjectWriter, ident_for
+from gitlease.core.record import canonical
+from gitlease.core.scope import encode_segment
+from gitlease.identity.signer import Signer
+from gitlease.core.store import Outcome, RefUpdate, Store, _batch_check, _batch_contents, _last_error
+
+AUDIT_NAMESPACE = "refs/leases-audit"
+AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
+ENTRY_FILE = "entry.json"
+ENTRY_SIG = "entry.sig"
+SCHEMA = "gitlease.audit/1"
+APPEND_ATTEMPTS = 50  # only processes sharing one writer id contend: each round one of them wins; back off, go again
+MAX_ENTRIES = 100_000  # per writer, read back at most
+
+
+def writer_id(name: str) -> str:
+    """A writer name (the agent id) as one ref component: ``refs/leases-audit/<writer_id>``."""
+    enc = encode_segment(name.strip() or "unknown")
+    return enc[:200]
+
+
+def audit_ref(writer: str) -> str:
+    return AUDIT_PREFIX + writer
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One entry as read back. ``doc`` is the parsed entry.json (empty when unreadable: see ``problem``)."""
+
+    oid: str
+    ref: str
+    doc: dict[str, Any]
+    signed: bool
+    problem: str | None = None
+    pointer: str | None = None  # the reclaimed lease version kept reachable (second parent)
+
+    @property
+    def lease_id(self) -> str | None:
+        return self.doc.get("leaseId")
+
+    @property
+    def at(self) -> str:
+        return str(self.doc.get("at") or "")
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.doc, oid=self.oid, ref=self.ref, signed=self.signed, problem=self.problem,
+                    pointer=self.pointer)
+
+
+@dataclass
+class Appended:
+    """What ``append_with`` did. ``status``: ok (deletes and entry landed together) | changed (a lease ref was
+    no longer at the value read: nothing happened) | failed (the store refused for another reason)."""
+
+    status: str
+    oid: str | None = None
+    entry: dict[str, Any] | None = None
+    refs: dict[str, str] = field(default_factory=dict)  # the lease refs as re-read after a refusal
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class AuditLog:
+    def __init__(self, store: Store, objects: ObjectWriter, signer: Signer, clock, *, writer: str,
+                 host: str | None = None) -> None:
+        self.store = store
+        self.objects = objects
+        self.signer = signer
+        self.clock = clock
+        self.writer = writer
+        self.host = host or os.uname().nodename
+        self._head: tuple[str | None, int] | None = None  # (oid, seq) of our last entry, once known
+
+    @property
+    def ref(self) -> str:
+        return audit_ref(self.writer)
+
+    # -------------------------------------------------------------------------- writing
+    def read_head(self) -> tuple[str | None, int]:
+        """Our ref's current entry and its sequence number (0 before the first entry)."""
+        oid = list_audit_refs(self.store, self.ref).get(self.ref)
+        if oid is None:
+            return None, 0
+        self.store.ensure_objects([oid])
+        doc, _sig, problem = _read_entries(self.store.repo_dir, [oid]).get(oid, ({}, None, "missing"))
+        seq = doc.get("seq") if not problem else None
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            # Someone wrote a non-entry under our ref; count the chain instead of trusting it.
+            seq = len(_chain(self.store.repo_dir, oid)[0])
+        return oid, seq
+
+    def _entry_commit(self, fields: dict[str, Any], parent: str | None, seq: int,
+                      pointer: str | None) -> tuple[str, dict[str, Any]]:
+        doc = dict(fields)
+        doc.update(schema=SCHEMA, writer=self.writer, seq=seq, prev=parent, at=iso(self.clock.now()),
+                   nonce=os.urandom(16).hex(),
+                   key=self.signer.public_key, signing="sshsig" if self.signer.public_key else "unsigned")
+        data = canonical(doc)
+        sig = self.signer.sign(data)
+        if sig is None and self.signer.public_key:
+            raise GitLeaseError("the signer returned no signature for an audit entry")
+        files = {ENTRY_FILE: self.objects.blob(data)}
+        if sig is not None:
+            files[ENTRY_SIG] = self.objects.blob(sig)
+        parents = tuple(p for p in (parent, pointer) if p)
+        msg = (f"{doc.get('action')} {doc.get('leaseId')} v{doc.get('version')}: {doc.get('reason')}\n\n"
+               f"by: {doc.get('by')}\nseq: {seq}")
+        oid = self.objects.commit(self.objects.tree(files), parents, ident_for(str(doc.get("by")), self.host),
+                                  int(self.clock.now()), msg)
+        return oid, doc
+
+    def append_with(self, deletes: Sequence[RefUpdate], fields: dict[str, Any], *,
+                    pointer: str | None = None) -> Appended:
+        """Apply ``deletes`` (CAS deletes at the values read) and append one entry, in ONE atomic transaction."""
+        if pointer and not _is_commit(self.store.repo_dir, pointer):
+            pointer = None
+        head, seq = self._head if self._head is not None else self.read_head()
+        last = ""
+        for attempt in range(APPEND_ATTEMPTS):
+            oid, doc = self._entry_commit(fields, head, seq + 1, pointer)
+            mine = RefUpdate(self.ref, oid, head)
+            out = self.store.apply([*deletes, mine])
+            if out.ambiguous:
+                out = self._resolve(mine, out)
+            if out.ok:
+                self._head = (oid, seq + 1)
+                return Appended("ok", oid, doc)
+            last = out.message
+            refs = self.store.list_refs()
+            if any(refs.get(u.ref) != u.old for u in deletes):
+                # Our ref did not move by us; if another process under our writer id moved it, the next
+                # append finds out (its CAS fails) and re-reads then.
+                self._head = (head, seq)
+                return Appended("changed", refs=refs, message=last)
+            now_head, now_seq = self.read_head()
+            transient = "lock" in out.statuses.get(self.ref, "") + last  # a concurrent update held the ref lock
+            if now_head == head and not transient:
+                self._head = None
+                return Appended("failed", refs=refs, message=last or "the store refused the audit entry")
+            head, seq = now_head, now_seq  # another process appended under our writer id: go again
+            self.clock.sleep(random.uniform(0, min(0.5, 0.02 * (attempt + 1))))
+        self._head = None
+        return Appended("failed", message=f"the audit ref {self.ref} kept moving: {last}")
+
+    def _resolve(self, mine: RefUpdate, out: Outcome) -> Outcome:
+        """An unclear outcome: our entry is unique to us, so it landed exactly when our ref points at it (and
+        then, atomically, the deletes landed too)."""
+        try:
+            now = list_audit_refs(self.store, self.ref).get(self.ref)
+        except RemoteUnavailable as exc:
+            raise RemoteUnavailable(f"outcome of the reclaim unknown: {out.message or 'no answer'}; and the store "
+                                    f"cannot be re-read ({exc}); nothing is assumed") from None
+        return Outcome(ok=now == mine.new, message=out.message)
+
+    # -------------------------------------------------------------------------- reading
+    def read_all(self, *, fetch: bool = True) -> list[AuditEntry]:
+        return read_log(self.store, fetch=fetch)
+
+
+Verify = Callable[[bytes, "bytes | None", dict], "str | None"]
+
+
+def read_log(store: Store, *, fetch: bool = True, verify: Verify | None = None) -> list[AuditEntry]:
+    """Every entry of every writer, oldest first (by time, then writer, then sequence).
+
+    ``verify(entry_bytes, signature, entry)`` returns a problem (or None) for an entry that is otherwise well
+    formed: the seam for checking ``entry.sig`` against the trust file (the signing work plugs in here)."""
+    heads = list_audit_refs(store)
+    if fetch and heads:
+        store.ensure_objects(sorted(set(heads.values())))
+    out: list[AuditEntry] = []
+    for ref, oid in heads.items():
+        chain, docs = _chain(store.repo_dir, oid)
+        n = len(chain)
+        for idx, (oid, parents) in enumerate(chain):
+            doc, sig, problem = docs.get(oid, ({}, None, "missing"))
+            expected = n - idx
+            if not problem and doc.get("seq") != expected:
+                problem = f"sequence number {doc.get('seq')!r} where {expected} belongs (an entry lost or doubled)"
+            if not problem and verify is not None:
+                problem = verify(canonical(doc), sig, doc)  # canonical: the stored bytes exactly
+            pointer = next((p for p in parents if p != doc.get("prev")), None)
+            out.append(AuditEntry(oid, ref, doc, sig is not None, problem, pointer))
+    out.sort(key=lambda e: (e.at, e.ref, e.doc.get("seq") if isinstance(e.doc.get("seq"), int) else 0))
+    return out
+
+
+def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
+    """{audit ref: oid}, all writers (or just ``only``)."""
+    pattern = only or AUDIT_PREFIX + "*"
+    if store.kind == "remote":
+        remote = getattr(store, "remote")
+        try:
+            res = gitcmd.run(["ls-remote", "--refs", remote, pattern], cwd=store.repo_dir, timeout=store.timeout,
+                             check=False)
+        except gitcmd.Timeout as exc:
+            raise RemoteUnavailable(f"lease remote {remote!r} did not answer: {exc}") from None
+        if res.returncode != 0:
+            raise RemoteUnavailable(f"cannot read lease remote {remote!r}: {_last_error(res.err)}")
+        sep = "\t"
+    else:
+        res = gitcmd.run(["for-each-ref", "--format=%(objectname) %(refname)", only or AUDIT_PREFIX],
+                         cwd=store.repo_dir, timeout=store.timeout)
+        sep = " "
+    refs: dict[str, str] = {}
+    for line in res.out.splitlines():
+        oid, _, ref = line.partition(sep)
+        if ref.startswith(AUDIT_PREFIX) and (only is None or ref == only):
+            refs[ref] = oid
+    return refs
+
+
+def _chain(repo_dir: str, head: str):
+    """A writer's entries, newest first: from ``head`` along each entry's ``prev`` (its first parent; the
+    first entry has none, and its only parent, if any, is the lease version it reclaimed). One walk, one read."""
+    res = gitcmd.run(["log", "--first-parent", f"--max-count={MAX_ENTRIES}", "--format=%H %P", head, "--"],
+                     cwd=repo_dir, check=False)
+    parents: dict[str, tuple[str, ...]] = {}
+    for line in res.out.splitlines():
+        parts = line.split()
+        if parts:
+            parents[parts[0]] = tuple(parts[1:])
+    docs = _read_entries(repo_dir, parents)
+    chain: list[tuple[str, tuple[str, ...]]] = []
+    cur: str | None = head
+    while cur is not None and cur in parents and len(chain) < MAX_ENTRIES:
+        chain.append((cur, parents[cur]))
+        doc, _sig, problem = docs.get(cur, ({}, None, "missing"))
+        nxt = doc.get("prev") if not problem else None
+        cur = nxt if isinstance(nxt, str) and nxt in parents[cur] else None
+    return chain, docs
+
+
+def _read_entries(repo_dir: str, oids: Iterable[str]) -> dict[str, tuple[dict[str, Any], bytes | None, str | None]]:
+    oids = sorted(set(oids))
+    names = [f"{o}:{f}" for o in oids for f in (ENTRY_FILE, ENTRY_SIG)]
+    sizes = _batch_check(repo_dir, names)
+    small = [n for n in names if sizes.get(n, (None, -1))[0] == "blob" and sizes[n][1] <= 64 * 1024]
+    contents = _batch_contents(repo_dir, small) if small else {}
+    out: dict[str, tuple[dict[str, Any], bytes | None, str | None]] = {}
+    for o in oids:
+        raw = contents.get(f"{o}:{ENTRY_FILE}")
+        sig = contents.get(f"{o}:{ENTRY_SIG}")
+        if raw is None:
+            out[o] = ({}, sig, "not an audit entry (no entry.json)")
+            continue
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+                raise ValueError("schema")
+            if canonical(doc) != raw:
+                out[o] = (doc, sig, "entry bytes are not in canonical form")
+                continue
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            out[o] = ({}, sig, "entry.json is not a gitlease audit entry")
+            continue
+        if doc.get("signing") == "sshsig" and sig is None:
+            out[o] = (doc, sig, "entry says it is signed but has no entry.sig")
+            continue
+        out[o] = (doc, sig, None)
+    return out
+
+
+def _is_commit(repo_dir: str, oid: str) -> bool:
+    return _batch_check(repo_dir, [oid]).get(oid, ("", 0))[0] == "commit"
+
+
+__all__ = ["AuditLog", "AuditEntry", "Appended", "AUDIT_PREFIX", "audit_ref", "writer_id", "read_log",
+           "list_audit_refs"]

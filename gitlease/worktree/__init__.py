@@ -1,0 +1,3 @@
+"""Worktrees bound to leases: lease first, then attach a clean worktree; reuse only what is provably clean;
+never lose work.
+"""

@@ -1,0 +1,950 @@
+"""Worktrees bound to leases: lease the scope first, then attach a clean worktree; reuse only what is
+provably clean; never lose work.
+
+A worktree attached by gitlease ("managed") lives under ``lease.worktreeRoot`` and carries:
+
+- git's own lock (``git worktree lock --reason "gitlease: lease <id> ..."``), so ``git worktree prune`` and
+  ``git worktree remove`` leave it alone while it is in use;
+- ``<its git dir>/gitlease/worktree.json`` (this module's metadata: id, branch, base, bound lease, state);
+- ``<its git dir>/gitlease/held.json`` with the lease it holds (the lease *moves* there from the worktree that
+  acquired it, so renew, release and the hooks run inside the worktree);
+- ``lease.enforce = strict`` in its per-worktree config (``extensions.worktreeConfig``).
+
+Releasing a lease never removes its worktree and removing a worktree never releases its lease: the two are
+given back independently (docs/worktrees.md). Every destructive step (a checkout that resets a pooled worktree,
+removing a worktree, deleting a task branch) is preceded by a fresh inspection and uses git's own
+non-destructive forms (``checkout`` without ``-f``, ``worktree remove`` without ``-f`` unless the work was
+saved to a quarantine ref first, ``update-ref -d`` pinned to the oid that was checked).
+
+Library code: raises gitlease.core.errors, prints nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Sequence
+
+from gitlease.core import gitcmd
+from gitlease.core import scope as scopes
+from gitlease.core.clock import iso, parse_iso
+from gitlease.core.errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
+from gitlease.core.fsutil import write_json
+from gitlease.core.repo import Repo
+from gitlease.service.leases import Acquired, LeaseService, process_start
+from gitlease.core.state import Held, HeldState
+
+META = "worktree.json"
+BUSY = "busy.json"
+POOL_LOCK = "worktrees.lock"
+QUARANTINE_PREFIX = "refs/gitlease/quarantine/"
+REASON_PREFIX = "gitlease:"
+DEFAULT_BRANCH_PREFIX = "lease/"
+
+# Files in a worktree's git dir that mean an operation is half done.
+IN_PROGRESS = (("MERGE_HEAD", "merge in progress"), ("CHERRY_PICK_HEAD", "cherry-pick in progress"),
+               ("REVERT_HEAD", "revert in progress"), ("rebase-merge", "rebase in progress"),
+               ("rebase-apply", "rebase or am in progress"), ("BISECT_LOG", "bisect in progress"),
+               ("BISECT_START", "bisect in progress"), ("sequencer", "cherry-pick/revert sequence in progress"))
+
+
+# ------------------------------------------------------------------------------- records
+
+@dataclass
+class Meta:
+    """gitlease's metadata of one managed worktree (``<git dir>/gitlease/worktree.json``)."""
+
+    id: str
+    path: str
+    branch: str
+    base: str  # the base as the user named it
+    base_oid: str
+    state: str  # bound (to a lease) | free (in the pool) | quarantined
+    created_at: str
+    since: str  # when it entered its current state
+    lease: str | None = None
+    last_lease: str | None = None
+    claim: dict | None = None  # {"pid", "start", "token"}: a command is attaching it right now
+    quarantine_ref: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Worktree:
+    """One linked worktree as git lists it, with gitlease's metadata when it is managed."""
+
+    path: str
+    git_dir: str
+    head: str | None
+    branch: str | None  # short name, None when detached
+    locked: str | None  # the lock reason ("" when locked without one), None when unlocked
+    prunable: bool
+    meta: Meta | None
+
+    @property
+    def id(self) -> str:
+        return self.meta.id if self.meta else os.path.basename(self.path)
+
+    @property
+    def private_dir(self) -> str:
+        return os.path.join(self.git_dir, "gitlease")
+
+    @property
+    def exists(self) -> bool:
+        return os.path.isdir(self.path)
+
+
+@dataclass
+class Inspection:
+    dirt: list[str]  # reasons it holds work (never reset or removed without saving)
+    busy: list[str]  # live processes bound to it
+
+    @property
+    def clean(self) -> bool:
+        return not self.dirt and not self.busy
+
+    def reasons(self) -> list[str]:
+        return self.dirt + self.busy
+
+
+@dataclass
+class Attached:
+    id: str
+    path: str
+    branch: str
+    base: str
+    base_oid: str
+    lease_id: str
+    reused: bool
+    skipped: list[tuple[str, list[str]]]  # pool worktrees not reused, and why
+    acquired: Acquired | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"workspaceId": self.id, "path": self.path, "branch": self.branch, "base": self.base,
+                "baseOid": self.base_oid, "leaseId": self.lease_id, "reused": self.reused,
+                "skipped": [{"workspaceId": i, "reasons": r} for i, r in self.skipped]}
+
+
+@dataclass
+class Entry:
+    """A row of ``worktree list``."""
+
+    worktree: Worktree
+    lease: str | None
+    lease_state: str  # active | expired | released | none | unknown
+    inspection: Inspection
+    age: int | None
+
+    @property
+    def state(self) -> str:
+        if not self.worktree.exists:
+            return "missing"
+        return self.worktree.meta.state if self.worktree.meta else "unmanaged"
+
+    def to_json(self) -> dict[str, object]:
+        wt, meta = self.worktree, self.worktree.meta
+        return {"workspaceId": wt.id, "path": wt.path, "managed": meta is not None, "state": self.state,
+                "branch": wt.branch, "head": wt.head, "leaseId": self.lease, "leaseState": self.lease_state,
+                "clean": self.inspection.clean, "dirt": self.inspection.dirt, "busy": self.inspection.busy,
+                "ageSeconds": self.age, "since": meta.since if meta else None, "locked": wt.locked,
+                "quarantineRef": meta.quarantine_ref if meta else None}
+
+
+@dataclass
+class PruneAction:
+    id: str
+    action: str  # pooled | removed | quarantined | kept | skipped
+    reasons: list[str]
+    ref: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"workspaceId": self.id, "action": self.action, "reasons": self.reasons, "quarantineRef": self.ref}
+
+
+# ------------------------------------------------------------------------------- manager
+
+class WorktreeManager:
+    def __init__(self, service: LeaseService) -> None:
+        self.svc = service
+        self.repo: Repo = service.repo
+        self.clock = service.clock
+        self._token = os.urandom(8).hex()
+
+    # ----------------------------------------------------------------------------- places
+    def main_dir(self) -> str:
+        """The main worktree (or the bare repository's directory)."""
+        common = self.repo.common_dir.rstrip("/")
+        return os.path.dirname(common) if os.path.basename(common) == ".git" else common
+
+    def root(self) -> str:
+        configured = self.svc.settings.worktree_root
+        main = self.main_dir()
+        if configured:
+            path = os.path.expanduser(configured)
+            return os.path.normpath(path if os.path.isabs(path) else os.path.join(main, path))
+        name = os.path.basename(main)
+        if name.endswith(".git"):
+            name = name[:-4]
+        return os.path.join(os.path.dirname(main), f"{name}.worktrees")
+
+    @contextlib.contextmanager
+    def _pool_lock(self, *, shared: bool = False) -> Iterator[None]:
+        """The pool lock: exclusive for what changes worktrees, shared for a reader (``list``), which would
+        otherwise see a half-made worktree of a concurrent ``git worktree add`` and fail."""
+        folder = self.repo.shared_dir()
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, POOL_LOCK), "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            yield
+
+    # ------------------------------------------------------------------------------ listing
+    def worktrees(self) -> list[Worktree]:
+        """Every linked worktree of the repository (not the main one)."""
+        res = gitcmd.run(["worktree", "list", "--porcelain", "-z"], cwd=self.repo.cwd)
+        listed: dict[str, dict[str, str]] = {}
+        cur: dict[str, str] = {}
+        for item in res.out.split("\0"):
+            if not item:
+                if cur.get("worktree"):
+                    listed[os.path.realpath(cur["worktree"])] = cur
+                cur = {}
+                continue
+            key, _, value = item.partition(" ")
+            cur[key] = value
+        out = []
+        admin = os.path.join(self.repo.common_dir, "worktrees")
+        for name in sorted(os.listdir(admin)) if os.path.isdir(admin) else []:
+            git_dir = os.path.join(admin, name)
+            try:
+                with open(os.path.join(git_dir, "gitdir"), encoding="utf-8", errors="surrogateescape") as fh:
+                    dotgit = fh.read().strip()
+            except OSError:
+                continue
+            path = os.path.dirname(dotgit)
+            info = listed.get(os.path.realpath(path), {})
+            branch = info.get("branch")
+            locked = info.get("locked")
+            if "locked" not in info and os.path.exists(os.path.join(git_dir, "locked")):
+                locked = _read_text(os.path.join(git_dir, "locked")).strip()
+            out.append(Worktree(
+                path=path, git_dir=git_dir, head=info.get("HEAD") or _head_of(git_dir),
+                branch=branch[len("refs/heads/"):] if branch and branch.startswith("refs/heads/") else
+                (None if "detached" in info or not branch else branch),
+                locked=locked, prunable="prunable" in info or not os.path.isdir(path),
+                meta=_load_meta(git_dir)))
+        return out
+
+    def managed(self) -> list[Worktree]:
+        return [w for w in self.worktrees() if w.meta is not None]
+
+    def find(self, workspace: str) -> Worktree:
+        """A worktree by its id, its path, or its git admin name."""
+        want = os.path.realpath(workspace) if os.sep in workspace else None
+        for wt in self.worktrees():
+            if wt.id == workspace or os.path.basename(wt.git_dir) == workspace or \
+                    (want and os.path.realpath(wt.path) == want):
+                return wt
+        raise UsageError(f"no worktree {workspace!r} in {self.main_dir()} (see 'git lease worktree list')")
+
+    # ------------------------------------------------------------------------ lease views
+    def lease_of(self, wt: Worktree) -> tuple[str | None, str, Held | None]:
+        """(lease id, active|expired|released|none|unknown, the held entry). Local knowledge: the worktree's
+        held.json is the only place its lease can be renewed or released from."""
+        lease = wt.meta.lease if wt.meta else None
+        held_all: dict[str, Held]
+        try:
+            held_all = HeldState(wt.private_dir).load()
+        except InvalidRecord:
+            return lease, "unknown", None
+        if lease is None:
+            if wt.meta is None and held_all:  # an unmanaged worktree that holds leases itself
+                lease = sorted(held_all)[0]
+            else:
+                return None, "none", None
+        held = held_all.get(lease)
+        if held is None:
+            return lease, "released", None
+        return lease, "active" if self.clock.now() < _expiry(held) else "expired", held
+
+    def _lease_free(self, wt: Worktree) -> bool:
+        """Every lease the worktree holds (its bound one, and any acquired inside it since) is released or
+        expired beyond the skew margin, so nobody may still be writing under it."""
+        try:
+            held = HeldState(wt.private_dir).load()
+        except InvalidRecord:
+            return False
+        now, skew = self.clock.now(), self.svc.settings.skew
+        return all(now > _expiry(h) + skew for h in held.values())
+
+    def _drop_dead_leases(self, wt: Worktree) -> None:
+        """Forget held entries expired beyond the skew margin (renewal after expiry is refused anyway)."""
+        now, skew = self.clock.now(), self.svc.settings.skew
+        with HeldState(wt.private_dir).locked() as held:
+            for lease_id in [k for k, h in held.items() if now > _expiry(h) + skew]:
+                del held[lease_id]
+
+    # ------------------------------------------------------------------------- inspection
+    def inspect(self, wt: Worktree) -> Inspection:
+        """Everything that makes a worktree not provably clean. Read-only."""
+        if not wt.exists:
+            return Inspection([f"directory {wt.path} is missing (deleted by hand?)"], [])
+        dirt: list[str] = []
+        meta = wt.meta
+        branch = _current_branch(wt)
+        if branch is None:
+            dirt.append("detached HEAD (not on its task branch)")
+        elif meta and branch != meta.branch:
+            dirt.append(f"HEAD is on branch {branch}, not its task branch {meta.branch}")
+        dirt += _status_dirt(wt)
+        for name, label in IN_PROGRESS:
+            if os.path.exists(os.path.join(wt.git_dir, name)) and label not in dirt:
+                dirt.append(label)
+        branches = {b for b in (branch, meta.branch if meta else None) if b}
+        own = _own_stashes(wt, branches)
+        if own:
+            dirt.append(f"{own} stash entr{'y' if own == 1 else 'ies'} of its own (branch "
+                        f"{', '.join(sorted(branches))})")
+        n = _only_here(wt, branch)
+        if n:
+            dirt.append(f"{n} unpushed commit{'s' if n > 1 else ''} (on no other branch, remote or tag)")
+        return Inspection(dirt, self._busy(wt))
+
+    def _busy(self, wt: Worktree) -> list[str]:
+        out = []
+        meta = wt.meta
+        if meta and meta.claim and _alive(meta.claim) and meta.claim.get("token") != self._token:
+            out.append(f"being attached by process {meta.claim.get('pid')}")
+        busy = _read_json(os.path.join(wt.private_dir, BUSY))
+        if isinstance(busy, dict) and _alive(busy):
+            out.append(f"process {busy.get('pid')} is running a command in it ({busy.get('command', '?')})")
+        try:
+            held = HeldState(wt.private_dir).load()
+        except InvalidRecord:
+            held = {}
+            out.append("its held.json is corrupt")
+        for h in held.values():
+            pid, start = _holder(h)
+            if pid and process_start(pid) == start and _same_host(h):
+                out.append(f"lease holder process {pid} is alive")
+        out += [f"process {pid} has its working directory in it" for pid in _procs_in(wt.path)]
+        return out
+
+    # ------------------------------------------------------------------------ attaching
+    def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
+                base: str | None = None, branch: str | None = None) -> Attached:
+        """Lease first (recording this worktree's id as workspaceId), then attach the worktree."""
+        paths = scopes.normalize_all(raw_scopes)
+        base_name, base_oid = self.resolve_base(base)
+        if branch is not None:
+            _check_branch_name(self.repo.cwd, branch)
+        chosen, skipped = self._choose(paths)
+        try:
+            got = self.svc.acquire(paths, ttl=ttl, holder_pid=holder_pid, workspace=_id_of(chosen))
+        except BaseException:
+            self._unchoose(chosen)
+            raise
+        try:
+            att = self._attach(chosen, got.lease_id, base_name, base_oid, branch, skipped)
+        except Exception as exc:
+            self._unchoose(chosen)
+            why = exc.message if isinstance(exc, GitLeaseError) else f"{type(exc).__name__}: {exc}"
+            raise GitLeaseError(f"lease {got.lease_id} acquired, but no worktree was attached: {why} "
+                                f"(the lease is held here: 'git lease worktree add {got.lease_id}' or "
+                                f"'git lease release {got.lease_id}')", leaseId=got.lease_id) from None
+        att.acquired = got
+        return att
+
+    def add(self, lease_id: str, *, base: str | None = None, branch: str | None = None) -> Attached:
+        """Attach a worktree to a lease this worktree already holds (the lease moves into it)."""
+        held = self._held_here(lease_id)
+        base_name, base_oid = self.resolve_base(base)
+        if branch is not None:
+            _check_branch_name(self.repo.cwd, branch)
+        chosen, skipped = self._choose(tuple(held.paths))
+        try:
+            return self._attach(chosen, lease_id, base_name, base_oid, branch, skipped)
+        except BaseException:
+            self._unchoose(chosen)
+            raise
+
+    def _held_here(self, lease_id: str) -> Held:
+        h = self.svc.held_here().get(lease_id)
+        if h is None:
+            for wt in self.managed():
+                if wt.meta and wt.meta.lease == lease_id and self.lease_of(wt)[1] in ("active", "expired"):
+                    raise NotHeld(f"lease {lease_id} is already attached to worktree {wt.id} ({wt.path})")
+            raise NotHeld(f"lease {lease_id} is not held by this worktree ({self.repo.cwd})")
+        if self.clock.now() >= _expiry(h):
+            raise LeaseLost(f"lease {lease_id} expired at {h.expires_at}; acquire a new one")
+        return h
+
+    def resolve_base(self, base: str | None) -> tuple[str, str]:
+        """The base ref and its commit. Default: origin/HEAD, else origin/main, else this worktree's HEAD."""
+        candidates = [base] if base else ["origin/HEAD", "origin/main", "HEAD"]
+        for name in candidates:
+            res = gitcmd.run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"],
+                             cwd=self.repo.cwd, check=False)
+            if res.returncode == 0 and res.out.strip():
+                return name, res.out.strip()
+        if base:
+            raise UsageError(f"base {base!r} does not exist here (fetch it first, or pass another --base)")
+        raise UsageError("no base to start a worktree from: this repository has no commit yet; pass --base")
+
+    def _choose(self, paths: Sequence[str]) -> tuple[Worktree | str, list[tuple[str, list[str]]]]:
+        """Under the pool lock: claim a free, provably clean worktree, or reserve a fresh directory (its
+        name is the new worktree's id). Returns the claimed Worktree or the reserved path."""
+        skipped: list[tuple[str, list[str]]] = []
+        with self._pool_lock():
+            every = self.worktrees()
+            here = os.path.realpath(self.repo.worktree) if self.repo.worktree else None
+            for wt in every:
+                meta = wt.meta
+                if meta is None or meta.state == "quarantined" or os.path.realpath(wt.path) == here \
+                        or not self._lease_free(wt):
+                    continue
+                if meta.claim and _alive(meta.claim) and meta.claim.get("token") != self._token:
+                    skipped.append((wt.id, [f"being attached by process {meta.claim.get('pid')}"]))
+                    continue  # (not inspected: another agent is re-inspecting it right now)
+                insp = self.inspect(wt)
+                if not insp.clean:
+                    skipped.append((wt.id, insp.reasons()))
+                    continue
+                meta.claim = {"pid": os.getpid(), "start": process_start(os.getpid()), "token": self._token,
+                              "at": iso(self.clock.now())}
+                _save_meta(wt.git_dir, meta)
+                return wt, skipped
+            return self._reserve(paths, {os.path.basename(w.path) for w in every}), skipped
+
+    def _reserve(self, paths: Sequence[str], taken: set[str]) -> str:
+        root = self.root()
+        os.makedirs(root, exist_ok=True)
+        slug = _slug(paths, os.path.basename(self.main_dir()))
+        n = 1
+        while True:
+            name = f"wt-{slug}-{n}"
+            path = os.path.join(root, name)
+            if name not in taken and not os.path.lexists(path):
+                try:
+                    os.mkdir(path)
+                    return path
+                except FileExistsError:
+                    pass
+            n += 1
+
+    def _unchoose(self, chosen: Worktree | str) -> None:
+        if isinstance(chosen, str):
+            with contextlib.suppress(OSError):
+                os.rmdir(chosen)  # only ever removes the empty directory we made
+            return
+        meta = _load_meta(chosen.git_dir)
+        if meta and meta.claim and meta.claim.get("token") == self._token:
+            meta.claim = None
+            _save_meta(chosen.git_dir, meta)
+
+    def _attach(self, chosen: Worktree | str, lease_id: str, base_name: str, base_oid: str, branch: str | None,
+                skipped: list[tuple[str, list[str]]]) -> Attached:
+        branch = branch or DEFAULT_BRANCH_PREFIX + lease_id
+        reason = self._reason(lease_id)
+        now = iso(self.clock.now())
+        self._ensure_worktree_config()
+        if isinstance(chosen, str):
+            path = chosen
+            with self._pool_lock():  # git worktree add/list are not safe against a concurrent add ("failed
+                # to read worktrees/<id>/gitdir" while the other one writes it): every add and listing of ours
+                # runs under the pool lock
+                gitcmd.run(["worktree", "add", "--quiet", "--lock", "--reason", reason, "--no-track", "-b",
+                            branch, path, base_oid], cwd=self.repo.cwd)
+            git_dir = _git_dir_of(path)
+            meta = Meta(id=os.path.basename(path), path=path, branch=branch, base=base_name, base_oid=base_oid,
+                        state="bound", created_at=now, since=now, lease=lease_id)
+            # claimed until its held.json names the lease: until then it looks free and clean to a racing
+            # _choose (the pool lock is not held while attaching)
+            meta.claim = {"pid": os.getpid(), "start": process_start(os.getpid()), "token": self._token, "at": now}
+            reused = False
+        else:
+            wt = chosen
+            meta = wt.meta
+            assert meta is not None
+            insp = self.inspect(wt)  # again, right before the only step that moves its files
+            if not insp.clean:
+                raise GitLeaseError(f"worktree {wt.id} stopped being clean while it was being attached: "
+                                    f"{'; '.join(insp.reasons())}")
+            self._drop_dead_leases(wt)
+            old_branch, old_tip = _current_branch(wt), wt.head
+            # checkout without -f refuses to overwrite any local change: the reset cannot destroy work
+            gitcmd.run(["checkout", "--quiet", "--no-track", "-b", branch, base_oid], cwd=wt.path)
+            if old_branch and old_branch != branch and old_tip:
+                _delete_branch_if_contained(wt.path, old_branch, old_tip)
+            gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+            gitcmd.run(["worktree", "lock", "--reason", reason, wt.path], cwd=self.repo.cwd)
+            path, git_dir = wt.path, wt.git_dir
+            meta.branch, meta.base, meta.base_oid = branch, base_name, base_oid
+            meta.state, meta.since, meta.lease, meta.quarantine_ref = "bound", now, lease_id, None
+            reused = True
+        _save_meta(git_dir, meta)
+        gitcmd.run(["config", "--worktree", "lease.enforce", "strict"], cwd=path)
+        gitcmd.run(["config", "--worktree", "--unset-all", "lease.remote"], cwd=path, check=False)
+        if self.svc.settings.remote and self.repo.config.get("lease.remote") != self.svc.settings.remote:
+            gitcmd.run(["config", "--worktree", "lease.remote", self.svc.settings.remote], cwd=path)
+        self._move_held(lease_id, HeldState(os.path.join(git_dir, "gitlease")), self.svc.held)
+        meta.claim = None  # bound: its held.json now says who holds it
+        _save_meta(git_dir, meta)
+        return Attached(id=meta.id, path=path, branch=branch, base=base_name, base_oid=base_oid, lease_id=lease_id,
+                        reused=reused, skipped=skipped)
+
+    def _reason(self, lease_id: str) -> str:
+        """The lock reason: the lease and its owner as recorded (falling back to this command's settings)."""
+        task, agent = self.svc.settings.task, self.svc.settings.agent
+        held = self.svc.held_here().get(lease_id)
+        if held is not None:
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                owner = json.loads(held.record)["owner"]
+                task, agent = str(owner["taskId"]), str(owner["agentId"])
+        return f"{REASON_PREFIX} lease {lease_id} (task {task}, agent {agent})"
+
+    @staticmethod
+    def _move_held(lease_id: str, dst: HeldState, src: HeldState) -> None:
+        """Copy the held entry first, then drop it at the source: a crash in between leaves it in both
+        (the stale copy fails its next renew with 'lease lost'), never in neither."""
+        entry = src.load().get(lease_id)
+        if entry is None or dst.path == src.path:
+            return
+        with dst.locked() as held:
+            held[lease_id] = Held(**vars(entry))
+        with src.locked() as held:
+            held.pop(lease_id, None)
+
+    def _ensure_worktree_config(self) -> None:
+        """Turn on ``extensions.worktreeConfig`` (needed by ``git config --worktree``), moving ``core.bare``
+        (when true) and ``core.worktree`` from the shared config into the main worktree's own config.worktree,
+        as git's own ``init_worktree_config`` does; otherwise every linked worktree of a bare repository
+        would start to believe it is bare."""
+        common = os.path.join(self.repo.common_dir, "config")
+        main_wt = os.path.join(self.repo.common_dir, "config.worktree")
+
+        def get(key: str, *extra: str) -> str | None:
+            res = gitcmd.run(["config", "--file", common, *extra, "--get", key], check=False)
+            return res.out.strip() if res.returncode == 0 else None
+
+        if get("extensions.worktreeConfig", "--bool") == "true":
+            return
+        with self._pool_lock():
+            if get("extensions.worktreeConfig", "--bool") == "true":
+                return
+            if get("core.bare", "--bool") == "true":
+                gitcmd.run(["config", "--file", main_wt, "core.bare", "true"])
+                gitcmd.run(["config", "--file", common, "--unset", "core.bare"])
+            wt_value = get("core.worktree")
+            if wt_value is not None:
+                gitcmd.run(["config", "--file", main_wt, "core.worktree", wt_value])
+                gitcmd.run(["config", "--file", common, "--unset", "core.worktree"])
+            gitcmd.run(["config", "--file", common, "extensions.worktreeConfig", "true"])
+
+    # ------------------------------------------------------------------------------ list
+    def list(self) -> list[Entry]:
+        now = self.clock.now()
+        out = []
+        with self._pool_lock(shared=True):
+            found = self.worktrees()
+        for wt in found:
+            lease, state, _ = self.lease_of(wt)
+            age = None
+            if wt.meta:
+                with contextlib.suppress(ValueError):
+                    age = int(now - parse_iso(wt.meta.created_at))
+            out.append(Entry(wt, lease, state, self.inspect(wt), age))
+        return out
+
+    # ----------------------------------------------------------------------------- prune
+    def prune(self, *, remove: bool = False) -> list[PruneAction]:
+        """Worktrees of released or expired leases: clean ones go back to the pool (or are removed with
+        ``remove``); dirty ones are quarantined (kept, unlocked, out of the pool, their changes saved to a
+        ref) and reported. Busy, missing and active ones are left alone and reported."""
+        actions = []
+        with self._pool_lock():
+            for wt in self.managed():
+                meta = wt.meta
+                assert meta is not None
+                if not wt.exists:
+                    actions.append(PruneAction(wt.id, "kept", self.inspect(wt).dirt +
+                                               [f"'git lease worktree remove {wt.id}' forgets it"]))
+                    continue
+                if not self._lease_free(wt):  # an active lease (or one within the skew margin) lives in it
+                    continue
+                if meta.state == "free" and not remove:
+                    continue
+                insp = self.inspect(wt)
+                if self.repo.worktree and os.path.realpath(wt.path) == os.path.realpath(self.repo.worktree):
+                    insp.busy.append("this command runs in it")
+                if insp.busy:
+                    actions.append(PruneAction(wt.id, "skipped", insp.busy))
+                    continue
+                if insp.dirt:
+                    if meta.state == "quarantined":
+                        actions.append(PruneAction(wt.id, "kept", insp.dirt, meta.quarantine_ref))
+                        continue
+                    ref = self._quarantine(wt, insp)
+                    actions.append(PruneAction(wt.id, "quarantined", insp.dirt, ref))
+                    continue
+                if remove:
+                    self._remove(wt, save=False)
+                    actions.append(PruneAction(wt.id, "removed", []))
+                else:
+                    self._to_pool(wt)
+                    actions.append(PruneAction(wt.id, "pooled", []))
+        return actions
+
+    def _to_pool(self, wt: Worktree) -> None:
+        meta = wt.meta
+        assert meta is not None
+        self._drop_dead_leases(wt)
+        now = iso(self.clock.now())
+        if meta.lease:
+            meta.last_lease = meta.lease
+        meta.state, meta.since, meta.lease, meta.claim, meta.quarantine_ref = "free", now, None, None, None
+        _save_meta(wt.git_dir, meta)
+        gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+        gitcmd.run(["worktree", "lock", "--reason", f"{REASON_PREFIX} pool, free since {now} "
+                    f"(last lease {meta.last_lease or 'none'})", wt.path], cwd=self.repo.cwd)
+
+    def _quarantine(self, wt: Worktree, insp: Inspection) -> str:
+        meta = wt.meta
+        assert meta is not None
+        ref = self.save(wt, insp, include_ignored=False)
+        now = iso(self.clock.now())
+        if meta.lease:
+            meta.last_lease = meta.lease
+        meta.state, meta.since, meta.claim, meta.quarantine_ref = "quarantined", now, None, ref
+        meta.notes = insp.dirt
+        _save_meta(wt.git_dir, meta)
+        gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+        return ref
+
+    def save(self, wt: Worktree, insp: Inspection, *, include_ignored: bool) -> str:
+        """Snapshot the worktree (HEAD, the index, the working tree with untracked files, optionally ignored
+        files) into a commit under refs/gitlease/quarantine/, without touching the worktree or its index."""
+        tmp = os.path.join(wt.private_dir, f"save-index-{os.getpid()}-{os.urandom(4).hex()}")
+        os.makedirs(wt.private_dir, exist_ok=True)
+        index = os.path.join(wt.git_dir, "index")
+        ident = {"GIT_AUTHOR_NAME": "gitlease", "GIT_AUTHOR_EMAIL": "gitlease@localhost",
+                 "GIT_COMMITTER_NAME": "gitlease", "GIT_COMMITTER_EMAIL": "gitlease@localhost"}
+        try:
+            head = _rev(wt.path, "HEAD")
+            parents = ["-p", head] if head else []
+            if os.path.exists(index):
+                shutil.copyfile(index, tmp)
+                res = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}, check=False)
+                if res.returncode == 0 and head:  # the index as a second parent, like git stash (unless unmerged)
+                    idx = gitcmd.run(["commit-tree", res.out.strip(), "-p", head, "-m", "index"],
+                                     cwd=wt.path, env=ident).out.strip()
+                    parents += ["-p", idx]
+            gitcmd.run(["add", "--all", *(["-f"] if include_ignored else []), "--", "."], cwd=wt.path,
+                       env={"GIT_INDEX_FILE": tmp})
+            tree = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}).out.strip()
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        meta = wt.meta
+        msg = (f"gitlease quarantine of {wt.id} ({wt.path})\n\nbranch: {meta.branch if meta else wt.branch}\n"
+               f"lease: {(meta.lease or meta.last_lease) if meta else None}\n"
+               + "".join(f"reason: {r}\n" for r in insp.dirt)
+               + ("ignored files: included\n" if include_ignored else "ignored files: not included (kept on disk)\n"))
+        commit = gitcmd.run(["commit-tree", tree, *parents, "-m", msg], cwd=wt.path, env=ident).out.strip()
+        stamp = iso(self.clock.now()).replace(":", "").replace("-", "")
+        ref = f"{QUARANTINE_PREFIX}{wt.id}/{stamp}-{os.urandom(3).hex()}"
+        zero = "0" * len(commit)
+        gitcmd.run(["update-ref", "-m", "gitlease quarantine", ref, commit, zero], cwd=self.repo.cwd)
+        return ref
+
+    # ----------------------------------------------------------------------------- remove
+    def remove(self, workspace: str, *, save: bool = False) -> tuple[Worktree, str | None, str | None]:
+        """Remove a worktree. Refuses when it holds uncommitted work (unless ``save``: the work goes to a
+        quarantine ref first) or a live process is bound to it. A lease it holds is handed back to the
+        worktree running this (removing a worktree does not release its lease). Returns (worktree, saved
+        ref, lease handed back)."""
+        with self._pool_lock():
+            wt = self.find(workspace)
+            return (wt, *self._remove(wt, save=save))
+
+    def _remove(self, wt: Worktree, *, save: bool) -> tuple[str | None, str | None]:
+        if wt.meta is None:
+            raise UsageError(f"worktree {wt.path} was not attached by gitlease; use 'git worktree remove'")
+        if os.path.realpath(wt.path) == os.path.realpath(self.repo.cwd):
+            raise UsageError(f"cannot remove the worktree this command runs in ({wt.path}); run it from another")
+        insp = self.inspect(wt)
+        if insp.busy:
+            raise GitLeaseError(f"worktree {wt.id} is in use: {'; '.join(insp.busy)}", busy=insp.busy)
+        # What removing the directory would destroy (unpushed commits and stashes survive: their refs stay).
+        at_risk = [d for d in insp.dirt if not d.startswith(("detached", "HEAD is on")) and "stash" not in d
+                   and "unpushed" not in d] if wt.exists else []
+        if wt.exists and _current_branch(wt) is None and _only_here(wt, None):
+            at_risk.append("commits on a detached HEAD that no ref holds")
+        ref = None
+        if at_risk and not save:
+            raise GitLeaseError(f"worktree {wt.id} has uncommitted work: {'; '.join(at_risk)} (commit it, or "
+                                "pass --save to keep it in a quarantine ref, then remove)", dirt=at_risk)
+        if at_risk:
+            nested = _nested_repositories(wt)
+            if nested:  # a snapshot holds only a gitlink for them: their contents would be lost
+                raise GitLeaseError(f"worktree {wt.id} contains another repository ({', '.join(nested[:3])}); "
+                                    "move it out first: --save cannot keep its contents")
+            ref = self.save(wt, insp, include_ignored=True)
+        handed = self._hand_back(wt)
+        gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+        if wt.exists:
+            args = ["worktree", "remove"] + (["-f"] if ref else []) + [wt.path]
+            res = gitcmd.run(args, cwd=self.repo.cwd, check=False)
+            if res.returncode != 0:
+                gitcmd.run(["worktree", "lock", "--reason", f"{REASON_PREFIX} removal failed", wt.path],
+                           cwd=self.repo.cwd, check=False)
+                raise GitError(f"git worktree remove {wt.path} failed: {res.err.strip()}", cmd=list(res.cmd),
+                               returncode=res.returncode, stderr=res.err)
+        else:
+            gitcmd.run(["worktree", "prune"], cwd=self.repo.cwd)
+        meta = wt.meta
+        if meta and wt.head and meta.branch and not ref:
+            _delete_branch_if_contained(self.repo.cwd, meta.branch, wt.head)
+        return ref, handed
+
+    def _hand_back(self, wt: Worktree) -> str | None:
+        """Move a lease the worktree still holds back to the worktree running this command."""
+        try:
+            held = HeldState(wt.private_dir).load()
+        except InvalidRecord:
+            raise GitLeaseError(f"worktree {wt.id}'s held.json is corrupt; move it aside before removing") from None
+        for lease_id in list(held):
+            self._move_held(lease_id, self.svc.held, HeldState(wt.private_dir))
+        return ", ".join(sorted(held)) or None
+
+    # ---------------------------------------------------------------------- process binding
+    @contextlib.contextmanager
+    def busy(self, workspace: str, command: str) -> Iterator[Worktree]:
+        """Mark a worktree as in use by this process while a command runs in it (``git lease run
+        --worktree``): reuse, prune and remove see the pid file and leave it alone."""
+        wt = self.find(workspace)
+        path = os.path.join(wt.private_dir, BUSY)
+        os.makedirs(wt.private_dir, exist_ok=True)
+        _write_json(path, {"pid": os.getpid(), "start": process_start(os.getpid()), "command": command[:200],
+                           "at": iso(self.clock.now())})
+        try:
+            yield wt
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+def _id_of(chosen: Worktree | str) -> str:
+    return chosen.id if isinstance(chosen, Worktree) else os.path.basename(chosen)
+
+
+def _slug(paths: Sequence[str], fallback: str) -> str:
+    first = paths[0] if paths else scopes.ROOT
+    last = fallback if first == scopes.ROOT else first.rstrip("/").rsplit("/", 1)[-1]
+    slug = re.sub(r"[^a-z0-9]+", "-", last.lower()).strip("-")[:24].strip("-")
+    return slug or "repo"
+
+
+def _check_branch_name(cwd: str, branch: str) -> None:
+    res = gitcmd.run(["check-ref-format", "--branch", branch], cwd=cwd, check=False)
+    if res.returncode != 0 or branch.startswith("-"):
+        raise UsageError(f"{branch!r} is not a valid branch name")
+    if gitcmd.run(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=cwd, check=False).returncode == 0:
+        raise UsageError(f"branch {branch!r} already exists; pick another --branch")
+
+
+def _git_dir_of(path: str) -> str:
+    return gitcmd.run(["rev-parse", "--path-format=absolute", "--git-dir"], cwd=path).out.strip()
+
+
+def _rev(cwd: str, name: str) -> str | None:
+    res = gitcmd.run(["rev-parse", "--verify", "--quiet", name], cwd=cwd, check=False)
+    return res.out.strip() or None if res.returncode == 0 else None
+
+
+def _on(wt: Worktree, args: Sequence[str], **kw) -> gitcmd.Result:
+    """git on a worktree from outside it (``--git-dir``/``--work-tree``, run in its git dir), so that one
+    agent's inspection is never itself "a process with its working directory in it" for another's."""
+    return gitcmd.run(["--git-dir", wt.git_dir, "--work-tree", wt.path, *args], cwd=wt.git_dir, **kw)
+
+
+def _current_branch(wt: Worktree) -> str | None:
+    res = _on(wt, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
+    return res.out.strip() or None if res.returncode == 0 else None
+
+
+def _head_of(git_dir: str) -> str | None:
+    text = _read_text(os.path.join(git_dir, "HEAD")).strip()
+    return text if re.fullmatch(r"[0-9a-f]{40,64}", text) else None
+
+
+def _status_dirt(wt: Worktree) -> list[str]:
+    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching",
+                   "--ignore-submodules=none"])
+    staged = unstaged = unmerged = untracked = ignored = 0
+    items = res.out.split("\0")
+    i = 0
+    while i < len(items):
+        item = items[i]
+        i += 1
+        if not item:
+            continue
+        kind = item[0]
+        if kind in "12":
+            xy = item[2:4]
+            staged += xy[0] != "."
+            unstaged += xy[1] != "."
+            if kind == "2":
+                i += 1  # a rename's original path is the next item
+        elif kind == "u":
+            unmerged += 1
+        elif kind == "?":
+            untracked += 1
+        elif kind == "!":
+            ignored += 1
+    out = []
+    for n, label in ((staged, "staged change"), (unstaged, "unstaged change"), (unmerged, "unmerged path"),
+                     (untracked, "untracked file"), (ignored, "ignored file")):
+        if n:
+            out.append(f"{n} {label}{'s' if n > 1 else ''}")
+    return out
+
+
+def _nested_repositories(wt: Worktree) -> list[str]:
+    """Untracked or ignored directories that are repositories of their own (git status does not descend)."""
+    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"])
+    return [item[2:] for item in res.out.split("\0") if item[:2] in ("? ", "! ") and item.endswith("/")
+            and os.path.exists(os.path.join(wt.path, item[2:], ".git"))]
+
+
+def _own_stashes(wt: Worktree, branches: set[str]) -> int:
+    """Stashes are shared by all worktrees; one is this worktree's when git's own message names its
+    branch ("WIP on BRANCH: ..." or "On BRANCH: ...")."""
+    if not branches:
+        return 0
+    res = _on(wt, ["stash", "list", "--format=%gs"], check=False)
+    heads = tuple(p for b in branches for p in (f"WIP on {b}: ", f"On {b}: "))
+    return sum(1 for line in res.out.splitlines() if line.startswith(heads))
+
+
+def _only_here(wt: Worktree, branch: str | None) -> int:
+    """Commits reachable from HEAD that no other branch, remote-tracking branch or tag holds."""
+    args = ["rev-list", "--count", "HEAD", "--not"]
+    if branch:
+        args.append(f"--exclude={branch}")  # --exclude before --branches takes names without refs/heads/
+    args += ["--branches", "--remotes", "--tags"]
+    res = _on(wt, args, check=False)
+    try:
+        return int(res.out.strip() or 0) if res.returncode == 0 else 0
+    except ValueError:
+        return 0
+
+
+def _delete_branch_if_contained(cwd: str, branch: str, tip: str) -> bool:
+    """Delete a task branch only when another branch, remote or tag holds every commit of it, pinned to
+    the tip that was checked (update-ref -d BRANCH OID)."""
+    ref = f"refs/heads/{branch}"
+    if _rev(cwd, ref) != tip:
+        return False
+    res = gitcmd.run(["rev-list", "--count", ref, "--not", f"--exclude={branch}", "--branches", "--remotes",
+                      "--tags"], cwd=cwd, check=False)
+    if res.returncode != 0 or res.out.strip() != "0":
+        return False
+    return gitcmd.run(["update-ref", "-d", ref, tip], cwd=cwd, check=False).returncode == 0
+
+
+def _procs_in(path: str) -> list[int]:
+    """Processes (visible to us) whose working directory is inside ``path``, other than this one and its
+    parent (the ``git`` that started ``git lease``)."""
+    real = os.path.realpath(path)
+    me = {os.getpid(), os.getppid()}
+    out = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        if pid in me:
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == real or cwd.startswith(real + "/"):
+            out.append(pid)
+    return sorted(out)
+
+
+def _alive(binding: dict) -> bool:
+    try:
+        pid = int(binding.get("pid") or 0)
+    except (TypeError, ValueError):
+        return False
+    return pid > 0 and process_start(pid) is not None and process_start(pid) == binding.get("start")
+
+
+def _holder(h: Held) -> tuple[int, int | None]:
+    try:
+        owner = json.loads(h.record).get("owner", {})
+        return int(owner.get("pid") or 0), owner.get("pidStart")
+    except (ValueError, AttributeError, TypeError):
+        return 0, None
+
+
+def _same_host(h: Held) -> bool:
+    try:
+        return json.loads(h.record).get("owner", {}).get("host") == os.uname().nodename
+    except (ValueError, AttributeError):
+        return False
+
+
+def _expiry(h: Held) -> float:
+    exp = parse_iso(h.expires_at)
+    if h.pending_record:  # a renewal whose outcome is unknown may have extended it: assume it did
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            exp = max(exp, parse_iso(json.loads(h.pending_record)["expiresAt"]))
+    return exp
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: str, doc: object) -> None:
+    write_json(path, doc, pretty=True)
+
+
+def _load_meta(git_dir: str) -> Meta | None:
+    doc = _read_json(os.path.join(git_dir, "gitlease", META))
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return Meta(**doc)
+    except TypeError:
+        return None
+
+
+def _save_meta(git_dir: str, meta: Meta) -> None:
+    folder = os.path.join(git_dir, "gitlease")
+    os.makedirs(folder, exist_ok=True)
+    _write_json(os.path.join(folder, META), asdict(meta))
+
+
+__all__ = ["WorktreeManager", "Worktree", "Meta", "Inspection", "Attached", "Entry", "PruneAction"]
