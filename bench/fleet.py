@@ -27,12 +27,11 @@ Reported: pushes per simulated minute in all and by kind, renewal pushes per hos
 host's limit (6 a minute, GitHub's recommendation); and the wall time of the fleet's reads (each one verifies
 every lease; versions verified by an earlier read are not verified again: trust.ChainMemo).
 """
+
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -42,15 +41,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gitlease.liveness.agent import Agent  # noqa: E402
+from plan import DEFAULT_TRACE, git, isolate, load_trace, machine_info, make_repo  # noqa: E402
+
 from gitlease.core.clock import FakeClock  # noqa: E402
 from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.errors import HeldError  # noqa: E402
 from gitlease.core.pathindex import PathIndex  # noqa: E402
-from gitlease.core.scope import normalize_all  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.core.scope import normalize_all  # noqa: E402
+from gitlease.liveness.agent import Agent  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
-from plan import DEFAULT_TRACE, git, isolate, load_trace, make_repo, machine_info  # noqa: E402
 from soak import serverlog  # noqa: E402
 
 BEGIN, END = "<!-- fleet:begin -->", "<!-- fleet:end -->"
@@ -89,11 +89,17 @@ def run(args, tmp: Path, log) -> dict:
         svcs = []
         for i, wt in enumerate(worktrees):
             repo = Repo.discover(str(wt))
-            svcs.append(LeaseService(repo, resolve(repo.config, env={}, remote=url, agent=f"h{h}a{i}",
-                                                   task="fleet", ttl=args.ttl, timeout=60), clock=clock))
+            svcs.append(
+                LeaseService(
+                    repo,
+                    resolve(repo.config, env={}, remote=url, agent=f"h{h}a{i}", task="fleet", ttl=args.ttl, timeout=60),
+                    clock=clock,
+                )
+            )
         by_path = {str(s.repo.cwd): s for s in svcs}
-        agent = Agent(lambda repo, remote, by_path=by_path: by_path[repo], clock=clock,
-                      alive=lambda pid, start: True, margin=5)
+        agent = Agent(
+            lambda repo, remote, by_path=by_path: by_path[repo], clock=clock, alive=lambda pid, start: True, margin=5
+        )
         hosts.append((agent, svcs))
     paths_of = [normalize_all(c.paths) for c in commits]
     mean = sum(c.duration for c in commits) / len(commits)
@@ -114,7 +120,7 @@ def run(args, tmp: Path, log) -> dict:
         started in this step, overlaps (``index``): one read per step for the whole fleet, then one push per
         start, through the host's agent."""
         nonlocal started
-        for k, idx in enumerate(queue[:args.lookahead]):
+        for k, idx in enumerate(queue[: args.lookahead]):
             paths = paths_of[idx]
             if index.overlapping(paths):
                 continue
@@ -193,18 +199,36 @@ def run(args, tmp: Path, log) -> dict:
     total = sum(counts[k] for k in ("acquire", "renewal", "refused", "release"))
     piggybacked = sum(agent.piggybacked for agent, _ in hosts)
     log(f"  {started} tasks started, {finished} finished in {minutes:.0f} simulated minutes; {total} pushes")
-    late = reads[len(reads) // 2:]
-    return {"agents": args.agents, "hosts": args.hosts, "ttl": args.ttl, "task_minutes": args.task_minutes,
-            "minutes": minutes, "started": started, "finished": finished, "counts": counts, "total": total,
-            "per_minute": total / minutes, "renewal_per_host_interval": counts["renewal"] / args.hosts / intervals,
-            "rounds_per_host": renew_rounds, "intervals": intervals, "commits": len(commits),
-            "piggybacked": piggybacked, "round_renewals": sum(a.round_renewals for a, _ in hosts),
-            "reads": len(reads), "read_first": reads[0] if reads else 0.0,
-            "read_mean": sum(reads) / len(reads) if reads else 0.0,
-            "read_late_mean": sum(late) / len(late) if late else 0.0, "read_scratch": scratch, "read_warm": warm,
-            "live_leases": len(snap.leases), "live_versions": live_versions,
-            "lookahead": args.lookahead, "held_mean": sum(held_per_step) / max(1, len(held_per_step)),
-            "held_max": max(held_per_step or [0])}
+    late = reads[len(reads) // 2 :]
+    return {
+        "agents": args.agents,
+        "hosts": args.hosts,
+        "ttl": args.ttl,
+        "task_minutes": args.task_minutes,
+        "minutes": minutes,
+        "started": started,
+        "finished": finished,
+        "counts": counts,
+        "total": total,
+        "per_minute": total / minutes,
+        "renewal_per_host_interval": counts["renewal"] / args.hosts / intervals,
+        "rounds_per_host": renew_rounds,
+        "intervals": intervals,
+        "commits": len(commits),
+        "piggybacked": piggybacked,
+        "round_renewals": sum(a.round_renewals for a, _ in hosts),
+        "reads": len(reads),
+        "read_first": reads[0] if reads else 0.0,
+        "read_mean": sum(reads) / len(reads) if reads else 0.0,
+        "read_late_mean": sum(late) / len(late) if late else 0.0,
+        "read_scratch": scratch,
+        "read_warm": warm,
+        "live_leases": len(snap.leases),
+        "live_versions": live_versions,
+        "lookahead": args.lookahead,
+        "held_mean": sum(held_per_step) / max(1, len(held_per_step)),
+        "held_max": max(held_per_step or [0]),
+    }
 
 
 def section(res: dict, info: dict) -> str:

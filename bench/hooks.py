@@ -23,6 +23,7 @@ as a subprocess; the repositories take turns round by round so that load drift h
 The section written into docs/performance.md sits between ``<!-- hooks:begin -->`` and
 ``<!-- hooks:end -->``; bench/run.py keeps it when it rewrites the file. Standard library and gitlease only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gitlease.core.config import resolve  # noqa: E402
-from gitlease.enforce.install import install  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
+from gitlease.enforce.install import install  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
 
 BEGIN, END = "<!-- hooks:begin -->", "<!-- hooks:end -->"
@@ -155,19 +156,22 @@ def report(samples, runs, warmup, lfs: str | None, started: float, load0: float)
     rows = ["| `git commit` in | median ms | p90 ms | over plain |", "| --- | ---: | ---: | ---: |"]
     for name in [k for k in samples if k in ("plain", "gitlease strict", "gitlease others", "git-lfs")]:
         over = med[name] - base
-        rows.append(f"| {name} | {med[name]:.1f} | {p90(samples[name]):.1f} | "
-                    f"{'—' if name == 'plain' else f'+{over:.1f}'} |")
+        rows.append(
+            f"| {name} | {med[name]:.1f} | {p90(samples[name]):.1f} | {'—' if name == 'plain' else f'+{over:.1f}'} |"
+        )
     parts = ["| process alone | median ms | p90 ms |", "| --- | ---: | ---: |"]
     for name in ("gitlease hook alone (strict)", "python -S -c pass"):
         parts.append(f"| {name} | {med[name]:.1f} | {p90(samples[name]):.1f} |")
     ours = max(med["gitlease strict"], med["gitlease others"]) - base
     if lfs:
         theirs = med["git-lfs"] - base
-        verdict = (f"**{'met' if ours <= theirs else 'not met'}**: gitlease adds {ours:.1f} ms (the slower of its "
-                   f"two modes), git-lfs's hooks add {theirs:.1f} ms")
+        verdict = (
+            f"**{'met' if ours <= theirs else 'not met'}**: gitlease adds {ours:.1f} ms (the slower of its "
+            f"two modes), git-lfs's hooks add {theirs:.1f} ms"
+        )
     else:
         verdict = "**not measured**: git-lfs is not installed here (Debian package `git-lfs`)"
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     gitv = git("--version").strip()
     lines = [
         BEGIN,

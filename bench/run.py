@@ -29,6 +29,7 @@ background ``git gc`` (which would also pack the refs) runs in the middle of a m
 
 Standard library and gitlease only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,13 +84,28 @@ class Plan:
 
 # Cases of part 4 in this order: leases are added (loose refs), then packed; the last case deletes leases
 # back down to 1,000 on the packed remote, for loose against packed at 1,000 too.
-FULL = Plan(runs=30, warmup=3, scale_runs=20, scale_runs_large=10, startup_runs=20, importtime_runs=5,
-            sizes=((10, False), (1000, False), (10000, False), (10000, True), (1000, True)))
-QUICK = Plan(runs=6, warmup=1, scale_runs=5, scale_runs_large=3, startup_runs=6, importtime_runs=2,
-             sizes=((10, False), (1000, False), (1000, True)))
+FULL = Plan(
+    runs=30,
+    warmup=3,
+    scale_runs=20,
+    scale_runs_large=10,
+    startup_runs=20,
+    importtime_runs=5,
+    sizes=((10, False), (1000, False), (10000, False), (10000, True), (1000, True)),
+)
+QUICK = Plan(
+    runs=6,
+    warmup=1,
+    scale_runs=5,
+    scale_runs_large=3,
+    startup_runs=6,
+    importtime_runs=2,
+    sizes=((10, False), (1000, False), (1000, True)),
+)
 
 
 # ------------------------------------------------------------------------------------ statistics
+
 
 def median(xs):
     return statistics.median(xs)
@@ -152,6 +168,7 @@ def traced(fn):
 
 # ------------------------------------------------------------------------------------ processes
 
+
 class BenchError(RuntimeError):
     pass
 
@@ -191,11 +208,21 @@ class GitDaemon:
     def start(self) -> None:
         for _attempt in range(5):
             self.port = free_port()
-            argv = ["git", "daemon", "--reuseaddr", f"--listen={HOST}", f"--port={self.port}",
-                    f"--base-path={self.base}", "--export-all", "--enable=receive-pack", str(self.base)]
+            argv = [
+                "git",
+                "daemon",
+                "--reuseaddr",
+                f"--listen={HOST}",
+                f"--port={self.port}",
+                f"--base-path={self.base}",
+                "--export-all",
+                "--enable=receive-pack",
+                str(self.base),
+            ]
             self._log = open(self.log_path, "ab")
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, start_new_session=True
+            )
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
@@ -206,8 +233,9 @@ class GitDaemon:
                 except OSError:
                     time.sleep(0.02)
             self.stop()
-        raise BenchError(f"git daemon did not start; see {self.log_path}: "
-                         f"{self.log_path.read_text(errors='replace')[-500:]}")
+        raise BenchError(
+            f"git daemon did not start; see {self.log_path}: {self.log_path.read_text(errors='replace')[-500:]}"
+        )
 
     def url(self, name: str) -> str:
         return f"git://{HOST}:{self.port}/{name}"
@@ -235,6 +263,7 @@ class GitDaemon:
 
 # --------------------------------------------------------------------------------- environment
 
+
 def install_cli(tmp: Path, editable: bool) -> Path:
     """The bin folder whose ``git-lease`` the CLI figures measure.
 
@@ -245,8 +274,11 @@ def install_cli(tmp: Path, editable: bool) -> Path:
         return VENV_BIN
     venv = tmp / "install"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    res = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                          str(ROOT)], capture_output=True, text=True)
+    res = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise BenchError(f"pip install of the tree failed: {res.stderr.strip()[-300:]}")
     return venv / "bin"
@@ -259,24 +291,48 @@ def isolate(tmp: Path, editable: bool = False) -> None:
     VENV_BIN = install_cli(tmp, editable)
     home = tmp / "home"
     home.mkdir()
-    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[protocol]\n\tversion = 2\n"
-                                     "[gc]\n\tauto = 0\n")
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
-                "GIT_NAMESPACE", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_TRACE",
-                "GIT_TRACE_PACKET", "GIT_TRACE2", "GIT_TRACE2_PERF", "GIT_TRACE2_EVENT", "GITLEASE_DEBUG",
-                "PYTHONDONTWRITEBYTECODE", "PYTHONPROFILEIMPORTTIME", "PYTHONDEVMODE"):
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[protocol]\n\tversion = 2\n[gc]\n\tauto = 0\n")
+    for var in (
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_TRACE",
+        "GIT_TRACE_PACKET",
+        "GIT_TRACE2",
+        "GIT_TRACE2_PERF",
+        "GIT_TRACE2_EVENT",
+        "GITLEASE_DEBUG",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONPROFILEIMPORTTIME",
+        "PYTHONDEVMODE",
+    ):
         os.environ.pop(var, None)
-    os.environ.update({
-        "HOME": str(home), "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"), "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-        "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid",
-        "GIT_TERMINAL_PROMPT": "0", "GITLEASE_AGENT": "bench-agent", "GITLEASE_TASK": "bench",
-        # Python processes keep their bytecode caches in a folder of ours, written on the warm-up runs: with
-        # PYTHONDONTWRITEBYTECODE set, or sources edited since their cache was written, every `git lease`
-        # would compile its modules again, which an installed gitlease never does.
-        "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
-        "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", ""), str(tmp / "bin")]), "LC_ALL": "C",
-    })
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_AUTHOR_NAME": "Bench",
+            "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+            "GIT_COMMITTER_NAME": "Bench",
+            "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GITLEASE_AGENT": "bench-agent",
+            "GITLEASE_TASK": "bench",
+            # Python processes keep their bytecode caches in a folder of ours, written on the warm-up runs: with
+            # PYTHONDONTWRITEBYTECODE set, or sources edited since their cache was written, every `git lease`
+            # would compile its modules again, which an installed gitlease never does.
+            "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
+            "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", ""), str(tmp / "bin")]),
+            "LC_ALL": "C",
+        }
+    )
     # An external git command that does nothing: `git benchnoop` against running it directly is the cost of
     # git finding and starting an external command (as it does for `git lease`).
     (tmp / "bin").mkdir()
@@ -293,6 +349,7 @@ def machine() -> dict[str, str]:
             return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
         except OSError:
             return "?"
+
     cpu = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -301,11 +358,16 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"nproc": out(["nproc"]), "git": out(["git", "--version"]),
-            "python": f"{platform.python_implementation()} {platform.python_version()}",
-            "os": f"{platform.system()} {platform.release()}", "cpu": cpu,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_start": "%.2f" % os.getloadavg()[0], "code": code_version()}
+    return {
+        "nproc": out(["nproc"]),
+        "git": out(["git", "--version"]),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "os": f"{platform.system()} {platform.release()}",
+        "cpu": cpu,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_start": "%.2f" % os.getloadavg()[0],
+        "code": code_version(),
+    }
 
 
 def code_version() -> str:
@@ -318,6 +380,7 @@ def code_version() -> str:
 
 
 # ------------------------------------------------------------------------------------ fixtures
+
 
 @dataclass
 class Client:
@@ -373,8 +436,12 @@ def shrink(bare: Path, n: int) -> None:
     """Delete the refs of every populated lease after the first ``n`` (one ``update-ref --stdin``)."""
     extra = POPULATION[n:]
     if extra:
-        git("update-ref", "--stdin", cwd=bare,
-            input="".join(f"delete refs/leases/id/{i}\ndelete {scope_ref(p)}\n" for i, p in extra))
+        git(
+            "update-ref",
+            "--stdin",
+            cwd=bare,
+            input="".join(f"delete refs/leases/id/{i}\ndelete {scope_ref(p)}\n" for i, p in extra),
+        )
         del POPULATION[n:]
 
 
@@ -396,15 +463,18 @@ def populate(bare: Path, first: int, count: int, ttl: int = 6 * 3600) -> None:
             if lease_id not in _used_ids:
                 _used_ids.add(lease_id)
                 break
-        rec = records.new_record(lease_id=lease_id, repo="bench", paths=(path,), workspace_id="bench-pop",
-                                 owner=owner, now=now, ttl=ttl)
+        rec = records.new_record(
+            lease_id=lease_id, repo="bench", paths=(path,), workspace_id="bench-pop", owner=owner, now=now, ttl=ttl
+        )
         data = rec.canonical()
         msg = f"acquire {lease_id} v1\n\nscope: {path}\nexpires: {rec.expires_at}\n".encode()
         mark_b, mark_c = 2 * k + 1, 2 * k + 2
         chunks.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark_b, len(data), data))
-        chunks.append(b"commit refs/leases/id/%s\nmark :%d\ncommitter bench-pop <bench-pop@%s> %d +0000\n"
-                      b"data %d\n%s\nM 100644 :%d lease.json\n\n"
-                      % (lease_id.encode(), mark_c, host.encode(), int(now), len(msg), msg, mark_b))
+        chunks.append(
+            b"commit refs/leases/id/%s\nmark :%d\ncommitter bench-pop <bench-pop@%s> %d +0000\n"
+            b"data %d\n%s\nM 100644 :%d lease.json\n\n"
+            % (lease_id.encode(), mark_c, host.encode(), int(now), len(msg), msg, mark_b)
+        )
         chunks.append(b"reset %s\nfrom :%d\n\n" % (scope_ref(path).encode(), mark_c))
         POPULATION.append((lease_id, path))
     res = subprocess.run(["git", "fast-import", "--quiet"], cwd=bare, input=b"".join(chunks), capture_output=True)
@@ -423,8 +493,10 @@ def check_population(checkers: dict[str, Client], expected: int) -> dict[str, fl
     active = [v for v in snap.leases if v.valid and v.state(now, file_c.svc.settings.skew) == "active"]
     invalid = [v for v in snap.leases if not v.valid]
     if len(snap.leases) != expected or len(active) != expected or invalid:
-        raise BenchError(f"status() sees {len(snap.leases)} leases ({len(active)} active, {len(invalid)} invalid); "
-                         f"expected {expected} active")
+        raise BenchError(
+            f"status() sees {len(snap.leases)} leases ({len(active)} active, {len(invalid)} invalid); "
+            f"expected {expected} active"
+        )
     t0 = time.perf_counter()
     try:
         daemon_c.svc.acquire([f"pop/{expected - 1}/inner"])
@@ -437,6 +509,7 @@ def check_population(checkers: dict[str, Client], expected: int) -> dict[str, fl
 
 
 # ------------------------------------------------------------------------------------ the parts
+
 
 def cli(c: Client, *args: str) -> tuple[float, str]:
     t, res = run_timed(["git", "lease", *args], cwd=c.path)
@@ -464,8 +537,7 @@ def push_anatomy(c: Client, oid: str, ref: str, tmp: Path) -> dict[str, float]:
     push's ``get_refs_list`` region."""
     folder = Path(tempfile.mkdtemp(prefix="trace2-", dir=tmp))
     env = dict(os.environ, GIT_TRACE2_PERF=str(folder))
-    subprocess.run(["git", "push", "-q", c.url, f"{oid}:{ref}"], cwd=c.path, env=env, capture_output=True,
-                   check=True)
+    subprocess.run(["git", "push", "-q", c.url, f"{oid}:{ref}"], cwd=c.path, env=env, capture_output=True, check=True)
     out: dict[str, float] = {}
     for f in folder.iterdir():
         name, total, refs = None, None, None
@@ -475,7 +547,7 @@ def push_anatomy(c: Client, oid: str, ref: str, tmp: Path) -> dict[str, float]:
                 continue
             event, t_abs, t_rel, msg = cols[3], cols[5], cols[6], cols[8]
             if event == "cmd_name" and "(" in msg:
-                name = msg[msg.index("(") + 1:msg.rindex(")")]
+                name = msg[msg.index("(") + 1 : msg.rindex(")")]
             elif event == "exit" and t_abs:
                 total = float(t_abs) * 1000
             elif event == "region_leave" and msg.endswith("label:get_refs_list") and t_rel:
@@ -511,8 +583,15 @@ def part_ops(clients: dict[str, Client], plan: Plan, log) -> dict:
             t_cren, _ = cli(c, "renew", m.group(1))
             t_crel, _ = cli(c, "release", m.group(1))
             if keep:
-                for name, t in (("push", t_push), ("acquire", t_acq), ("renew", t_ren), ("release", t_rel),
-                                ("cli_acquire", t_cacq), ("cli_renew", t_cren), ("cli_release", t_crel)):
+                for name, t in (
+                    ("push", t_push),
+                    ("acquire", t_acq),
+                    ("renew", t_ren),
+                    ("release", t_rel),
+                    ("cli_acquire", t_cacq),
+                    ("cli_renew", t_cren),
+                    ("cli_release", t_crel),
+                ):
                     s[name].append(t)
                 traces[kind]["acquire"].append((t_acq, tr_acq))
                 traces[kind]["renew"].append((t_ren, tr_ren))
@@ -527,8 +606,9 @@ def part_ops(clients: dict[str, Client], plan: Plan, log) -> dict:
     return {"samples": samples, "traces": traces}
 
 
-def part_scale(bare: Path, clients: dict[str, Client], checkers: dict[str, Client], plan: Plan, log,
-               tmp: Path) -> list[dict]:
+def part_scale(
+    bare: Path, clients: dict[str, Client], checkers: dict[str, Client], plan: Plan, log, tmp: Path
+) -> list[dict]:
     rows = []
     for n, packed in plan.sizes:
         delete_refs(bare, "refs/bench/")
@@ -544,8 +624,10 @@ def part_scale(bare: Path, clients: dict[str, Client], checkers: dict[str, Clien
         refs, loose = count_refs(bare)
         checks = check_population(checkers, n)
         case = f"{n}{'p' if packed else ''}"
-        log(f"  {n} leases ({'packed' if packed else 'loose'} refs: {refs} refs, {loose} loose): populated in "
-            f"{t_pop / 1000:.1f} s, status() {checks['status_ms'] / 1000:.2f} s")
+        log(
+            f"  {n} leases ({'packed' if packed else 'loose'} refs: {refs} refs, {loose} loose): populated in "
+            f"{t_pop / 1000:.1f} s, status() {checks['status_ms'] / 1000:.2f} s"
+        )
         samples = {k: collections.defaultdict(list) for k in KINDS}
         runs = plan.scale_runs_large if n >= 5000 else plan.scale_runs
         total = 1 + runs
@@ -562,8 +644,19 @@ def part_scale(bare: Path, clients: dict[str, Client], checkers: dict[str, Clien
                     samples[kind]["acquire"].append(t_acq)
                     samples[kind]["release"].append(t_rel)
         anatomy = push_anatomy(clients["file"], clients["file"].commits[total], "refs/bench/scale/traced", tmp)
-        rows.append({"leases": n, "packed": packed, "refs": refs, "loose": loose, "populate_ms": t_pop, "runs": runs,
-                     **checks, "samples": samples, "anatomy": anatomy})
+        rows.append(
+            {
+                "leases": n,
+                "packed": packed,
+                "refs": refs,
+                "loose": loose,
+                "populate_ms": t_pop,
+                "runs": runs,
+                **checks,
+                "samples": samples,
+                "anatomy": anatomy,
+            }
+        )
     delete_refs(bare, "refs/bench/")
     return rows
 
@@ -594,14 +687,23 @@ def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
         "git-benchnoop (the no-op run directly)": [str(noop)],
         "python -c pass": [py, "-c", "pass"],
         'python -c "import argparse"': [py, "-c", "import argparse"],
-        'python -c "import typer" (what the fast path of the core commands does not import)':
-            [py, "-c", "import typer"],
+        'python -c "import typer" (what the fast path of the core commands does not import)': [
+            py,
+            "-c",
+            "import typer",
+        ],
         'python -c "import gitlease.cli.core"': [py, "-c", "import gitlease.cli.core"],
         'python -c "import gitlease.cli.core; os._exit(0)"': [py, "-c", "import gitlease.cli.core, os; os._exit(0)"],
-        'python -c "import gitlease.cli.core, gitlease.service.leases"':
-            [py, "-c", "import gitlease.cli.core, gitlease.service.leases"],
-        'python -c "import gitlease.cli.core, gitlease.service.leases; os._exit(0)"':
-            [py, "-c", "import gitlease.cli.core, gitlease.service.leases, os; os._exit(0)"],
+        'python -c "import gitlease.cli.core, gitlease.service.leases"': [
+            py,
+            "-c",
+            "import gitlease.cli.core, gitlease.service.leases",
+        ],
+        'python -c "import gitlease.cli.core, gitlease.service.leases; os._exit(0)"': [
+            py,
+            "-c",
+            "import gitlease.cli.core, gitlease.service.leases, os; os._exit(0)",
+        ],
         "git-lease -h (the script directly)": [str(VENV_BIN / "git-lease"), "-h"],
         "git lease -h (through git)": ["git", "lease", "-h"],
     }
@@ -616,19 +718,22 @@ def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
     for _ in range(plan.importtime_runs):
         mods, cut = importtime("import gitlease.cli.core")
         pmods, pcut = importtime("pass")
-        runs.append({
-            "total": sum(m[1] for m in mods),  # every import of the process, start-up included
-            "cli": sum(m[1] for m in mods[cut:]),  # what `import gitlease.cli.core` added
-            "startup": sum(m[1] for m in pmods[:pcut]),  # python -c pass: site and what it imports
-            "editable": sum(m[2] for m in pmods[:pcut] if m[0].startswith("__editable__") and m[3] == 1),
-            "heavy": sorted(((m[0], m[2]) for m in mods[cut:] if m[3] <= 1), key=lambda kv: -kv[1])[:6],
-        })
+        runs.append(
+            {
+                "total": sum(m[1] for m in mods),  # every import of the process, start-up included
+                "cli": sum(m[1] for m in mods[cut:]),  # what `import gitlease.cli.core` added
+                "startup": sum(m[1] for m in pmods[:pcut]),  # python -c pass: site and what it imports
+                "editable": sum(m[2] for m in pmods[:pcut] if m[0].startswith("__editable__") and m[3] == 1),
+                "heavy": sorted(((m[0], m[2]) for m in mods[cut:] if m[3] <= 1), key=lambda kv: -kv[1])[:6],
+            }
+        )
     runs.sort(key=lambda r: r["cli"])
     log("  start-up measured")
     return {"samples": samples, "imports": runs, "import_mid": runs[len(runs) // 2]}
 
 
 # ------------------------------------------------------------------------------------- report
+
 
 def trace_summary(entries: list[tuple[float, list[tuple[str, float]]]]) -> tuple[list[str], float, float, str]:
     """The git calls of one operation: (["`git push` 24.1", ...] by call position, median python ms,
@@ -642,8 +747,9 @@ def trace_summary(entries: list[tuple[float, list[tuple[str, float]]]]) -> tuple
     return parts, py, median([t for t, _ in entries]), note
 
 
-def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dict], start: dict,
-                 elapsed: float) -> tuple[str, str]:
+def build_report(
+    info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dict], start: dict, elapsed: float
+) -> tuple[str, str]:
     S = ops["samples"]
     L: list[str] = []
     verdicts: list[str] = []
@@ -654,14 +760,19 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     # ---- 1 + 2: library
     w("## 1-2. Plain `git push` against the library calls (in-process)")
     w("")
-    w(f"Median and p90 in ms over {plan.runs} runs each (after {plan.warmup} warm-up round{'s' if plan.warmup != 1 else ''}); "
-      "the ratio is the median against the median plain push of the same transport in this run.")
+    w(
+        f"Median and p90 in ms over {plan.runs} runs each (after {plan.warmup} warm-up round{'s' if plan.warmup != 1 else ''}); "
+        "the ratio is the median against the median plain push of the same transport in this run."
+    )
     w("")
     w("| operation | file:// median | p90 | x push | git:// median | p90 | x push |")
     w("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    names = [("push", "plain `git push URL OID:refs/bench/new` (baseline)"),
-             ("acquire", "`LeaseService.acquire([scope])`"), ("renew", "`LeaseService.renew(id)`"),
-             ("release", "`LeaseService.release(id)`")]
+    names = [
+        ("push", "plain `git push URL OID:refs/bench/new` (baseline)"),
+        ("acquire", "`LeaseService.acquire([scope])`"),
+        ("renew", "`LeaseService.renew(id)`"),
+        ("release", "`LeaseService.release(id)`"),
+    ]
     for key, label in names:
         cells = []
         for k in KINDS:
@@ -669,8 +780,10 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
             cells += [ms(median(xs)), ms(p90(xs)), ratio(median(xs) / push[k])]
         w(f"| {label} | " + " | ".join(cells) + " |")
     w("")
-    w("Where a library call's time goes (medians; every git subprocess it starts, timed around "
-      "`gitlease.core.gitcmd.run`; \"python\" is the rest of the call):")
+    w(
+        "Where a library call's time goes (medians; every git subprocess it starts, timed around "
+        '`gitlease.core.gitcmd.run`; "python" is the rest of the call):'
+    )
     w("")
     w("| call | transport | git subprocesses | python | total |")
     w("| --- | --- | --- | ---: | ---: |")
@@ -682,22 +795,29 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     acq = {k: median(S[k]["acquire"]) / push[k] for k in KINDS}
     paired = {k: median([a / p for a, p in zip(S[k]["acquire"], S[k]["push"])]) for k in KINDS}
     ok = all(r <= TARGET_ACQUIRE_RATIO for r in acq.values())
-    verdicts.append(f"- Library acquire within {TARGET_ACQUIRE_RATIO}x of one plain push: "
-                    f"**{'met' if ok else 'not met'}** (median against median: file:// {ratio(acq['file'])}, "
-                    f"git:// {ratio(acq['daemon'])}; median of the per-round ratios, each acquire against the push "
-                    f"just before it: file:// {ratio(paired['file'])}, git:// {ratio(paired['daemon'])}).")
+    verdicts.append(
+        f"- Library acquire within {TARGET_ACQUIRE_RATIO}x of one plain push: "
+        f"**{'met' if ok else 'not met'}** (median against median: file:// {ratio(acq['file'])}, "
+        f"git:// {ratio(acq['daemon'])}; median of the per-round ratios, each acquire against the push "
+        f"just before it: file:// {ratio(paired['file'])}, git:// {ratio(paired['daemon'])})."
+    )
 
     # ---- 3: CLI
     w("## 3. The whole `git lease` process")
     w("")
-    w(f"Median and p90 in ms over {plan.runs} runs; \"over push\" is the median minus the median plain push of "
-      "the same transport (same rounds).")
+    w(
+        f'Median and p90 in ms over {plan.runs} runs; "over push" is the median minus the median plain push of '
+        "the same transport (same rounds)."
+    )
     w("")
     w("| command | file:// median | p90 | over push | git:// median | p90 | over push |")
     w("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     over = {}
-    for key, label in (("cli_acquire", "`git lease acquire --scope X`"), ("cli_renew", "`git lease renew ID`"),
-                       ("cli_release", "`git lease release ID`")):
+    for key, label in (
+        ("cli_acquire", "`git lease acquire --scope X`"),
+        ("cli_renew", "`git lease renew ID`"),
+        ("cli_release", "`git lease release ID`"),
+    ):
         cells = []
         for k in KINDS:
             xs = S[k][key]
@@ -714,10 +834,13 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
     t_imp = t_cli_x - t_py
     t_lazy = t_svc_x - t_cli_x
     t_down = median(st['python -c "import gitlease.cli.core, gitlease.service.leases"']) - t_svc_x
-    t_dispatch = median(st["git benchnoop (git starting an external no-op command)"]) - \
-        median(st["git-benchnoop (the no-op run directly)"])
-    w("Approximate split of one `git lease acquire` (medians of pieces measured separately in this run, "
-      "so the parts need not add up exactly):")
+    t_dispatch = median(st["git benchnoop (git starting an external no-op command)"]) - median(
+        st["git-benchnoop (the no-op run directly)"]
+    )
+    w(
+        "Approximate split of one `git lease acquire` (medians of pieces measured separately in this run, "
+        "so the parts need not add up exactly):"
+    )
     w("")
     w("| piece | file:// | git:// |")
     w("| --- | ---: | ---: |")
@@ -728,44 +851,52 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         total = median(S[k]["cli_acquire"])
         rest = total - (t_dispatch + t_py + t_imp + t_lazy + construct + lib)
         rows.append((t_dispatch, t_py, t_imp, t_lazy, t_down, construct, lib, rest, total))
-    labels = ["`git` finding and starting `git-lease` (`git benchnoop` minus running `git-benchnoop` directly)",
-              "python interpreter start (`python -c pass`)",
-              "`import gitlease.cli.core`: the dispatcher loading the core commands' module (no typer or click: "
-              "a well-formed core command line is parsed by `gitlease/cli/fast.py`; process time over "
-              "`python -c pass`, both without interpreter shutdown)",
-              "imports of the service modules, made lazily in the command (`gitlease.service.leases` and what it imports)",
-              "interpreter shutdown after those imports (tearing the modules down; `git-lease` skips it with "
-              "`os._exit` after flushing, so this is not in the total)",
-              "`Repo.discover` + settings + `LeaseService()` in-process (git `rev-parse`, git `config`)",
-              "`LeaseService.acquire` in-process (the push)",
-              "the rest (parsing, rendering, exit)",
-              "**total `git lease acquire`** (measured)"]
+    labels = [
+        "`git` finding and starting `git-lease` (`git benchnoop` minus running `git-benchnoop` directly)",
+        "python interpreter start (`python -c pass`)",
+        "`import gitlease.cli.core`: the dispatcher loading the core commands' module (no typer or click: "
+        "a well-formed core command line is parsed by `gitlease/cli/fast.py`; process time over "
+        "`python -c pass`, both without interpreter shutdown)",
+        "imports of the service modules, made lazily in the command (`gitlease.service.leases` and what it imports)",
+        "interpreter shutdown after those imports (tearing the modules down; `git-lease` skips it with "
+        "`os._exit` after flushing, so this is not in the total)",
+        "`Repo.discover` + settings + `LeaseService()` in-process (git `rev-parse`, git `config`)",
+        "`LeaseService.acquire` in-process (the push)",
+        "the rest (parsing, rendering, exit)",
+        "**total `git lease acquire`** (measured)",
+    ]
     for j, label in enumerate(labels):
         w(f"| {label} | {ms(rows[0][j])} | {ms(rows[1][j])} |")
     w("")
     worst = max(over.items(), key=lambda kv: kv[1])
     ok = worst[1] < TARGET_CLI_OVERHEAD_MS
     detail = ", ".join(f"{key.split('_')[1]} {SHORT[k]} +{ms(v)}" for (key, k), v in over.items())
-    verdicts.append(f"- Whole CLI process under {TARGET_CLI_OVERHEAD_MS:.0f} ms over one plain push: "
-                    f"**{'met' if ok else 'not met'}** (worst: {worst[0][0].split('_')[1]} on {SHORT[worst[0][1]]} "
-                    f"+{ms(worst[1])} ms; all: {detail} ms).")
+    verdicts.append(
+        f"- Whole CLI process under {TARGET_CLI_OVERHEAD_MS:.0f} ms over one plain push: "
+        f"**{'met' if ok else 'not met'}** (worst: {worst[0][0].split('_')[1]} on {SHORT[worst[0][1]]} "
+        f"+{ms(worst[1])} ms; all: {detail} ms)."
+    )
 
     # ---- 4: scale
     w("## 4. Acquire with many active leases on the remote")
     w("")
-    w(f"Median in ms over {plan.scale_runs} runs per case ({plan.scale_runs_large} in the 10,000-lease cases), "
-      "after one warm-up round. The leases are valid gitlease leases (one path each, so 2 refs each: "
-      "`refs/leases/id/<id>` and `refs/leases/scope/pop/<n>`) written into the bare repository with one "
-      "`git fast-import` (their objects in one pack, the refs loose); the packed cases ran "
-      "`git pack-refs --all` on the bare repository, and the last case deleted leases back down to 1,000 there. "
-      "Before each case `status()` counted them (all valid and active, nothing else), and an `acquire` "
-      "overlapping one of them was refused with `HeldError` over git://; both are single runs from separate "
-      "client repositories, timed in the last two columns (the first of them fetches every lease object). "
-      "Each timed acquire takes a fresh disjoint scope from a client that never fetched the leases, and is "
-      "released again (timed too), so the count stays fixed.")
+    w(
+        f"Median in ms over {plan.scale_runs} runs per case ({plan.scale_runs_large} in the 10,000-lease cases), "
+        "after one warm-up round. The leases are valid gitlease leases (one path each, so 2 refs each: "
+        "`refs/leases/id/<id>` and `refs/leases/scope/pop/<n>`) written into the bare repository with one "
+        "`git fast-import` (their objects in one pack, the refs loose); the packed cases ran "
+        "`git pack-refs --all` on the bare repository, and the last case deleted leases back down to 1,000 there. "
+        "Before each case `status()` counted them (all valid and active, nothing else), and an `acquire` "
+        "overlapping one of them was refused with `HeldError` over git://; both are single runs from separate "
+        "client repositories, timed in the last two columns (the first of them fetches every lease object). "
+        "Each timed acquire takes a fresh disjoint scope from a client that never fetched the leases, and is "
+        "released again (timed too), so the count stays fixed."
+    )
     w("")
-    w("| active leases | refs on remote | transport | plain push | acquire | x push | release | "
-      "acquire x (10 leases) | `status()` (file://) | refused acquire (git://) |")
+    w(
+        "| active leases | refs on remote | transport | plain push | acquire | x push | release | "
+        "acquire x (10 leases) | `status()` (file://) | refused acquire (git://) |"
+    )
     w("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     base10 = {k: median(scale[0]["samples"][k]["acquire"]) for k in KINDS} if scale else {}
     for row in scale:
@@ -774,23 +905,35 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
             a, p = median(s["acquire"]), median(s["push"])
             storage = "packed" if row["packed"] else f"{row['loose']:,} loose"
             refs = f"{row['refs']:,} ({storage})"
-            w(f"| {row['leases']:,} | {refs} | {SHORT[k]} | {ms(p)} | {ms(a)} | {ratio(a / p)} | "
-              f"{ms(median(s['release']))} | {ratio(a / base10[k])} | "
-              f"{ms(row['status_ms']) if k == 'file' else ''} | {ms(row['held_ms']) if k == 'file' else ''} |")
+            w(
+                f"| {row['leases']:,} | {refs} | {SHORT[k]} | {ms(p)} | {ms(a)} | {ratio(a / p)} | "
+                f"{ms(median(s['release']))} | {ratio(a / base10[k])} | "
+                f"{ms(row['status_ms']) if k == 'file' else ''} | {ms(row['held_ms']) if k == 'file' else ''} |"
+            )
     w("")
-    w("Where a push's time goes as the refs grow: one plain push over file:// per case, traced with "
-      "`GIT_TRACE2_PERF` (one trace per git process; process wall times in ms, one run, so noisier than the "
-      "medians above). Every push receives the server's full ref advertisement, and `receive-pack` then checks "
-      "connectivity with `rev-list --not --all`, which reads every ref again, and (because the pushed objects "
-      "sit in a quarantine whose alternate is the repository) once more through `for-each-ref`. An acquire is "
-      "one such push, so it pays the same.")
+    w(
+        "Where a push's time goes as the refs grow: one plain push over file:// per case, traced with "
+        "`GIT_TRACE2_PERF` (one trace per git process; process wall times in ms, one run, so noisier than the "
+        "medians above). Every push receives the server's full ref advertisement, and `receive-pack` then checks "
+        "connectivity with `rev-list --not --all`, which reads every ref again, and (because the pushed objects "
+        "sit in a quarantine whose alternate is the repository) once more through `for-each-ref`. An acquire is "
+        "one such push, so it pays the same."
+    )
     w("")
-    w("| git process (ms) | " + " | ".join(f"{row['leases']:,} leases, {row['refs']:,} {'packed' if row['packed'] else 'loose'} refs"
-                                   for row in scale) + " |")
+    w(
+        "| git process (ms) | "
+        + " | ".join(
+            f"{row['leases']:,} leases, {row['refs']:,} {'packed' if row['packed'] else 'loose'} refs" for row in scale
+        )
+        + " |"
+    )
     w("| --- | " + " | ".join("---:" for _ in scale) + " |")
     for key, label in ANATOMY:
-        w(f"| {label} | " + " | ".join(ms(row["anatomy"][key]) if key in row["anatomy"] else "-"
-                                     for row in scale) + " |")
+        w(
+            f"| {label} | "
+            + " | ".join(ms(row["anatomy"][key]) if key in row["anatomy"] else "-" for row in scale)
+            + " |"
+        )
     w("")
 
     def scale_ratio(n, packed):
@@ -798,34 +941,47 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         if not found:
             return None
         return {k: median(found[0]["samples"][k]["acquire"]) / base10[k] for k in KINDS}
+
     def push_scale_ratio(n, packed):
         found = [row for row in scale if row["leases"] == n and row["packed"] == packed]
         base = [row for row in scale if row["leases"] == 10]
         if not found or not base:
             return None
         return {k: median(found[0]["samples"][k]["push"]) / median(base[0]["samples"][k]["push"]) for k in KINDS}
+
     rat = scale_ratio(1000, False)
     if rat:
         ok = all(r <= TARGET_SCALE_RATIO for r in rat.values())
         packed = scale_ratio(1000, True)
-        extra = (f"; with the remote's refs packed: file:// {ratio(packed['file'])}, git:// "
-                 f"{ratio(packed['daemon'])}" if packed else "")
+        extra = (
+            f"; with the remote's refs packed: file:// {ratio(packed['file'])}, git:// {ratio(packed['daemon'])}"
+            if packed
+            else ""
+        )
         floor = push_scale_ratio(1000, False)
         floor_p = push_scale_ratio(1000, True)
-        floor_txt = (f" The floor is git's own: the plain push of one new ref, in the same run, slows by file:// "
-                     f"{ratio(floor['file'])}, git:// {ratio(floor['daemon'])} (packed: file:// "
-                     f"{ratio(floor_p['file'])}, git:// {ratio(floor_p['daemon'])}) from 10 to 1,000 leases, "
-                     "because `receive-pack` advertises and then reads every ref for its connectivity check "
-                     "(the trace below); no client can push below it." if floor and floor_p else "")
-        verdicts.append(f"- Acquire with 1,000 active leases (loose refs) within {TARGET_SCALE_RATIO}x of acquire "
-                        f"with 10: **{'met' if ok else 'not met'}** (file:// {ratio(rat['file'])}, "
-                        f"git:// {ratio(rat['daemon'])}{extra}).{floor_txt}")
+        floor_txt = (
+            f" The floor is git's own: the plain push of one new ref, in the same run, slows by file:// "
+            f"{ratio(floor['file'])}, git:// {ratio(floor['daemon'])} (packed: file:// "
+            f"{ratio(floor_p['file'])}, git:// {ratio(floor_p['daemon'])}) from 10 to 1,000 leases, "
+            "because `receive-pack` advertises and then reads every ref for its connectivity check "
+            "(the trace below); no client can push below it."
+            if floor and floor_p
+            else ""
+        )
+        verdicts.append(
+            f"- Acquire with 1,000 active leases (loose refs) within {TARGET_SCALE_RATIO}x of acquire "
+            f"with 10: **{'met' if ok else 'not met'}** (file:// {ratio(rat['file'])}, "
+            f"git:// {ratio(rat['daemon'])}{extra}).{floor_txt}"
+        )
 
     # ---- 5: start-up
     w("## 5. CLI start-up")
     w("")
-    w(f"Process wall time in ms, median and p90 over {plan.startup_runs} runs each (run from the client "
-      "repository, after two warm-up runs).")
+    w(
+        f"Process wall time in ms, median and p90 over {plan.startup_runs} runs each (run from the client "
+        "repository, after two warm-up runs)."
+    )
     w("")
     w("| process | median | p90 | x `git --version` |")
     w("| --- | ---: | ---: | ---: |")
@@ -834,13 +990,16 @@ def build_report(info: dict, plan: Plan, quick: bool, ops: dict, scale: list[dic
         w(f"| `{shown} | {ms(median(xs))} | {ms(p90(xs))} | {ratio(median(xs) / t_git)} |")
     w("")
     imp = start["import_mid"]
-    w(f"`python -X importtime -c \"import gitlease.cli.core\"` (the median of {plan.importtime_runs} runs by the "
-      f"figure in bold; importtime's own bookkeeping inflates every figure a little): "
-      f"**{ms(imp['cli'])} ms of imports for `import gitlease.cli.core`**, on top of {ms(imp['startup'])} ms that the "
-      f"interpreter's own start-up imports (`site` and the venv's `.pth` files; of it {ms(imp['editable'])} ms is "
-      f"an editable-install finder, none in a regular install). "
-      "Heaviest imports under `import gitlease.cli.core` (cumulative ms): "
-      + ", ".join(f"`{n}` {ms(t)}" for n, t in imp["heavy"]) + ".")
+    w(
+        f'`python -X importtime -c "import gitlease.cli.core"` (the median of {plan.importtime_runs} runs by the '
+        f"figure in bold; importtime's own bookkeeping inflates every figure a little): "
+        f"**{ms(imp['cli'])} ms of imports for `import gitlease.cli.core`**, on top of {ms(imp['startup'])} ms that the "
+        f"interpreter's own start-up imports (`site` and the venv's `.pth` files; of it {ms(imp['editable'])} ms is "
+        f"an editable-install finder, none in a regular install). "
+        "Heaviest imports under `import gitlease.cli.core` (cumulative ms): "
+        + ", ".join(f"`{n}` {ms(t)}" for n, t in imp["heavy"])
+        + "."
+    )
     w("")
 
     body = "\n".join(L)
@@ -897,8 +1056,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer runs, no 10,000-lease case")
     ap.add_argument("--write", metavar="FILE", help="write the report (markdown) to FILE")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    ap.add_argument("--editable", action="store_true",
-                    help="measure the CLI of the development venv (pip install -e) instead of a regular install")
+    ap.add_argument(
+        "--editable",
+        action="store_true",
+        help="measure the CLI of the development venv (pip install -e) instead of a regular install",
+    )
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
 
@@ -914,6 +1076,7 @@ def main(argv=None) -> int:
             daemon.stop()
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
     atexit.register(cleanup)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -945,6 +1108,7 @@ def main(argv=None) -> int:
         start = part_startup(clients["file"].path, tmp / "bin" / "git-benchnoop", plan, log)
         log("part 6: signing")
         import signing  # bench/signing.py: sign + verify per operation, start-up cost of a key
+
         signing_section = signing.run(tmp, args.quick, log)
         elapsed = time.monotonic() - started
         info["load_end"] = "%.2f" % os.getloadavg()[0]

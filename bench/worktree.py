@@ -15,6 +15,7 @@ a real workspace of that shape. Each round, interleaved so load drift hits every
 Clean-up between rounds is not timed. Prints a Markdown table (median, p90, ratio to the baseline median).
 Standard library and gitlease only; runs under a temporary HOME.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ def build_repo(base: str, trace: str, kb: int) -> str:
             paths.update(json.loads(line)["paths"])
     repo = os.path.join(base, "tokio")
     git(base, "init", "-q", repo)
-    line = "fn main() { println!(\"lease first, then a clean worktree\"); }\n"
+    line = 'fn main() { println!("lease first, then a clean worktree"); }\n'
     body = (line * (kb * 1024 // len(line) + 1))[: kb * 1024]
     n = 0
     for p in sorted(paths):
@@ -75,8 +76,10 @@ def main() -> int:
     home = os.path.join(tmp, "home")
     os.makedirs(home)
     with open(os.path.join(home, ".gitconfig"), "w") as fh:
-        fh.write("[user]\n\tname = bench\n\temail = bench@example.invalid\n[init]\n\tdefaultBranch = main\n"
-                 "[gc]\n\tauto = 0\n")
+        fh.write(
+            "[user]\n\tname = bench\n\temail = bench@example.invalid\n[init]\n\tdefaultBranch = main\n"
+            "[gc]\n\tauto = 0\n"
+        )
     os.environ.update(HOME=home, GIT_CONFIG_GLOBAL=os.path.join(home, ".gitconfig"), GIT_CONFIG_NOSYSTEM="1")
     try:
         from gitlease.core.clock import SYSTEM
@@ -90,11 +93,16 @@ def main() -> int:
 
         def mgr(where=repo):
             r = Repo.discover(where)
-            return WorktreeManager(LeaseService(r, resolve(r.config, env={}, agent="bench", task="bench"),
-                                                clock=SYSTEM))
+            return WorktreeManager(
+                LeaseService(r, resolve(r.config, env={}, agent="bench", task="bench"), clock=SYSTEM)
+            )
 
-        cols = {"git worktree add": [], "lease + fresh worktree (library)": [],
-                "lease + pooled worktree (library)": [], "git lease acquire --worktree (CLI)": []}
+        cols = {
+            "git worktree add": [],
+            "lease + fresh worktree (library)": [],
+            "lease + pooled worktree (library)": [],
+            "git lease acquire --worktree (CLI)": [],
+        }
         env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
         for i in range(a.rounds):
             path = os.path.join(tmp, "plain", f"w{i}")
@@ -119,8 +127,13 @@ def main() -> int:
             m.prune(remove=True)
 
             t = time.perf_counter()
-            res = subprocess.run(["git", "lease", "acquire", "--scope", f"cli/{i}", "--worktree", "--json"],
-                                 cwd=repo, env=env, capture_output=True, text=True)
+            res = subprocess.run(
+                ["git", "lease", "acquire", "--scope", f"cli/{i}", "--worktree", "--json"],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             cols["git lease acquire --worktree (CLI)"].append(time.perf_counter() - t)
             doc = json.loads(res.stdout)["result"]
             mgr(doc["worktree"]["path"]).svc.release(doc["leaseId"])
@@ -128,9 +141,11 @@ def main() -> int:
 
         base = stats(cols["git worktree add"])[0]
         version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.split()[-1]
-        print(f"Repository: {nfiles} files of {a.files_kb} KiB (paths of {os.path.basename(a.trace)}), "
-              f"{a.rounds} rounds, git {version}, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.1f}\n")
+        print(
+            f"Repository: {nfiles} files of {a.files_kb} KiB (paths of {os.path.basename(a.trace)}), "
+            f"{a.rounds} rounds, git {version}, {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.1f}\n"
+        )
         print("| operation | median | p90 | median / git worktree add |")
         print("| --- | --- | --- | --- |")
         for name, xs in cols.items():

@@ -14,27 +14,28 @@ Or held for a block, renewed in a background thread, released at the end::
     with gitlease.hold(".", scope=["services/billing"], ttl=300, wait=600) as lease:
         lease.check()   # raises LeaseLost once the lease is lost: stop writing
 """
+
 from __future__ import annotations
 
-from gitlease.core.errors import (GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, RemoteUnavailable,
-                     ScopeError, ScopeViolation)
+from gitlease.core.errors import (
+    GitLeaseError,
+    HeldError,
+    InvalidRecord,
+    LeaseLost,
+    NotHeld,
+    RemoteUnavailable,
+    ScopeError,
+    ScopeViolation,
+)
 
 __version__ = "0.1.0"
 
 
 def open_service(path: str = ".", *, remote: str | None = None, clock=None, signer=None, **flags):
     """A LeaseService for the repository at ``path`` with settings resolved as the CLI does."""
-    from gitlease.core.clock import SYSTEM
-    from gitlease.core.config import resolve
-    from gitlease.core.repo import Repo
-    from gitlease.service.leases import LeaseService
-    from gitlease.identity.signer import UNSIGNED, load_signer
+    from gitlease.service.factory import open_service as _open
 
-    repo = Repo.discover(path)
-    settings = resolve(repo.config, remote=remote, **flags)
-    if signer is None:
-        signer = load_signer(settings.signing_key) if settings.signing_key else UNSIGNED
-    return LeaseService(repo, settings, clock=clock or SYSTEM, signer=signer)
+    return _open(path, remote=remote, clock=clock, signer=signer, **flags)
 
 
 def hold(repo: str = ".", scope=(), **options):
@@ -44,5 +45,16 @@ def hold(repo: str = ".", scope=(), **options):
     return _hold(repo, scope, **options)
 
 
-__all__ = ["open_service", "hold", "GitLeaseError", "HeldError", "InvalidRecord", "LeaseLost", "NotHeld",
-           "RemoteUnavailable", "ScopeError", "ScopeViolation", "__version__"]
+__all__ = [
+    "open_service",
+    "hold",
+    "GitLeaseError",
+    "HeldError",
+    "InvalidRecord",
+    "LeaseLost",
+    "NotHeld",
+    "RemoteUnavailable",
+    "ScopeError",
+    "ScopeViolation",
+    "__version__",
+]

@@ -3,6 +3,7 @@ scopes, who got what and who was refused; then everything is cleaned up.
 
 It drives the real ``git lease`` executable through real git, as an agent would.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,9 +47,11 @@ def main() -> int:
             _git(path, "config", "lease.remote", "origin")
             agents[name] = path
 
-        plan = [("agent-1", "job_1", ["services/billing", "libs/tax"]),
-                ("agent-2", "job_2", ["services"]),          # overlaps agent-1: refused
-                ("agent-3", "job_3", ["services/tax"])]      # disjoint from agent-1: granted at once
+        plan = [
+            ("agent-1", "job_1", ["services/billing", "libs/tax"]),
+            ("agent-2", "job_2", ["services"]),  # overlaps agent-1: refused
+            ("agent-3", "job_3", ["services/tax"]),
+        ]  # disjoint from agent-1: granted at once
         held = {}
         for name, task, scopes in plan:
             args = ["acquire", "--agent", name, "--task", task]
@@ -70,8 +73,7 @@ def main() -> int:
             print(f"$ git lease release {lease}    # in {name}")
             print(_lease(agents[name], "release", lease)[1])
         print("\n$ git lease acquire --agent agent-2 --task job_2 --scope services    # in agent-2, again")
-        code, out = _lease(agents["agent-2"], "acquire", "--agent", "agent-2", "--task", "job_2", "--scope",
-                           "services")
+        code, out = _lease(agents["agent-2"], "acquire", "--agent", "agent-2", "--task", "job_2", "--scope", "services")
         print(out + f"\n(exit {code})")
         if code == 0:
             _lease(agents["agent-2"], "release", out.splitlines()[0].split(": ", 1)[1])

@@ -25,6 +25,7 @@ Properties checked (docs/reliability.md):
       Signatures are checked in-process with ``gitlease.identity.sshsig.verify``; a random sample of lease versions is
       checked again, independently, with ``ssh-keygen -Y verify`` (OpenSSH's own code).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,9 @@ if str(ROOT) not in sys.path:
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
-from gitlease.identity import sshsig
 from gitlease.core.errors import InvalidRecord  # noqa: E402
 from gitlease.core.store import ID_PREFIX, SCOPE_REF  # noqa: E402
+from gitlease.identity import sshsig
 
 from .serverlog import Txn, is_zero  # noqa: E402
 
@@ -103,8 +104,9 @@ class Objects:
         if not todo:
             return
         lines = "".join(f"{o}\n{o}:{blob}\n{o}:{sig}\n" for o in todo).encode()
-        out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.bare, input=lines, capture_output=True,
-                             check=True).stdout
+        out = subprocess.run(
+            ["git", "cat-file", "--batch"], cwd=self.bare, input=lines, capture_output=True, check=True
+        ).stdout
         pos = 0
         for o in todo:
             parents, pos = self._commit(out, pos)
@@ -119,7 +121,7 @@ class Objects:
         if head[-1] == b"missing" or len(head) < 3:
             return None, end + 1
         size = int(head[2])
-        body = out[end + 1:end + 1 + size]
+        body = out[end + 1 : end + 1 + size]
         return body, end + 1 + size + 1
 
     def _commit(self, out: bytes, pos: int) -> tuple[tuple[str, ...], int]:
@@ -173,7 +175,7 @@ def read_trust(bare: Path) -> dict[str, tuple[set[str], str]] | None:
         words = line.split()
         if len(words) < 4 or line.startswith("#") or not words[1].startswith('namespaces="'):
             continue
-        namespaces = set(words[1][len('namespaces="'):].rstrip('"').split(","))
+        namespaces = set(words[1][len('namespaces="') :].rstrip('"').split(","))
         for principal in words[0].split(","):
             trust[principal] = (namespaces, f"{words[2]} {words[3]}")
     return trust
@@ -232,30 +234,60 @@ class Signatures:
         problems = []
         with tempfile.TemporaryDirectory(prefix="soak-verify-") as tmp:
             allowed = Path(tmp) / "allowed_signers"
-            allowed.write_bytes(subprocess.run(["git", "show", f"HEAD:{TRUST_FILE}"], cwd=self.bare,
-                                               capture_output=True, check=True).stdout)
+            allowed.write_bytes(
+                subprocess.run(
+                    ["git", "show", f"HEAD:{TRUST_FILE}"], cwd=self.bare, capture_output=True, check=True
+                ).stdout
+            )
             sigfile = Path(tmp) / "lease.sig"
             for oid, principal in picks:
                 sigfile.write_bytes(self.objs.signature(oid) or b"")
-                res = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", principal,
-                                      "-n", "gitlease", "-s", str(sigfile)], input=self.objs.data(oid),
-                                     capture_output=True)
+                res = subprocess.run(
+                    [
+                        "ssh-keygen",
+                        "-Y",
+                        "verify",
+                        "-f",
+                        str(allowed),
+                        "-I",
+                        principal,
+                        "-n",
+                        "gitlease",
+                        "-s",
+                        str(sigfile),
+                    ],
+                    input=self.objs.data(oid),
+                    capture_output=True,
+                )
                 if res.returncode != 0:
-                    problems.append(f"ssh-keygen -Y verify refuses version {oid[:10]} of {principal}: "
-                                    f"{res.stderr.decode(errors='replace').strip()[:120]}")
+                    problems.append(
+                        f"ssh-keygen -Y verify refuses version {oid[:10]} of {principal}: "
+                        f"{res.stderr.decode(errors='replace').strip()[:120]}"
+                    )
         return len(picks) - len(problems), problems
 
 
 def changed_paths(bare: Path, old: str, new: str) -> list[str]:
-    argv = ["git", "diff", "--name-only", "--no-renames", "-z", old, new] if not is_zero(old) else \
-        ["git", "ls-tree", "-r", "--name-only", "-z", new]
+    argv = (
+        ["git", "diff", "--name-only", "--no-renames", "-z", old, new]
+        if not is_zero(old)
+        else ["git", "ls-tree", "-r", "--name-only", "-z", new]
+    )
     out = subprocess.run(argv, cwd=bare, capture_output=True, check=True).stdout.decode("utf-8", "replace")
     return [p for p in out.split("\0") if p]
 
 
-def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set[str] = frozenset(),
-          final_refs: dict[str, str] | None = None, signed: bool = False, ssh_keygen_sample: int = 0,
-          seed: int | None = None) -> Report:
+def check(
+    bare: Path,
+    txns: list[Txn],
+    *,
+    tolerance: float,
+    release_intents: set[str] = frozenset(),
+    final_refs: dict[str, str] | None = None,
+    signed: bool = False,
+    ssh_keygen_sample: int = 0,
+    seed: int | None = None,
+) -> Report:
     """Replay ``txns`` (the server's committed transactions, in order) and report anomalies.
 
     ``tolerance``: seconds of disagreement allowed between the server's clock and the times in the records
@@ -270,10 +302,18 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
     bad = rep.anomalies.append
     objs = Objects(bare)
     every = [u for t in txns for u in (t.prepared or t.updates)]
-    objs.load({new for _, new, ref in every if not is_zero(new) and ref.startswith("refs/leases/")
-               and not ref.startswith(AUDIT_PREFIXES)})
-    objs.load({new for _, new, ref in every if not is_zero(new) and ref.startswith(AUDIT_PREFIXES)},
-              blob="entry.json", sig="entry.sig")
+    objs.load(
+        {
+            new
+            for _, new, ref in every
+            if not is_zero(new) and ref.startswith("refs/leases/") and not ref.startswith(AUDIT_PREFIXES)
+        }
+    )
+    objs.load(
+        {new for _, new, ref in every if not is_zero(new) and ref.startswith(AUDIT_PREFIXES)},
+        blob="entry.json",
+        sig="entry.sig",
+    )
     sigs = Signatures(bare, objs, read_trust(bare)) if signed else None
     state: dict[str, str] = {}
     leases: dict[str, Lease] = {}  # every lease seen, by id
@@ -296,8 +336,13 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
             problems.append("parent is not the previous version")
         if rec.version != prev.version + 1:
             problems.append(f"version {rec.version} after {prev.version}")
-        if (rec.lease_id, rec.paths, rec.acquired_at, rec.owner.key, rec.owner.agent_id) != \
-                (prev.lease_id, prev.paths, prev.acquired_at, prev.owner.key, prev.owner.agent_id):
+        if (rec.lease_id, rec.paths, rec.acquired_at, rec.owner.key, rec.owner.agent_id) != (
+            prev.lease_id,
+            prev.paths,
+            prev.acquired_at,
+            prev.owner.key,
+            prev.owner.agent_id,
+        ):
             problems.append("lease, scope, acquiredAt or owner changed")
         if t.time > prev.expires + tolerance:
             problems.append(f"renewed {t.time - prev.expires:.1f}s after expiry")
@@ -324,8 +369,9 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                         bad(f"txn {t.seq}: {ref} at {n[:10]}: {problem}")
         audited = bool(entries)
         early_ok = {e.get("leaseId") for e in entries if e.get("rule") in EARLY_RULES}
-        lease_ups = [(o, n, r) for o, n, r in ups if r.startswith(ID_PREFIX) or r == SCOPE_REF
-                     or r.startswith(SCOPE_REF + "/")]
+        lease_ups = [
+            (o, n, r) for o, n, r in ups if r.startswith(ID_PREFIX) or r == SCOPE_REF or r.startswith(SCOPE_REF + "/")
+        ]
         branches = [(o, n, r) for o, n, r in ups if r.startswith("refs/heads/")]
         for old, new, ref in lease_ups:  # P1
             if not ref.startswith(ID_PREFIX) and not is_zero(old) and not is_zero(new):
@@ -369,8 +415,10 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                 rep.releases += 1
             else:
                 lease.how = "unexplained"
-                bad(f"txn {t.seq}: {lid} deleted ({lease.expires - t.time:.1f}s before its expiry) with neither "
-                    f"a release by its holder nor an audit entry: an unaudited reclaim")
+                bad(
+                    f"txn {t.seq}: {lid} deleted ({lease.expires - t.time:.1f}s before its expiry) with neither "
+                    f"a release by its holder nor an audit entry: an unaudited reclaim"
+                )
             gone.append(lease)
 
         # ---- grants (whole, or half-landed)
@@ -403,17 +451,25 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
             for other in {id(x): x for x in owner_of.values()}.values():  # P4, from the scope refs on the server
                 theirs = [path_of(r) for r in other.present if not r.startswith(ID_PREFIX)]
                 if scopes.sets_overlap(theirs, new_paths):
-                    bad(f"txn {t.seq}: {lid} ({' '.join(rec.paths)}) granted while {other.lease_id} "
-                        f"({' '.join(theirs)}) still holds scope refs")
+                    bad(
+                        f"txn {t.seq}: {lid} ({' '.join(rec.paths)}) granted while {other.lease_id} "
+                        f"({' '.join(theirs)}) still holds scope refs"
+                    )
             if complete:
                 for prev in gone:  # P5
-                    if scopes.sets_overlap(prev.paths, rec.paths) and prev.how != "released" \
-                            and prev.expires > t.time + tolerance:
-                        bad(f"txn {t.seq}: {lid} granted {prev.expires - t.time:.1f}s before the expiry of "
-                            f"{prev.lease_id}, which was {prev.how or 'removed'} (not released by its holder)")
+                    if (
+                        scopes.sets_overlap(prev.paths, rec.paths)
+                        and prev.how != "released"
+                        and prev.expires > t.time + tolerance
+                    ):
+                        bad(
+                            f"txn {t.seq}: {lid} granted {prev.expires - t.time:.1f}s before the expiry of "
+                            f"{prev.lease_id}, which was {prev.how or 'removed'} (not released by its holder)"
+                        )
                 rep.leases += 1
-            lease = Lease(lid, grant, rec.paths, rec.owner.key, t.time, [(grant, rec)], complete=complete,
-                          present=set(refs))
+            lease = Lease(
+                lid, grant, rec.paths, rec.owner.key, t.time, [(grant, rec)], complete=complete, present=set(refs)
+            )
             leases[lid] = lease
             for r in refs:
                 owner_of[r] = lease
@@ -424,14 +480,14 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
         for old, new, ref in [u for u in (t.prepared or ups) if u[2].startswith(ID_PREFIX)]:
             if is_zero(old) or is_zero(new):
                 continue
-            lease = leases.get(ref[len(ID_PREFIX):])
+            lease = leases.get(ref[len(ID_PREFIX) :])
             problems, rec = proper_renewal(lease, old, new, t)
             if ref not in landed:  # locked and compare-and-swap checked, then the server died: a fence all the same
                 if not problems:
                     renewed.append(lease)
                 continue
             for p in problems:
-                bad(f"txn {t.seq}: renewal of {ref[len(ID_PREFIX):]} to {new[:10]}: {p}")
+                bad(f"txn {t.seq}: renewal of {ref[len(ID_PREFIX) :]} to {new[:10]}: {p}")
             if lease is not None and rec is not None:
                 lease.versions.append((new, rec))
                 if not problems:
@@ -442,14 +498,18 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
             if is_zero(new):
                 continue
             if not renewed:
-                bad(f"txn {t.seq}: {ref} updated without a proper renewal of a live lease in the same "
-                    f"transaction (unfenced)")
+                bad(
+                    f"txn {t.seq}: {ref} updated without a proper renewal of a live lease in the same "
+                    f"transaction (unfenced)"
+                )
                 continue
             covered = [p for lease in renewed for p in lease.paths]
             outside = [p for p in changed_paths(bare, old, new) if not scopes.covers(covered, p)]
             if outside:
-                bad(f"txn {t.seq}: {ref} changed {outside[:3]} outside the scope of "
-                    f"{', '.join(lease.lease_id for lease in renewed)}")
+                bad(
+                    f"txn {t.seq}: {ref} changed {outside[:3]} outside the scope of "
+                    f"{', '.join(lease.lease_id for lease in renewed)}"
+                )
             else:
                 rep.fenced_updates += 1
         for old, new, ref in ups:
@@ -457,8 +517,11 @@ def check(bare: Path, txns: list[Txn], *, tolerance: float, release_intents: set
                 state.pop(ref, None)
             else:
                 state[ref] = new
-    leftover = sorted(r for r in (final_refs if final_refs is not None else state)
-                      if r.startswith("refs/leases/") and not r.startswith(AUDIT_PREFIXES))
+    leftover = sorted(
+        r
+        for r in (final_refs if final_refs is not None else state)
+        if r.startswith("refs/leases/") and not r.startswith(AUDIT_PREFIXES)
+    )
     if leftover:  # P7
         bad(f"{len(leftover)} lease refs left on the server at the end: {leftover[:3]}")
     if sigs is not None:
@@ -474,7 +537,7 @@ def id_ref_of(lease_id: str) -> str:
 
 
 def path_of(ref: str) -> str:
-    suffix = ref[len(SCOPE_REF) + 1:] if ref.startswith(SCOPE_REF + "/") else ""
+    suffix = ref[len(SCOPE_REF) + 1 :] if ref.startswith(SCOPE_REF + "/") else ""
     return scopes.from_ref_suffix(suffix) if suffix else "."  # the scope ref itself: the whole repository
 
 

@@ -5,6 +5,7 @@ exists), until ``D/stop`` exists. Every fault is a line in ``D/faults.jsonl``.
 
     python -m soak.inject --dir D --seed 7 --ttl 4 --bares B1,B2 [--kinds kill,stop,server,hang]
 """
+
 from __future__ import annotations
 
 import argparse

@@ -11,6 +11,7 @@ the run; the checker verifies every lease version against it. ``--unsigned``: no
 Exit 0 when the checker found no anomaly (with a negative control, ``--mode force|unfenced|outside|untrusted``,
 exit 0 when it did).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,6 +34,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from servers import GitDaemon, SmartHTTPServer, make_bare  # noqa: E402
 
 from . import checker, serverlog  # noqa: E402
+
 
 def _traces() -> Path:
     """``../shared/traces`` of the checkout (for a worktree under /work/wt/<name>, the one two levels up)."""
@@ -99,14 +101,20 @@ class Soak:
         lines = []
         for name in [f"w{i}" for i in range(self.args.workers)] + ["soak-admin"]:
             path = folder / name
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)],
+                check=True,
+                capture_output=True,
+            )
             self.keys[name] = path
             pub = " ".join(path.with_suffix(".pub").read_text().split()[:2])
             if self.args.mode == "untrusted":  # the control: the trust file lists other keys than the workers'
                 other = folder / f"{name}.untrusted"
-                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(other)],
-                               check=True, capture_output=True)
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(other)],
+                    check=True,
+                    capture_output=True,
+                )
                 pub = " ".join(Path(f"{other}.pub").read_text().split()[:2])
             if name == "soak-admin":
                 sweepers = ",".join(["sweeper"] + [f"sweeper-{k}" for k in self.args.kinds])
@@ -154,33 +162,63 @@ class Soak:
         if not repo.exists():
             repo.mkdir(parents=True)
             git("init", "-q", str(repo))
-        argv = [sys.executable, "-m", "soak.worker", "--dir", str(self.state), "--repo", str(repo),
-                "--url", self.urls[kind], "--name", name, "--seed", str(self.rng.randrange(1 << 30)),
-                "--ttl", str(self.args.ttl), "--skew", str(self.args.skew), "--offset", f"{offset:.3f}",
-                "--timeout", str(self.args.timeout), "--mode", mode or WORKER_MODE.get(self.args.mode, self.args.mode),
-                "--paths", str(self.tmp / "paths.json")]
+        argv = [
+            sys.executable,
+            "-m",
+            "soak.worker",
+            "--dir",
+            str(self.state),
+            "--repo",
+            str(repo),
+            "--url",
+            self.urls[kind],
+            "--name",
+            name,
+            "--seed",
+            str(self.rng.randrange(1 << 30)),
+            "--ttl",
+            str(self.args.ttl),
+            "--skew",
+            str(self.args.skew),
+            "--offset",
+            f"{offset:.3f}",
+            "--timeout",
+            str(self.args.timeout),
+            "--mode",
+            mode or WORKER_MODE.get(self.args.mode, self.args.mode),
+            "--paths",
+            str(self.tmp / "paths.json"),
+        ]
         key = self.key_for(name)
         if key is not None:
             argv += ["--key", str(key)]
-        self.procs[name] = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                                            stderr=open(self.state / f"{name}.stderr", "ab"))
+        self.procs[name] = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.state / f"{name}.stderr", "ab"),
+        )
 
     # --------------------------------------------------------------------- run
     def run(self) -> dict:
         a = self.args
         started = time.monotonic()
         tasks = task_paths()
-        self.task_source = (f"{len(tasks)} tasks from {', '.join(sorted(f.name for f in TRACES.glob('*.jsonl')))}"
-                            if TRACES.is_dir() and list(TRACES.glob("*.jsonl")) else
-                            f"{len(tasks)} synthetic tasks (no traces in {TRACES})")
+        self.task_source = (
+            f"{len(tasks)} tasks from {', '.join(sorted(f.name for f in TRACES.glob('*.jsonl')))}"
+            if TRACES.is_dir() and list(TRACES.glob("*.jsonl"))
+            else f"{len(tasks)} synthetic tasks (no traces in {TRACES})"
+        )
         (self.tmp / "paths.json").write_text(json.dumps(tasks))
         if a.signed:
             self.make_keys()
         for kind in a.kinds:
             self.remote(kind)
         # some workers run with a wrong clock, within half the skew margin either way
-        offsets = {f"w{i}": (self.rng.uniform(-a.skew / 2, a.skew / 2) if i % 3 == 2 else 0.0)
-                   for i in range(a.workers)}
+        offsets = {
+            f"w{i}": (self.rng.uniform(-a.skew / 2, a.skew / 2) if i % 3 == 2 else 0.0) for i in range(a.workers)
+        }
         kinds = {f"w{i}": a.kinds[i % len(a.kinds)] for i in range(a.workers)}
         for name in offsets:
             self.spawn(name, kinds[name], offsets[name])
@@ -189,26 +227,42 @@ class Soak:
                 self.spawn(f"sweeper-{kind}", kind, 0.0, mode="sweep")
         inject = None
         if a.faults:
-            inject = subprocess.Popen([sys.executable, "-m", "soak.inject", "--dir", str(self.state), "--seed",
-                                       str(a.seed), "--ttl", str(a.ttl), "--every", str(a.fault_every),
-                                       "--bares", ",".join(str(b) for b in self.bares.values())], cwd=ROOT)
+            inject = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "soak.inject",
+                    "--dir",
+                    str(self.state),
+                    "--seed",
+                    str(a.seed),
+                    "--ttl",
+                    str(a.ttl),
+                    "--every",
+                    str(a.fault_every),
+                    "--bares",
+                    ",".join(str(b) for b in self.bares.values()),
+                ],
+                cwd=ROOT,
+            )
         deadline = time.monotonic() + a.duration
         next_lock_scan = 0.0
         while time.monotonic() < deadline:
             for name, proc in list(self.procs.items()):
                 if proc.poll() is not None and name.startswith("sweeper-"):
-                    self.crashes.append(f"{name} exited with {proc.returncode}: "
-                                        f"{_tail(self.state / f'{name}.stderr')}")
+                    self.crashes.append(f"{name} exited with {proc.returncode}: {_tail(self.state / f'{name}.stderr')}")
                     self.spawn(name, name.split("-", 1)[1], 0.0, mode="sweep")
                 elif proc.poll() is not None:
                     if proc.returncode != -signal.SIGKILL:
-                        self.crashes.append(f"{name} exited with {proc.returncode}: "
-                                            f"{_tail(self.state / f'{name}.stderr')}")
+                        self.crashes.append(
+                            f"{name} exited with {proc.returncode}: {_tail(self.state / f'{name}.stderr')}"
+                        )
                     self.restarts["worker"] += 1
                     self.spawn(name, kinds[name], offsets[name])
             if "file" in self.bares and time.monotonic() >= next_lock_scan:
                 self.restarts["stale ref locks removed (file remote)"] += remove_stale_locks(
-                    self.bares["file"], older_than=STALE_LOCK_AGE)
+                    self.bares["file"], older_than=STALE_LOCK_AGE
+                )
                 next_lock_scan = time.monotonic() + 2
             for kind, server in self.servers.items():
                 if not server.running:
@@ -227,7 +281,8 @@ class Soak:
                 pass
         if "file" in self.bares:
             self.restarts["stale ref locks removed (file remote)"] += remove_stale_locks(
-                self.bares["file"], older_than=STALE_LOCK_AGE)
+                self.bares["file"], older_than=STALE_LOCK_AGE
+            )
         for kind, server in self.servers.items():  # the workers' last releases need their servers
             if not server.running:
                 server.restart()
@@ -246,9 +301,12 @@ class Soak:
             time.sleep(a.ttl + a.skew + a.tolerance + 1)
             for kind in a.kinds:  # nothing pushes any more: a ref lock still there is stale
                 self.restarts["stale ref locks removed (at the end)"] += remove_stale_locks(
-                    self.bares[kind], older_than=STALE_LOCK_AGE)
-            self.swept = {kind: sweep(self.tmp, kind, self.urls[kind], a, self.key_for("sweeper"),
-                                      crashed_refs(self.bares[kind])) for kind in a.kinds}
+                    self.bares[kind], older_than=STALE_LOCK_AGE
+                )
+            self.swept = {
+                kind: sweep(self.tmp, kind, self.urls[kind], a, self.key_for("sweeper"), crashed_refs(self.bares[kind]))
+                for kind in a.kinds
+            }
         for server in self.servers.values():
             server.stop()
         return self.report(time.monotonic() - started)
@@ -258,12 +316,21 @@ class Soak:
         intents = checker.read_intents(self.state)
         results = {}
         for kind, bare in self.bares.items():
-            final = dict(line.split(" ", 1)[::-1] for line in
-                         git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).splitlines())
+            final = dict(
+                line.split(" ", 1)[::-1]
+                for line in git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).splitlines()
+            )
             txns = serverlog.settle(serverlog.read(bare), final)
-            rep = checker.check(bare, txns, tolerance=a.tolerance, release_intents=intents,
-                                final_refs=final if a.mode == "safe" else {}, signed=a.signed,
-                                ssh_keygen_sample=a.ssh_keygen_sample, seed=a.seed)
+            rep = checker.check(
+                bare,
+                txns,
+                tolerance=a.tolerance,
+                release_intents=intents,
+                final_refs=final if a.mode == "safe" else {},
+                signed=a.signed,
+                ssh_keygen_sample=a.ssh_keygen_sample,
+                seed=a.seed,
+            )
             results[kind] = rep.to_json()
             locks = sorted(str(p.relative_to(bare)) for p in bare.rglob("*.lock"))
             if locks:
@@ -279,16 +346,29 @@ class Soak:
         if fpath.exists():
             for line in fpath.read_text().splitlines():
                 faults[json.loads(line)["kind"]] += 1
-        return {"seconds": round(seconds, 1), "workers": a.workers, "kinds": a.kinds, "mode": a.mode,
-                "signed": a.signed, "tasks": self.task_source,
-                "ttl": a.ttl, "skew": a.skew, "ops": dict(ops), "faults": dict(faults),
-                "restarts": dict(self.restarts), "checks": results,
-                "crashes": self.crashes,
-                "anomalies": [f"{k}: {x}" for k, r in results.items() for x in r["anomalies"]]
-                + [f"worker crash: {c}" for c in self.crashes]
-                + (["no lease was acquired: the run tested nothing"] if not ops.get("acquired") else [])
-                + (["no fenced push landed: the run tested no fencing"]
-                   if a.mode == "safe" and not ops.get("fenced-push") else [])}
+        return {
+            "seconds": round(seconds, 1),
+            "workers": a.workers,
+            "kinds": a.kinds,
+            "mode": a.mode,
+            "signed": a.signed,
+            "tasks": self.task_source,
+            "ttl": a.ttl,
+            "skew": a.skew,
+            "ops": dict(ops),
+            "faults": dict(faults),
+            "restarts": dict(self.restarts),
+            "checks": results,
+            "crashes": self.crashes,
+            "anomalies": [f"{k}: {x}" for k, r in results.items() for x in r["anomalies"]]
+            + [f"worker crash: {c}" for c in self.crashes]
+            + (["no lease was acquired: the run tested nothing"] if not ops.get("acquired") else [])
+            + (
+                ["no fenced push landed: the run tested no fencing"]
+                if a.mode == "safe" and not ops.get("fenced-push")
+                else []
+            ),
+        }
 
     def cleanup(self, keep: bool = False) -> None:
         for proc in self.procs.values():
@@ -351,25 +431,39 @@ def _tail(path: Path) -> str:
 def commit_trust(bare: Path, text: str) -> str:
     """Commit ``.gitlease/allowed_signers`` to the bare repository's default branch (the branch its HEAD
     names), with plumbing, as a reviewed merge to that branch would leave it."""
+
     def g(*argv, input=None):
-        return subprocess.run(["git", *argv], cwd=bare, input=input, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *argv], cwd=bare, input=input, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     blob = g("hash-object", "-w", "--stdin", input=text)
     inner = g("mktree", input=f"100644 blob {blob}\tallowed_signers\n")
     tree = g("mktree", input=f"040000 tree {inner}\t.gitlease\n")
-    env = {"GIT_AUTHOR_NAME": "soak", "GIT_AUTHOR_EMAIL": "soak@example", "GIT_COMMITTER_NAME": "soak",
-           "GIT_COMMITTER_EMAIL": "soak@example"}
-    commit = subprocess.run(["git", "commit-tree", tree, "-m", "soak: trust the workers' keys"], cwd=bare,
-                            capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout.strip()
+    env = {
+        "GIT_AUTHOR_NAME": "soak",
+        "GIT_AUTHOR_EMAIL": "soak@example",
+        "GIT_COMMITTER_NAME": "soak",
+        "GIT_COMMITTER_EMAIL": "soak@example",
+    }
+    commit = subprocess.run(
+        ["git", "commit-tree", tree, "-m", "soak: trust the workers' keys"],
+        cwd=bare,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env},
+    ).stdout.strip()
     g("update-ref", g("symbolic-ref", "HEAD"), commit)
     return commit
 
 
 def crashed_refs(bare: Path) -> set[str]:
     """Refs of every transaction a server death cut in the middle (see serverlog.settle)."""
-    final = dict(line.split(" ", 1)[::-1] for line in
-                 git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).splitlines())
+    final = dict(
+        line.split(" ", 1)[::-1]
+        for line in git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).splitlines()
+    )
     return {ref for t in serverlog.settle(serverlog.read(bare), final) if t.partial for _, _, ref in t.prepared}
 
 
@@ -383,15 +477,18 @@ def sweep(tmp: Path, kind: str, url: str, a, key: Path | None = None, crashed: s
     flags a forced release of any other lease); anything else left is an anomaly (P7)."""
     from gitlease.core.config import resolve
     from gitlease.core.repo import Repo
-    from gitlease.service.leases import LeaseService
     from gitlease.identity.signer import UNSIGNED, load_signer
+    from gitlease.service.leases import LeaseService
 
     repo = tmp / "repos" / f"sweeper-{kind}"
     repo.mkdir(parents=True, exist_ok=True)
     git("init", "-q", str(repo))
     r = Repo.discover(str(repo))
-    svc = LeaseService(r, resolve(r.config, env={}, remote=url, agent="sweeper", skew=a.skew, timeout=30),
-                       signer=load_signer(str(key)) if key else UNSIGNED)
+    svc = LeaseService(
+        r,
+        resolve(r.config, env={}, remote=url, agent="sweeper", skew=a.skew, timeout=30),
+        signer=load_signer(str(key)) if key else UNSIGNED,
+    )
     from gitlease.ops.sweep import Sweeper
 
     sweeper = Sweeper(svc)
@@ -415,10 +512,28 @@ def run_controls(seed: int) -> dict:
     """Each negative control once (4 workers, 4 s, file remote, no faults): the checker must fail each."""
     out = {}
     for mode in CONTROLS:
-        res = run_once(parse(["--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
-                              "--mode", mode, "--seed", str(seed)]))
-        out[mode] = {"seconds": res["seconds"], "anomalies": len(res["anomalies"]),
-                     "first": res["anomalies"][0] if res["anomalies"] else "(none)"}
+        res = run_once(
+            parse(
+                [
+                    "--duration",
+                    "4",
+                    "--workers",
+                    "4",
+                    "--kinds",
+                    "file",
+                    "--no-faults",
+                    "--mode",
+                    mode,
+                    "--seed",
+                    str(seed),
+                ]
+            )
+        )
+        out[mode] = {
+            "seconds": res["seconds"],
+            "anomalies": len(res["anomalies"]),
+            "first": res["anomalies"][0] if res["anomalies"] else "(none)",
+        }
     return out
 
 
@@ -427,38 +542,45 @@ def _cell(text: str) -> str:
 
 
 def write_doc(res: dict, path: Path, argv: list[str]) -> None:
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     checks = res["checks"]
     total = lambda key: sum(r.get(key, 0) for r in checks.values())  # noqa: E731
     ops_total = sum(v for k, v in res["ops"].items() if k != "branch-refetched")
     faults_by = ", ".join(f"{k} {v}" for k, v in sorted(res["faults"].items())) or "none"
     rows = [f"| {k} | {v} |" for k, v in sorted(res["ops"].items())]
     frows = [f"| {k} | {v} |" for k, v in sorted(res["faults"].items())] or ["| (none) | 0 |"]
-    crows = [f"| {k} | {r['transactions']} | {r['leases']} | {r['renewals']} | {r['releases']} | {r['reclaims']} | "
-             f"{r['fenced_updates']} of {r['branch_updates']} | {r['signatures']} | {r['ssh_keygen_verified']} | "
-             f"{r['half_landed']} ({r['half_grants']}, {r['remnants_cleared']}) | {len(r['anomalies'])} |"
-             for k, r in checks.items()]
+    crows = [
+        f"| {k} | {r['transactions']} | {r['leases']} | {r['renewals']} | {r['releases']} | {r['reclaims']} | "
+        f"{r['fenced_updates']} of {r['branch_updates']} | {r['signatures']} | {r['ssh_keygen_verified']} | "
+        f"{r['half_landed']} ({r['half_grants']}, {r['remnants_cleared']}) | {len(r['anomalies'])} |"
+        for k, r in checks.items()
+    ]
     forced_n = sum(len(r.get("forced", [])) for r in checks.values())
     ctl = res.get("controls") or {}
-    ctl_rows = [f"| `--mode {m}` | {CONTROLS[m]} | {c['anomalies']} | {_cell(c['first'][:150])} |"
-                for m, c in ctl.items()]
-    signed = ("signed: every worker signs with its own Ed25519 key (made with `ssh-keygen`), the sweepers with an "
-              "admin key (`gitlease-admin`), all listed in `.gitlease/allowed_signers` committed to each remote's "
-              "default branch before the run" if res["signed"] else "unsigned (`--unsigned`): no keys, no trust file")
+    ctl_rows = [
+        f"| `--mode {m}` | {CONTROLS[m]} | {c['anomalies']} | {_cell(c['first'][:150])} |" for m, c in ctl.items()
+    ]
+    signed = (
+        "signed: every worker signs with its own Ed25519 key (made with `ssh-keygen`), the sweepers with an "
+        "admin key (`gitlease-admin`), all listed in `.gitlease/allowed_signers` committed to each remote's "
+        "default branch before the run"
+        if res["signed"]
+        else "unsigned (`--unsigned`): no keys, no trust file"
+    )
     text = f"""# Reliability
 
-Figures of one real run of the soak, {when} (seed {res['seed']}), made by `make soak
-DURATION={res['duration']:g}`, which runs:
+Figures of one real run of the soak, {when} (seed {res["seed"]}), made by `make soak
+DURATION={res["duration"]:g}`, which runs:
 
-    python -m soak.run {' '.join(argv)}
+    python -m soak.run {" ".join(argv)}
 
-{res['workers']} worker processes for {res['duration']:g} s against {', '.join(res['kinds'])} remotes, TTL {res['ttl']} s,
-skew margin {res['skew']} s; every third worker's clock is off by up to half the margin; scopes from
-{res['tasks']}. {signed[0].upper() + signed[1:]}.
+{res["workers"]} worker processes for {res["duration"]:g} s against {", ".join(res["kinds"])} remotes, TTL {res["ttl"]} s,
+skew margin {res["skew"]} s; every third worker's clock is off by up to half the margin; scopes from
+{res["tasks"]}. {signed[0].upper() + signed[1:]}.
 
 | operations run | faults injected | anomalies | seconds |
 | ---: | --- | ---: | ---: |
-| {ops_total} | {sum(res['faults'].values())}: {faults_by} | **{len(res['anomalies'])}** | {res['seconds']} |
+| {ops_total} | {sum(res["faults"].values())}: {faults_by} | **{len(res["anomalies"])}** | {res["seconds"]} |
 
 (Seconds: the whole run, with set-up, the wait for the last leases to expire, one sweep and the checker.)
 
@@ -483,7 +605,7 @@ skew margin {res['skew']} s; every third worker's clock is off by up to half the
   - no scope ref ever moves between leases; a lease's refs appear and vanish together;
   - every renewal is a proper compare-and-swap successor (parent, version + 1, same lease, scope and owner)
     made before the previous version's expiry by the server's clock (within a tolerance of
-    {res['tolerance']} s for the workers' clock offsets and the records' one-second resolution);
+    {res["tolerance"]} s for the workers' clock offsets and the records' one-second resolution);
   - no two overlapping leases exist at once, and none is deleted before its expiry unless its holder released
     it or an audited reclaim of a dead holder did; every other deletion is an audited reclaim;
   - fencing: every branch update lands in the same transaction as a proper renewal of a lease that is live
@@ -493,7 +615,7 @@ skew margin {res['skew']} s; every third worker's clock is off by up to half the
     the key its record names as the owner's, and the trust file on the server's default branch (parsed by the
     checker itself) lists that key for the owner's agent id; every audit entry is signed by a listed key. All
     signatures are verified in-process with `gitlease.identity.sshsig.verify`; a random sample of
-    {res['ssh_keygen_sample']} lease versions per remote again with `ssh-keygen -Y verify` (OpenSSH's code,
+    {res["ssh_keygen_sample"]} lease versions per remote again with `ssh-keygen -Y verify` (OpenSSH's code,
     independent of gitlease's);
   - after the run and one sweep, no lease is left on the server, nor a stale ref lock.
 
@@ -513,7 +635,7 @@ the store was unreachable or the outcome unknown.
 | --- | ---: |
 {chr(10).join(frows)}
 
-Restarts by the harness: {', '.join(f'{k} {v}' for k, v in res['restarts'].items()) or 'none'}.
+Restarts by the harness: {", ".join(f"{k} {v}" for k, v in res["restarts"].items()) or "none"}.
 
 ## What the checker saw
 
@@ -533,8 +655,8 @@ that do not appear together); gitlease never reclaims an invalid lease by a rule
 docs/sweeping.md), so the harness's admin cleared exactly those with `sweep-stale --force` (audited; the
 checker flags a forced release of anything else). Then no lease was left (P7).
 
-Totals: {total('branch_updates')} branch updates, {total('fenced_updates')} of them fenced; {total('signatures')}
-signatures verified ({total('ssh_keygen_verified')} also by `ssh-keygen`). Anomalies: **{len(res['anomalies'])}**.
+Totals: {total("branch_updates")} branch updates, {total("fenced_updates")} of them fenced; {total("signatures")}
+signatures verified ({total("ssh_keygen_verified")} also by `ssh-keygen`). Anomalies: **{len(res["anomalies"])}**.
 
 ## Negative controls
 
@@ -544,7 +666,7 @@ file remote, no faults):
 
 | control | what it breaks | anomalies | first one |
 | --- | --- | ---: | --- |
-{chr(10).join(ctl_rows) or '| (not run) | | | |'}
+{chr(10).join(ctl_rows) or "| (not run) | | | |"}
 
 ## Not covered yet
 
@@ -569,16 +691,32 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--ttl", type=int, default=5)
     ap.add_argument("--skew", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=2)
-    ap.add_argument("--tolerance", type=float, default=None,
-                    help="seconds the checker allows between server and record times (default: skew/2 + 1.5)")
-    ap.add_argument("--mode", choices=("safe", "force", "unfenced", "outside", "untrusted"), default="safe",
-                    help="safe; or a negative control: force (+ refspecs), unfenced (plain git push of the "
-                         "branch), outside (fenced commits touching a file outside the lease's scope), untrusted "
-                         "(the trust file lists other keys than the ones the workers sign with)")
-    ap.add_argument("--unsigned", dest="signed", action="store_false",
-                    help="no keys and no trust file (default: every worker signs with its own key)")
-    ap.add_argument("--ssh-keygen-sample", type=int, default=50,
-                    help="lease versions per remote the checker also verifies with `ssh-keygen -Y verify`")
+    ap.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="seconds the checker allows between server and record times (default: skew/2 + 1.5)",
+    )
+    ap.add_argument(
+        "--mode",
+        choices=("safe", "force", "unfenced", "outside", "untrusted"),
+        default="safe",
+        help="safe; or a negative control: force (+ refspecs), unfenced (plain git push of the "
+        "branch), outside (fenced commits touching a file outside the lease's scope), untrusted "
+        "(the trust file lists other keys than the ones the workers sign with)",
+    )
+    ap.add_argument(
+        "--unsigned",
+        dest="signed",
+        action="store_false",
+        help="no keys and no trust file (default: every worker signs with its own key)",
+    )
+    ap.add_argument(
+        "--ssh-keygen-sample",
+        type=int,
+        default=50,
+        help="lease versions per remote the checker also verifies with `ssh-keygen -Y verify`",
+    )
     ap.add_argument("--no-faults", dest="faults", action="store_false")
     ap.add_argument("--fault-every", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=None)
@@ -605,8 +743,9 @@ def run_once(args: argparse.Namespace) -> dict:
         soak.cleanup(keep=keep)
     if keep:
         res["kept"] = str(soak.tmp)
-    res.update(seed=args.seed, duration=args.duration, tolerance=args.tolerance,
-               ssh_keygen_sample=args.ssh_keygen_sample)
+    res.update(
+        seed=args.seed, duration=args.duration, tolerance=args.tolerance, ssh_keygen_sample=args.ssh_keygen_sample
+    )
     return res
 
 
@@ -616,8 +755,11 @@ def main(argv=None) -> int:
     res = run_once(args)
     if args.write and args.mode == "safe":
         res["controls"] = run_controls(args.seed)
-        res["anomalies"] += [f"negative control --mode {m} found no anomaly: the checker misses that hazard"
-                             for m, c in res["controls"].items() if not c["anomalies"]]
+        res["anomalies"] += [
+            f"negative control --mode {m} found no anomaly: the checker misses that hazard"
+            for m, c in res["controls"].items()
+            if not c["anomalies"]
+        ]
     if args.write:
         write_doc(res, Path(args.write), [a for a in argv if a != "--json"])
     if args.json:

@@ -9,9 +9,9 @@ each ref changed; a transaction counts once its ``committed`` record follows.
 Each record is one ``write(2)`` in ``O_APPEND`` mode (small: a lease transaction has a few refs), so records
 of concurrent transactions never interleave.
 """
+
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,7 +120,7 @@ def settle(txns: list[Txn], final_refs: dict[str, str]) -> list[Txn]:
             continue
         landed = []
         for old, new, ref in t.updates:
-            nxt = next((o for u in txns[k + 1:] for o, _, r in u.updates if r == ref), None)
+            nxt = next((o for u in txns[k + 1 :] for o, _, r in u.updates if r == ref), None)
             if nxt is not None:
                 ok = nxt == new or (is_zero(nxt) and is_zero(new))
             else:
@@ -129,8 +129,17 @@ def settle(txns: list[Txn], final_refs: dict[str, str]) -> list[Txn]:
                 landed.append((old, new, ref))
         if landed:
             partial = len(landed) != len(t.updates)
-            out.append(Txn(t.seq, t.time, t.pid, tuple(landed), certain=True, partial=partial,
-                           prepared=t.updates if partial else ()))
+            out.append(
+                Txn(
+                    t.seq,
+                    t.time,
+                    t.pid,
+                    tuple(landed),
+                    certain=True,
+                    partial=partial,
+                    prepared=t.updates if partial else (),
+                )
+            )
     return out
 
 

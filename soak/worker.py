@@ -17,6 +17,7 @@ refspecs that switch git's compare-and-swap off, and the checker must catch it. 
 for fencing: ``--mode unfenced`` takes leases properly but moves its branch with a plain ``git push`` (no
 lease in the push), and ``--mode outside`` pushes fenced commits that touch a file outside the lease's scope.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,8 @@ from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, PushRejected, RemoteUnavailable  # noqa: E402
 from gitlease.core.record import Owner  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
-from gitlease.service.leases import LeaseService, id_ref, scope_ref  # noqa: E402
 from gitlease.identity.signer import UNSIGNED  # noqa: E402
+from gitlease.service.leases import LeaseService, id_ref, scope_ref  # noqa: E402
 
 
 class OffsetClock(Clock):
@@ -74,8 +75,16 @@ class Worker:
         if args.mode == "force":  # the control must collide to show anything: a few hot scopes only
             self.tasks = [t[:1] for t in self.tasks[:3]]
         repo = Repo.discover(args.repo)
-        settings = resolve(repo.config, env={}, remote=args.url, agent=args.name, task=f"soak-{args.name}",
-                           ttl=args.ttl, skew=args.skew, timeout=args.timeout)
+        settings = resolve(
+            repo.config,
+            env={},
+            remote=args.url,
+            agent=args.name,
+            task=f"soak-{args.name}",
+            ttl=args.ttl,
+            skew=args.skew,
+            timeout=args.timeout,
+        )
         signer = UNSIGNED
         if args.key:
             from gitlease.identity.signer import load_signer
@@ -85,9 +94,14 @@ class Worker:
         self.repo = Path(args.repo)
         self.branch = f"refs/heads/soak/{args.name}"
         self.tip_ref = "refs/soak/tip"  # local: the last branch tip this worker saw land on the server
-        self.git_env = {**os.environ, "GIT_INDEX_FILE": str(self.repo / ".git" / "soak-index"),
-                        "GIT_AUTHOR_NAME": args.name, "GIT_AUTHOR_EMAIL": f"{args.name}@soak",
-                        "GIT_COMMITTER_NAME": args.name, "GIT_COMMITTER_EMAIL": f"{args.name}@soak"}
+        self.git_env = {
+            **os.environ,
+            "GIT_INDEX_FILE": str(self.repo / ".git" / "soak-index"),
+            "GIT_AUTHOR_NAME": args.name,
+            "GIT_AUTHOR_EMAIL": f"{args.name}@soak",
+            "GIT_COMMITTER_NAME": args.name,
+            "GIT_COMMITTER_EMAIL": f"{args.name}@soak",
+        }
         for lock in (self.repo / ".git" / "soak-index.lock", self.repo / ".git" / "refs" / "soak" / "tip.lock"):
             lock.unlink(missing_ok=True)  # left by this worker's previous life, SIGKILLed while it held them
         try:  # a restarted worker goes on counting where its previous life stopped
@@ -169,8 +183,16 @@ class Worker:
 
     # ------------------------------------------------------------------ commits and fenced pushes
     def _git(self, *argv: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", *argv], cwd=self.repo, env=self.git_env, input=input, capture_output=True,
-                              text=True, check=check, timeout=30)
+        return subprocess.run(
+            ["git", *argv],
+            cwd=self.repo,
+            env=self.git_env,
+            input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=30,
+        )
 
     def _tip(self) -> str | None:
         out = self._git("rev-parse", "-q", "--verify", self.tip_ref, check=False)
@@ -211,8 +233,13 @@ class Worker:
         spec = f"{commit}:{self.branch}"
         if self.args.mode == "unfenced":
             try:
-                res = subprocess.run(["git", "push", "-q", "--no-verify", self.args.url, spec], cwd=self.repo,
-                                     capture_output=True, text=True, timeout=self.args.timeout)
+                res = subprocess.run(
+                    ["git", "push", "-q", "--no-verify", self.args.url, spec],
+                    cwd=self.repo,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.args.timeout,
+                )
                 ok = res.returncode == 0
             except subprocess.TimeoutExpired:
                 ok = False
@@ -257,15 +284,32 @@ class Worker:
         svc = self.svc
         norm = scopes.normalize_all(paths)
         now = svc.clock.now()
-        owner = Owner(task_id=svc.settings.task, agent_id=svc.settings.agent, host=os.uname().nodename, pid=0,
-                      key=svc.signer.public_key)
-        rec = records.new_record(lease_id=records.new_lease_id(now), repo="soak", paths=norm,
-                                 workspace_id=self.args.name, owner=owner, now=now, ttl=self.args.ttl)
+        owner = Owner(
+            task_id=svc.settings.task,
+            agent_id=svc.settings.agent,
+            host=os.uname().nodename,
+            pid=0,
+            key=svc.signer.public_key,
+        )
+        rec = records.new_record(
+            lease_id=records.new_lease_id(now),
+            repo="soak",
+            paths=norm,
+            workspace_id=self.args.name,
+            owner=owner,
+            now=now,
+            ttl=self.args.ttl,
+        )
         oid = svc._write_version(rec, None, "acquire")
         plus = "+"  # built at run time: gitlease itself never contains such a refspec
         specs = [f"{plus}{oid}:{id_ref(rec.lease_id)}"] + [f"{plus}{oid}:{scope_ref(p)}" for p in norm]
-        res = subprocess.run(["git", "push", "-q", "--atomic", self.args.url, *specs], cwd=self.args.repo,
-                             capture_output=True, text=True, timeout=self.args.timeout)
+        res = subprocess.run(
+            ["git", "push", "-q", "--atomic", self.args.url, *specs],
+            cwd=self.args.repo,
+            capture_output=True,
+            text=True,
+            timeout=self.args.timeout,
+        )
         if res.returncode != 0:
             raise RemoteUnavailable(res.stderr.strip()[-200:])
         svc._remember(rec, oid, oid)

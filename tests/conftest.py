@@ -1,5 +1,6 @@
 """Every test runs real git in temporary folders, isolated from the developer's machine: HOME, git's global
 and system config are replaced. Servers (file://, git daemon, smart HTTP) come from servers.py."""
+
 from __future__ import annotations
 
 import os
@@ -72,6 +73,7 @@ def make_repo(tmp_path):
         git(path, "add", "README")
         git(path, "commit", "-q", "-m", "init")
         return path
+
     return make
 
 
@@ -82,8 +84,9 @@ def cli(cwd, *args, env=None, timeout=60):
     full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
     if env:
         full_env.update(env)
-    return subprocess.run(["git", "lease", *args], cwd=cwd, capture_output=True, text=True, env=full_env,
-                          timeout=timeout)
+    return subprocess.run(
+        ["git", "lease", *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout
+    )
 
 
 @pytest.fixture(params=["local", "file", "daemon", "http"])

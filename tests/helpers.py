@@ -1,9 +1,11 @@
 """Test helpers: agents (each its own clone or worktree) sharing one lease store, and a fake clock."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from conftest import git
+
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.repo import Repo
@@ -37,6 +39,13 @@ class Fleet:
         self.n += 1
         name = name or f"agent{self.n}"
         repo = Repo.discover(self.path(name))
-        settings = resolve(repo.config, env={}, remote=self.url, agent=name, task=f"task-{name}",
-                           timeout=flags.pop("timeout", 20), **flags)
+        settings = resolve(
+            repo.config,
+            env={},
+            remote=self.url,
+            agent=name,
+            task=f"task-{name}",
+            timeout=flags.pop("timeout", 20),
+            **flags,
+        )
         return LeaseService(repo, settings, clock=self.clock)

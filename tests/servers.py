@@ -13,6 +13,7 @@ too. Running servers are also stopped at interpreter exit (atexit), and each one
 from the test process: if the test process dies without cleaning up (SIGKILL), the pipe closes and the
 server group kills itself.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -32,8 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "free_port", "make_bare", "GitDaemon", "SmartHTTPServer", "HangingServer", "Remote", "new_remote",
-    "git_daemon", "http_server", "remote", "file_remote", "remote_file", "remote_daemon", "remote_http",
+    "free_port",
+    "make_bare",
+    "GitDaemon",
+    "SmartHTTPServer",
+    "HangingServer",
+    "Remote",
+    "new_remote",
+    "git_daemon",
+    "http_server",
+    "remote",
+    "file_remote",
+    "remote_file",
+    "remote_daemon",
+    "remote_http",
 ]
 
 HOST = "127.0.0.1"
@@ -42,8 +55,16 @@ STOP_TIMEOUT = 5.0
 
 # Variables that would point a server-side git at the wrong repository (or fake a protocol version).
 _SERVER_DROP_ENV = {
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_QUARANTINE_PATH", "GIT_PROTOCOL",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+    "GIT_PROTOCOL",
 }
 
 _handed_out: set[int] = set()
@@ -126,13 +147,13 @@ def _group_alive(pgid: int) -> bool:
             stat = Path(entry.path, "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
             return True
     return not os.path.isdir("/proc")
 
 
-_live: set["_ProcessServer"] = set()
+_live: set[_ProcessServer] = set()
 _live_lock = threading.Lock()
 
 
@@ -154,8 +175,14 @@ class _ProcessServer:
     scheme = ""
     ready_marker: str | None = None  # a log line the server writes once it listens
 
-    def __init__(self, base: str | os.PathLike[str], *, port: int | None = None,
-                 log_path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        base: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.base = Path(base).absolute()
         self.base.mkdir(parents=True, exist_ok=True)
         self._port_chosen = port is not None
@@ -182,7 +209,7 @@ class _ProcessServer:
         """Process id of the group leader (also the process group id)."""
         return self.proc.pid if self.proc else None
 
-    def start(self) -> "_ProcessServer":
+    def start(self) -> _ProcessServer:
         """Start the server and wait (at most 10 s) until its port accepts connections."""
         if self.running:
             return self
@@ -191,8 +218,14 @@ class _ProcessServer:
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    self._argv(), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                    env=_server_env(self.extra_env), cwd=self.base, start_new_session=True)
+                    self._argv(),
+                    stdin=subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=_server_env(self.extra_env),
+                    cwd=self.base,
+                    start_new_session=True,
+                )
             with _live_lock:
                 _live.add(self)
 
@@ -213,8 +246,9 @@ class _ProcessServer:
             self.kill()
             tail = self._log_since(offset)
             if not self._bind_failed(tail):
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} before listening on "
-                                   f"{self.port}:\n{tail[-3000:]}")
+                raise RuntimeError(
+                    f"{self.kind} exited with {self.proc.returncode} before listening on {self.port}:\n{tail[-3000:]}"
+                )
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"{self.kind}: port {self.port} stayed in use for {START_TIMEOUT:g}s")
             if not self._port_chosen and self.starts == 0:
@@ -276,7 +310,7 @@ class _ProcessServer:
         """SIGKILL the whole process group at once (a crash) and reap it."""
         self._signal_group(signal.SIGKILL, STOP_TIMEOUT)
 
-    def restart(self) -> "_ProcessServer":
+    def restart(self) -> _ProcessServer:
         """Stop (if running) and start again on the same port."""
         self.stop()
         self._port_chosen = True
@@ -330,20 +364,37 @@ class GitDaemon(_ProcessServer):
     kind = "git-daemon"
     scheme = "git"
 
-    def __init__(self, base, *, port=None, log_path=None, env=None, verbose: bool = True,
-                 max_connections: int = 0, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        base,
+        *,
+        port=None,
+        log_path=None,
+        env=None,
+        verbose: bool = True,
+        max_connections: int = 0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(base, port=port, log_path=log_path, env=env)
         self.verbose, self.max_connections, self.extra_args = verbose, max_connections, tuple(extra_args)
         self.ready_marker = "Ready to rumble" if verbose else None  # logged (verbose only) once bound
 
     def _argv(self) -> list[str]:
-        daemon = ["git", "daemon", "--reuseaddr", f"--listen={HOST}", f"--port={self.port}",
-                  f"--base-path={self.base}", "--export-all", "--enable=receive-pack", "--informative-errors",
-                  f"--max-connections={self.max_connections}"]
+        daemon = [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            f"--listen={HOST}",
+            f"--port={self.port}",
+            f"--base-path={self.base}",
+            "--export-all",
+            "--enable=receive-pack",
+            "--informative-errors",
+            f"--max-connections={self.max_connections}",
+        ]
         if self.verbose:
             daemon.append("--verbose")
-        return [sys.executable, os.path.abspath(__file__), "supervise", "--", *daemon, *self.extra_args,
-                str(self.base)]
+        return [sys.executable, os.path.abspath(__file__), "supervise", "--", *daemon, *self.extra_args, str(self.base)]
 
     def _bind_failed(self, log_tail: str) -> bool:
         return "unable to allocate any listen sockets" in log_tail or "Address already in use" in log_tail
@@ -398,7 +449,7 @@ class HangingServer:
     def http_url(self) -> str:
         return f"http://{HOST}:{self.port}/x"
 
-    def start(self) -> "HangingServer":
+    def start(self) -> HangingServer:
         if self._thread is not None:
             return self
         self._sock = socket.create_server((HOST, self.port), backlog=128)
@@ -442,7 +493,7 @@ class HangingServer:
         os.close(self._wake_w)
         self._thread = None
 
-    def __enter__(self) -> "HangingServer":
+    def __enter__(self) -> HangingServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -451,8 +502,10 @@ class HangingServer:
 
 # ============================================================================ server programs (subprocess)
 
+
 def _lifeline(then) -> None:
     """Call ``then`` once stdin (a pipe from the test process) reaches EOF: the parent went away."""
+
     def watch() -> None:
         try:
             while os.read(0, 4096):
@@ -460,6 +513,7 @@ def _lifeline(then) -> None:
         except OSError:
             pass
         then()
+
     threading.Thread(target=watch, daemon=True).start()
 
 
@@ -485,8 +539,9 @@ def _http_main(root: str, port: int) -> int:
     root = os.path.abspath(root)
     base_env = {k: v for k, v in os.environ.items() if k not in _SERVER_DROP_ENV}
     n = int(base_env.get("GIT_CONFIG_COUNT") or 0)
-    base_env.update({"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "http.receivepack",
-                     f"GIT_CONFIG_VALUE_{n}": "true"})
+    base_env.update(
+        {"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "http.receivepack", f"GIT_CONFIG_VALUE_{n}": "true"}
+    )
     log_lock = threading.Lock()
 
     def log(line: str) -> None:
@@ -562,18 +617,33 @@ def _http_main(root: str, port: int) -> int:
             encoding = (h.get("Content-Encoding") or "").lower()
             gzipped = encoding in ("gzip", "x-gzip")
             env = dict(base_env)
-            env.update({
-                "GATEWAY_INTERFACE": "CGI/1.1", "SERVER_SOFTWARE": self.server_version,
-                "SERVER_PROTOCOL": self.request_version, "SERVER_NAME": HOST, "SERVER_PORT": str(port),
-                "REQUEST_METHOD": self.command, "SCRIPT_NAME": "", "PATH_INFO": unquote(path),
-                "QUERY_STRING": query, "REMOTE_ADDR": self.client_address[0], "REMOTE_USER": "test",
-                "CONTENT_TYPE": h.get("Content-Type") or "",
-                "GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1",
-            })
+            env.update(
+                {
+                    "GATEWAY_INTERFACE": "CGI/1.1",
+                    "SERVER_SOFTWARE": self.server_version,
+                    "SERVER_PROTOCOL": self.request_version,
+                    "SERVER_NAME": HOST,
+                    "SERVER_PORT": str(port),
+                    "REQUEST_METHOD": self.command,
+                    "SCRIPT_NAME": "",
+                    "PATH_INFO": unquote(path),
+                    "QUERY_STRING": query,
+                    "REMOTE_ADDR": self.client_address[0],
+                    "REMOTE_USER": "test",
+                    "CONTENT_TYPE": h.get("Content-Type") or "",
+                    "GIT_PROJECT_ROOT": root,
+                    "GIT_HTTP_EXPORT_ALL": "1",
+                }
+            )
             for key, value in h.items():  # the usual CGI HTTP_* variables
                 name = "HTTP_" + key.upper().replace("-", "_")
-                if name not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH", "HTTP_CONTENT_ENCODING",
-                                "HTTP_TRANSFER_ENCODING", "HTTP_PROXY"):
+                if name not in (
+                    "HTTP_CONTENT_TYPE",
+                    "HTTP_CONTENT_LENGTH",
+                    "HTTP_CONTENT_ENCODING",
+                    "HTTP_TRANSFER_ENCODING",
+                    "HTTP_PROXY",
+                ):
                     env[name] = value
             if h.get("Git-Protocol"):
                 env["GIT_PROTOCOL"] = h["Git-Protocol"]
@@ -582,8 +652,14 @@ def _http_main(root: str, port: int) -> int:
             if not gzipped and "chunked" not in te:
                 env["CONTENT_LENGTH"] = h.get("Content-Length") or "0"
 
-            proc = subprocess.Popen(["git", "http-backend"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env, cwd=root)
+            proc = subprocess.Popen(
+                ["git", "http-backend"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=root,
+            )
             errors: list[bytes] = []
             err_reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
             err_reader.start()
@@ -626,10 +702,12 @@ def _http_main(root: str, port: int) -> int:
                 if body_error:
                     self.close_connection = True
                 stderr = b"".join(errors).decode("utf-8", "replace").strip()
-                log(f"REQ {self.command} {self.path} status={status} git-protocol={h.get('Git-Protocol', '-')}"
+                log(
+                    f"REQ {self.command} {self.path} status={status} git-protocol={h.get('Git-Protocol', '-')}"
                     f" encoding={encoding or '-'} te={te or '-'} in={received[0]} rc={proc.returncode}"
                     + (f" body-error={body_error[0]!r}".replace(" ", "_") if body_error else "")
-                    + "".join(f"\n    | {ln}" for ln in stderr.splitlines()))
+                    + "".join(f"\n    | {ln}" for ln in stderr.splitlines())
+                )
 
             try:
                 self._relay(proc, finish)

@@ -1,22 +1,23 @@
 """The renewal agent (issue 11): one push renews many leases; a lost lease fails only itself; dead holders'
 leases are not kept alive; holders talk to it over a unix socket."""
+
 import os
 import subprocess
 import sys
 import threading
 
 import pytest
-
 from conftest import git
+from servers import make_bare
+
 from gitlease.core import gitcmd
-from gitlease.liveness.agent import Agent, AgentClient
-from gitlease.liveness.batch import renew_many
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.errors import LeaseLost
 from gitlease.core.repo import Repo
+from gitlease.liveness.agent import Agent, AgentClient
+from gitlease.liveness.batch import renew_many
 from gitlease.service.leases import LeaseService, Renewed
-from servers import make_bare
 
 
 @pytest.fixture
@@ -34,8 +35,12 @@ def worktrees(tmp_path):
 
     def service(path, remote=None, clock=clock):
         repo = Repo.discover(path)
-        return LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent=os.path.basename(path),
-                                          timeout=20), clock=clock)
+        return LeaseService(
+            repo,
+            resolve(repo.config, env={}, remote=bare.as_uri(), agent=os.path.basename(path), timeout=20),
+            clock=clock,
+        )
+
     return bare, clock, paths, service
 
 
@@ -47,6 +52,7 @@ def _pushes(monkeypatch):
         if args and args[0] == "push":
             calls.append(list(args))
         return real(args, **kw)
+
     monkeypatch.setattr(gitcmd, "run", spy)
     return calls
 
@@ -174,8 +180,12 @@ def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
 
     def service(path, remote=None):
         repo = Repo.discover(path)
-        return LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent=os.path.basename(path),
-                                          timeout=20), clock=clock)
+        return LeaseService(
+            repo,
+            resolve(repo.config, env={}, remote=bare.as_uri(), agent=os.path.basename(path), timeout=20),
+            clock=clock,
+        )
+
     paths = []
     for i in range(20):
         git(main, "worktree", "add", "-q", "--detach", str(tmp_path / f"h{i}"))
@@ -207,8 +217,8 @@ def test_release_and_the_next_acquire_go_in_one_push(tmp_path):
     from pathlib import Path
 
     _sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from soak import serverlog
     from gitlease.core.errors import HeldError
+    from soak import serverlog
 
     bare = make_bare(tmp_path / "store.git")
     serverlog.install(bare)

@@ -3,6 +3,7 @@ falling back to renewing by themselves when the agent is SIGKILLed; stopped when
 lost; a dead holder's lease is dropped; due renewals ride in an acquire's or a release's push. Pushes are
 counted at the server (its reference-transaction log: one receive-pack pid per push). Fake clocks and events,
 no sleeps."""
+
 import os
 import signal
 import subprocess
@@ -12,17 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cli, git
+from servers import make_bare
+from test_heartbeat import GatedClock
 
 import gitlease
-from conftest import cli, git
 from gitlease.core import errors
-from gitlease.liveness.agent import Agent, AgentClient, serve
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.repo import Repo
+from gitlease.liveness.agent import Agent, AgentClient, serve
 from gitlease.service.leases import LeaseService, id_ref
-from servers import make_bare
-from test_heartbeat import GatedClock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from soak import serverlog  # noqa: E402
@@ -52,8 +53,9 @@ class Host:
         repo = str(Repo.discover(repo).cwd)
         if repo not in self.services:
             r = Repo.discover(repo)
-            self.services[repo] = LeaseService(r, resolve(r.config, env={}, agent=os.path.basename(repo),
-                                                          timeout=20), clock=self.clock)
+            self.services[repo] = LeaseService(
+                r, resolve(r.config, env={}, agent=os.path.basename(repo), timeout=20), clock=self.clock
+            )
         return self.services[repo]
 
     def pushes(self):
@@ -62,6 +64,7 @@ class Host:
     def version(self, lease_id):
         data = git(self.bare, "cat-file", "blob", f"{id_ref(lease_id)}:lease.json", check=False)
         import json
+
         return json.loads(data)["version"] if data else None
 
 
@@ -72,8 +75,9 @@ def served(tmp_path, agent_socket):
     host = Host(tmp_path, clock)
     agent = Agent(host.service, clock=clock, alive=lambda pid, start: True)
     stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(agent, agent_socket), kwargs=dict(stop=stop, rounds=False),
-                              daemon=True)
+    thread = threading.Thread(
+        target=serve, args=(agent, agent_socket), kwargs=dict(stop=stop, rounds=False), daemon=True
+    )
     thread.start()
     client = AgentClient(agent_socket)
     for _ in range(400):
@@ -111,8 +115,9 @@ def test_agent_reports_loss_and_the_holder_stops_within_its_deadline(served):
     svc = host.service(host.path("a"))
     reasons = []
     with pytest.raises(errors.LeaseLost):
-        with gitlease.hold(scope=["svc"], ttl=60, renew_every=20, service=svc, agent_client=client,
-                           on_lost=reasons.append) as lease:
+        with gitlease.hold(
+            scope=["svc"], ttl=60, renew_every=20, service=svc, agent_client=client, on_lost=reasons.append
+        ) as lease:
             clock.wait_parked(1)
             tree = git(host.bare, "hash-object", "-t", "tree", "-w", "--stdin", input="").strip()
             other = git(host.bare, "commit-tree", tree, "-m", "taken").strip()
@@ -162,15 +167,23 @@ def test_a_dead_holders_lease_is_dropped_by_the_agent(tmp_path, agent_socket):
     path = host.path("a")
     agent = Agent(host.service, clock=clock)  # the real process check
     stop = threading.Event()
-    threading.Thread(target=serve, args=(agent, agent_socket), kwargs=dict(stop=stop, rounds=False),
-                     daemon=True).start()
+    threading.Thread(
+        target=serve, args=(agent, agent_socket), kwargs=dict(stop=stop, rounds=False), daemon=True
+    ).start()
     try:
-        code = ("import sys, gitlease\n"
-                "with gitlease.hold(sys.argv[1], scope=['svc'], ttl=300) as lease:\n"
-                "    print(lease.lease_id, lease.agent is not None, flush=True)\n"
-                "    sys.stdin.read()\n")
-        child = subprocess.Popen([sys.executable, "-c", code, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+        code = (
+            "import sys, gitlease\n"
+            "with gitlease.hold(sys.argv[1], scope=['svc'], ttl=300) as lease:\n"
+            "    print(lease.lease_id, lease.agent is not None, flush=True)\n"
+            "    sys.stdin.read()\n"
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = child.stdout.readline()
         assert line, child.stderr.read()
         lease_id, through_agent = line.split()

@@ -1,6 +1,7 @@
 """The audit log: where it lives (outside refs/leases/, invisible to lease readers), what an entry holds, that a
 reclaim never lands without its record (nor its record without the reclaim), signatures stored beside the
 entry, and that 100 reclaims by 4 concurrent sweepers leave exactly 100 entries."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,17 +9,17 @@ import os
 import threading
 
 import pytest
-
 from conftest import git
-from gitlease.core import record as records
-from gitlease.service.audit import AUDIT_PREFIX, ENTRY_FILE, ENTRY_SIG, list_audit_refs, read_log
-from gitlease.core.record import Owner
-from gitlease.service.leases import id_ref, scope_ref
-from gitlease.identity.signer import Signer
-from gitlease.core.store import RefUpdate
-from gitlease.ops.sweep import Sweeper, history
 from helpers import Fleet
 from test_sweep import plant, sfleet  # noqa: F401  (the fixture is shared)
+
+from gitlease.core import record as records
+from gitlease.core.record import Owner
+from gitlease.core.store import RefUpdate
+from gitlease.identity.signer import Signer
+from gitlease.ops.sweep import Sweeper, history
+from gitlease.service.audit import AUDIT_PREFIX, ENTRY_FILE, ENTRY_SIG, list_audit_refs, read_log
+from gitlease.service.leases import id_ref, scope_ref
 
 
 def _show(svc, name):
@@ -75,16 +76,20 @@ def test_entry_records_who_which_version_why_when_and_keeps_the_history(sfleet):
     assert e1.pointer == v2.oid and e2.pointer == second.oid
     assert ENTRY_SIG not in _show(sw, e1.oid + "^{tree}")
     events = [(ev.event, ev.lease_id, ev.version) for ev in history(sw)]
-    assert (("acquire", first.lease_id, 1) in events and ("renew", first.lease_id, 2) in events
-            and ("reclaim", first.lease_id, 2) in events)
+    assert (
+        ("acquire", first.lease_id, 1) in events
+        and ("renew", first.lease_id, 2) in events
+        and ("reclaim", first.lease_id, 2) in events
+    )
     assert not any(lid == released.lease_id for _, lid, _ in events)  # a plain release leaves no trace
     only = history(sw, lease_id=second.lease_id)
     assert [ev.event for ev in only] == ["acquire", "reclaim"]
 
 
 def test_signed_entry_stores_its_signature_beside_it(tmp_path, remote_file):
-    from gitlease.identity import sshsig
     from test_identity import Signed
+
+    from gitlease.identity import sshsig
 
     fleet = Signed(tmp_path, remote_file.url)
     a, sw = fleet.agent("a"), fleet.agent("b")
@@ -113,8 +118,10 @@ def test_acquire_that_clears_an_expired_blocker_is_audited(sfleet):
 def test_no_reclaim_without_its_record(tmp_path, remote_file):
     """The store refuses the audit ref: the whole atomic push fails, the lease stays, the sweep says so."""
     hook = remote_file.path / "hooks" / "pre-receive"
-    hook.write_text("#!/bin/sh\nwhile read old new ref; do case \"$ref\" in refs/leases-audit/*) "
-                    "echo 'no audit here' >&2; exit 1;; esac; done\nexit 0\n")
+    hook.write_text(
+        '#!/bin/sh\nwhile read old new ref; do case "$ref" in refs/leases-audit/*) '
+        "echo 'no audit here' >&2; exit 1;; esac; done\nexit 0\n"
+    )
     hook.chmod(0o755)
     fleet = Fleet(tmp_path, remote_file.url)
     a, sw = fleet.agent("a"), fleet.agent("sweeper")
@@ -147,8 +154,15 @@ def plant_many(svc, n, *, ttl=60):
     ups, ids = [], []
     for i in range(n):
         owner = Owner(task_id=f"job_{i}", agent_id="holder", host="h", pid=0)
-        rec = records.new_record(lease_id=records.new_lease_id(now), repo="r", paths=(f"many/{i:04d}",),
-                                 workspace_id="w", owner=owner, now=now, ttl=ttl)
+        rec = records.new_record(
+            lease_id=records.new_lease_id(now),
+            repo="r",
+            paths=(f"many/{i:04d}",),
+            workspace_id="w",
+            owner=owner,
+            now=now,
+            ttl=ttl,
+        )
         oid = svc._write_version(rec, None, "acquire")
         ups += [RefUpdate(id_ref(rec.lease_id), oid, None), RefUpdate(scope_ref(rec.paths[0]), oid, None)]
         ids.append(rec.lease_id)

@@ -1,12 +1,14 @@
 """The push-budget arithmetic of ``git lease budget`` (pure functions) and its command line."""
+
 import json
 
 import pytest
-from hypothesis import given, strategies as st
-
 from conftest import cli
-from gitlease.ops.budget import Fleet, plan
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gitlease.core.errors import UsageError
+from gitlease.ops.budget import Fleet, plan
 
 
 def test_issue_anchor_twelve_agents_at_a_two_minute_heartbeat():
@@ -40,8 +42,7 @@ def test_hosts_whose_renewals_alone_exceed_the_limit_fit_no_agents():
     assert b.batched.max_agents == 0
 
 
-@given(hosts=st.integers(1, 50), ttl=st.integers(10, 7200), tasks=st.floats(0.1, 60),
-       limit=st.floats(0.5, 1000))
+@given(hosts=st.integers(1, 50), ttl=st.integers(10, 7200), tasks=st.floats(0.1, 60), limit=st.floats(0.5, 1000))
 def test_the_largest_fleet_fits_and_one_more_does_not(hosts, ttl, tasks, limit):
     def model(agents, kind):
         return getattr(plan(Fleet(agents, hosts, ttl, None, tasks), limit), kind)
@@ -55,11 +56,16 @@ def test_the_largest_fleet_fits_and_one_more_does_not(hosts, ttl, tasks, limit):
         assert model(agents, "batched").total <= model(agents, "per_lease").total + 1e-9
 
 
-@pytest.mark.parametrize("fleet, limit, message", [
-    (Fleet(-1, 1, 300), 6, "--agents"), (Fleet(1, 0, 300), 6, "--hosts"),
-    (Fleet(1, 1, 300, renew_every=300), 6, "shorter than the TTL"), (Fleet(1, 1, 300, tasks_per_hour=-1), 6,
-                                                                       "--tasks-per-hour"),
-    (Fleet(1, 1, 300), 0, "--limit")])
+@pytest.mark.parametrize(
+    "fleet, limit, message",
+    [
+        (Fleet(-1, 1, 300), 6, "--agents"),
+        (Fleet(1, 0, 300), 6, "--hosts"),
+        (Fleet(1, 1, 300, renew_every=300), 6, "shorter than the TTL"),
+        (Fleet(1, 1, 300, tasks_per_hour=-1), 6, "--tasks-per-hour"),
+        (Fleet(1, 1, 300), 0, "--limit"),
+    ],
+)
 def test_bad_input_is_a_usage_error(fleet, limit, message):
     with pytest.raises(UsageError, match=message):
         plan(fleet, limit)

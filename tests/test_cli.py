@@ -1,4 +1,5 @@
 """The real ``git lease`` executable, dispatched by real git, in real repositories."""
+
 import json
 import re
 
@@ -11,8 +12,18 @@ def test_acquire_refuse_renew_release_output(make_repo, tmp_path):
     a, b = make_repo("a"), make_repo("b")
     for r in (a, b):
         git(r, "config", "lease.remote", bare.as_uri())
-    res = cli(a, "acquire", "--scope", "services/billing", "--scope", "libs/tax", "--task", "job_4821",
-              "--agent", "codex-worker-4")
+    res = cli(
+        a,
+        "acquire",
+        "--scope",
+        "services/billing",
+        "--scope",
+        "libs/tax",
+        "--task",
+        "job_4821",
+        "--agent",
+        "codex-worker-4",
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert re.fullmatch(r"lease acquired: lease_[0-9a-z]{16}", lines[0])

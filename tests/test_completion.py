@@ -1,11 +1,12 @@
 """Completion scripts, generated from the commands: real bash with git's own completion completes them."""
+
 import os
 import subprocess
 import sys
 
 import pytest
-
 from conftest import cli
+
 from gitlease.cli import COMMANDS
 
 GIT_COMPLETION = "/usr/share/bash-completion/completions/git"
@@ -14,8 +15,8 @@ GIT_COMPLETION = "/usr/share/bash-completion/completions/git"
 def _complete(*words):
     script = f"""source {GIT_COMPLETION}
 eval "$(git lease completion bash)"
-COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))
-COMP_LINE="{' '.join(words)}"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=()
+COMP_WORDS=({" ".join(repr(w) for w in words)}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))
+COMP_LINE="{" ".join(words)}"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=()
 __git_wrap__git_main; printf '%s\\n' "${{COMPREPLY[@]}}"
 """
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])

@@ -1,4 +1,5 @@
 """`make demo`, the README's first command: three agents against a bare remote, one refused, nothing left."""
+
 import re
 import subprocess
 import sys
@@ -10,8 +11,11 @@ def test_the_demo_runs_clean_whatever_the_default_branch(isolated_git, tmp_path)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert len(re.findall(r"^lease acquired: lease_", out, re.M)) == 3
-    assert re.search(r"git-lease: scope services is held: lease_\w+ on libs/tax services/billing by task=job_1 "
-                     r"agent=agent-1 \(\d+s left\)\n\(exit 3\)", out), out
+    assert re.search(
+        r"git-lease: scope services is held: lease_\w+ on libs/tax services/billing by task=job_1 "
+        r"agent=agent-1 \(\d+s left\)\n\(exit 3\)",
+        out,
+    ), out
     assert "unsigned: no trust file (.gitlease/allowed_signers not on main" in out
     assert out.rstrip().endswith("lease refs left on the remote: none")
     assert "Traceback" not in out + res.stderr

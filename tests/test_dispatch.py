@@ -1,4 +1,5 @@
 """The stdlib dispatcher in front of the typer command modules."""
+
 import importlib
 import json
 import subprocess
@@ -6,8 +7,8 @@ import sys
 
 import pytest
 import typer.main
-
 from conftest import cli
+
 from gitlease.cli import COMMANDS
 
 
@@ -18,8 +19,10 @@ def test_every_listed_command_is_defined_by_its_module():
 
 
 def test_top_level_help_lists_commands_without_importing_typer():
-    code = ("import sys; from gitlease.cli import dispatch; rc = dispatch(['-h']); "
-            "assert rc == 0 and 'typer' not in sys.modules and 'click' not in sys.modules, sorted(sys.modules)")
+    code = (
+        "import sys; from gitlease.cli import dispatch; rc = dispatch(['-h']); "
+        "assert rc == 0 and 'typer' not in sys.modules and 'click' not in sys.modules, sorted(sys.modules)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert all(name in res.stdout for name in COMMANDS) and "Exit codes" in res.stdout
@@ -37,13 +40,16 @@ def test_unknown_command_and_no_command_are_usage_errors(tmp_path):
     assert res.returncode == 0 and "LEASE_ID" in res.stdout
 
 
-@pytest.mark.parametrize("argv,command,needle", [
-    (["ci", "--json"], "ci", "--json"),
-    (["acquire", "--json", "--bogus"], "acquire", "--bogus"),
-    (["renew", "lease_x", "--json", "--bogus"], "renew", "--bogus"),
-    (["ci", "install", "--json"], "ci install", "github|gitlab"),
-    (["worktree", "add", "--json"], "worktree add", "LEASE_ID"),
-])
+@pytest.mark.parametrize(
+    "argv,command,needle",
+    [
+        (["ci", "--json"], "ci", "--json"),
+        (["acquire", "--json", "--bogus"], "acquire", "--bogus"),
+        (["renew", "lease_x", "--json", "--bogus"], "renew", "--bogus"),
+        (["ci", "install", "--json"], "ci install", "github|gitlab"),
+        (["worktree", "add", "--json"], "worktree add", "LEASE_ID"),
+    ],
+)
 def test_a_usage_error_with_json_prints_the_envelope_too(tmp_path, argv, command, needle):
     res = cli(tmp_path, *argv)
     assert res.returncode == 2 and "Usage: git-lease" in res.stderr
@@ -59,8 +65,10 @@ def test_a_usage_error_without_json_prints_nothing_on_stdout(tmp_path):
 
 def test_the_write_path_imports_no_verification_audit_or_crypto():
     """acquire/renew/release without a key never verify anything: their start-up must not pay for it."""
-    code = ("import sys, gitlease.cli.core, gitlease.service.leases, gitlease.core.store; "
-            "heavy = [m for m in ('gitlease.identity.trust', 'gitlease.identity.sshsig', 'gitlease.service.audit', 'cryptography') "
-            "if m in sys.modules]; assert not heavy, heavy")
+    code = (
+        "import sys, gitlease.cli.core, gitlease.service.leases, gitlease.core.store; "
+        "heavy = [m for m in ('gitlease.identity.trust', 'gitlease.identity.sshsig', 'gitlease.service.audit', 'cryptography') "
+        "if m in sys.modules]; assert not heavy, heavy"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

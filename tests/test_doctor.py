@@ -1,5 +1,6 @@
 """``git lease doctor`` against real remotes: file://, git daemon, smart HTTP, and remotes that cannot host
 leases (custom refs refused by a pre-receive hook, atomic not advertised, deletes denied)."""
+
 from __future__ import annotations
 
 import json
@@ -7,15 +8,23 @@ import os
 import time
 
 import pytest
-
 from conftest import cli, git
-from gitlease.ops import doctor as doc
+
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.repo import Repo
+from gitlease.ops import doctor as doc
 
-REMOTE_PROBES = ("custom-refs", "atomic-advertised", "dir-file", "atomic-honoured", "compare-and-swap",
-                 "latency", "deletes", "cleanup")
+REMOTE_PROBES = (
+    "custom-refs",
+    "atomic-advertised",
+    "dir-file",
+    "atomic-honoured",
+    "compare-and-swap",
+    "latency",
+    "deletes",
+    "cleanup",
+)
 
 
 def doctor_refs(bare) -> str:
@@ -76,8 +85,10 @@ def test_local_store(make_repo):
 def test_remote_refusing_custom_refs_fails(remote_file, make_repo):
     remote = remote_file  # (a server-side hook: the same on every transport)
     hook = remote.path / "hooks" / "pre-receive"
-    hook.write_text('#!/bin/sh\nwhile read old new ref; do case "$ref" in refs/leases/*)\n'
-                    '  echo "refs/leases/ is not allowed here" >&2; exit 1;; esac; done\n')
+    hook.write_text(
+        '#!/bin/sh\nwhile read old new ref; do case "$ref" in refs/leases/*)\n'
+        '  echo "refs/leases/ is not allowed here" >&2; exit 1;; esac; done\n'
+    )
     hook.chmod(0o755)
     res, env, checks = run_doctor(make_repo(), remote.url)
     assert res.returncode == 1
@@ -105,8 +116,10 @@ def test_remote_without_atomic_fails(remote, make_repo):
 
 def test_remote_denying_deletes_fails_and_says_what_is_left(remote_file, make_repo):
     hook = remote_file.path / "hooks" / "pre-receive"  # (receive.denyDeletes covers refs/heads/ only)
-    hook.write_text('#!/bin/sh\nwhile read old new ref; do [ "$new" = 0000000000000000000000000000000000000000 ]'
-                    ' && { echo "no deletes" >&2; exit 1; }; done; exit 0\n')
+    hook.write_text(
+        '#!/bin/sh\nwhile read old new ref; do [ "$new" = 0000000000000000000000000000000000000000 ]'
+        ' && { echo "no deletes" >&2; exit 1; }; done; exit 0\n'
+    )
     hook.chmod(0o755)
     res, env, checks = run_doctor(make_repo(), remote_file.url)
     assert res.returncode == 1
@@ -138,6 +151,7 @@ def test_interrupt_during_the_probes_still_cleans_up(remote_daemon, make_repo):
         if check.name == "dir-file":
             assert doctor_refs(remote_daemon.path) != ""  # probe refs exist right now
             raise KeyboardInterrupt
+
     d.on_check = on_check
     with pytest.raises(KeyboardInterrupt):
         d.diagnose()
@@ -162,7 +176,8 @@ def test_trust_file_on_the_default_branch(remote_file, make_repo):
     assert d.checks[-1].status == "warn" and "no trust file .gitlease/allowed_signers" in d.checks[-1].message
     (work / ".gitlease").mkdir()
     (work / ".gitlease" / "allowed_signers").write_text(
-        '# agents\nagent-1 namespaces="gitlease" ssh-ed25519 AAAA\nagent-2 namespaces="gitlease" ssh-ed25519 BBBB\n')
+        '# agents\nagent-1 namespaces="gitlease" ssh-ed25519 AAAA\nagent-2 namespaces="gitlease" ssh-ed25519 BBBB\n'
+    )
     git(work, "add", ".gitlease")
     git(work, "commit", "-q", "-m", "trust")
     git(work, "push", "-q", remote_file.url, "HEAD:refs/heads/main")
@@ -243,14 +258,21 @@ def test_capabilities_from_packet_traces():
         "16:10:36.673818 pkt-line.c:80           packet:         push< 0000000000000000000000000000000000000000"
         " capabilities^{}\\0report-status delete-refs atomic ofs-delta agent=git/2.39.5\n"
         "16:10:36.673921 pkt-line.c:80           packet:         push> 0000000000000000000000000000000000000000"
-        " 204cbe1c7952d0e61d30e5c027a140c70713f021 refs/leases/doctor/a\\0 report-status-v2 quiet\n")
-    assert doc.advertised_capabilities(file_trace) == ["report-status", "delete-refs", "atomic", "ofs-delta",
-                                                        "agent=git/2.39.5"]
+        " 204cbe1c7952d0e61d30e5c027a140c70713f021 refs/leases/doctor/a\\0 report-status-v2 quiet\n"
+    )
+    assert doc.advertised_capabilities(file_trace) == [
+        "report-status",
+        "delete-refs",
+        "atomic",
+        "ofs-delta",
+        "agent=git/2.39.5",
+    ]
     http_trace = (
         "16:10:44.0 pkt-line.c:80 packet:          git< 00bf0000000000000000000000000000000000000000 "
         "204cbe1c7952d0e61d30e5c027a140c70713f021 refs/x\\0 report-status-v2\n"
         "16:10:44.1 pkt-line.c:80 packet:          git< 204cbe1c7952d0e61d30e5c027a140c70713f021 "
-        "refs/leases/doctor/a\\0report-status quiet ofs-delta\n")
+        "refs/leases/doctor/a\\0report-status quiet ofs-delta\n"
+    )
     assert doc.advertised_capabilities(http_trace) == ["report-status", "quiet", "ofs-delta"]
     assert doc.advertised_capabilities("fatal: unable to access\n") is None
 
@@ -284,12 +306,19 @@ def test_sigterm_during_a_probe_cleans_up_and_exits_130(remote_file, make_repo, 
     fifo = tmp_path / "hook-running"
     os.mkfifo(fifo)
     hook = remote_file.path / "hooks" / "pre-receive"  # holds the directory/file probe until we signal
-    hook.write_text(f'#!/bin/sh\nwhile read old new ref; do case "$ref" in */df/sub) echo go > "{fifo}";'
-                    ' exec sleep 60;; esac; done; exit 0\n')
+    hook.write_text(
+        f'#!/bin/sh\nwhile read old new ref; do case "$ref" in */df/sub) echo go > "{fifo}";'
+        " exec sleep 60;; esac; done; exit 0\n"
+    )
     hook.chmod(0o755)
     exe = os.path.join(os.path.dirname(sys.executable), "git-lease")  # itself, not git's wrapper (which dies of
-    proc = subprocess.Popen([exe, "doctor", "--json", "--remote", remote_file.url], cwd=make_repo(),  # SIGTERM)
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [exe, "doctor", "--json", "--remote", remote_file.url],
+        cwd=make_repo(),  # SIGTERM)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with open(fifo) as fh:  # returns once the hook runs: the probe refs exist now
             assert fh.read().strip() == "go"

@@ -1,4 +1,5 @@
 """The typer-free fast path of the core commands parses exactly as click does, or hands the line to click."""
+
 import inspect
 import itertools
 import subprocess
@@ -38,8 +39,15 @@ def test_every_spec_matches_the_click_command_typer_builds():
             if isinstance(p, click.Argument):
                 args.append(p.name)
             elif not p.hidden or p.name == "holder_pid":
-                kind = ("flag" if p.is_flag else "multi" if p.multiple else
-                        "int" if isinstance(p.type, click.types.IntParamType) else "str")
+                kind = (
+                    "flag"
+                    if p.is_flag
+                    else "multi"
+                    if p.multiple
+                    else "int"
+                    if isinstance(p.type, click.types.IntParamType)
+                    else "str"
+                )
                 for flag in p.opts:
                     opts[flag] = (p.name, kind)
             if p.required:
@@ -50,18 +58,52 @@ def test_every_spec_matches_the_click_command_typer_builds():
 
 
 LINES = {
-    "acquire": [["-s", "a"], ["--scope", "a", "-s", "b/c", "--task", "t", "--agent", "x"], ["-sa"], ["--scope=a"],
-                ["-s", "a", "--ttl", "5m", "--json"], ["-s", "a", "--holder-pid", "12"], ["-s", "a", "--holder-pid", "x"],
-                ["-s", "a", "--wait", "10s", "--replace", "lease_1"], ["-s", "a", "--worktree", "--base", "main"],
-                ["-s", "a", "--branch=b", "--workspace", "w", "--remote", "origin"], [], ["--task", "t"],
-                ["-s"], ["-s", "-x"], ["-s", "a", "--json", "--json"], ["-s", "a", "--no-worktree"],
-                ["-s", "a", "extra"], ["-s", "a", "-h"], ["--help"], ["-s", "a", "--bogus"], ["-s", "a", "--"],
-                ["-s", "a", "--task", "t1", "--task", "t2"], ["-s", "a", "--json=1"], ["-s", "", "--task="],
-                ["-s=a"], ["-s", "a", "--ttl"]],
-    "renew": [["lease_1"], ["lease_1", "--ttl", "60", "--progress", "tests 4/10"], ["--json", "lease_1"], [],
-              ["lease_1", "lease_2"], ["--", "lease_1"], ["lease_1", "--progress=--x"], ["lease_1", "--progress", "-x"]],
-    "release": [["lease_1"], ["lease_1", "--force"], ["--force", "--json", "lease_1", "--remote", "r"],
-                ["lease_1", "--no-force"], [], ["lease_1", "--force", "--force"]],
+    "acquire": [
+        ["-s", "a"],
+        ["--scope", "a", "-s", "b/c", "--task", "t", "--agent", "x"],
+        ["-sa"],
+        ["--scope=a"],
+        ["-s", "a", "--ttl", "5m", "--json"],
+        ["-s", "a", "--holder-pid", "12"],
+        ["-s", "a", "--holder-pid", "x"],
+        ["-s", "a", "--wait", "10s", "--replace", "lease_1"],
+        ["-s", "a", "--worktree", "--base", "main"],
+        ["-s", "a", "--branch=b", "--workspace", "w", "--remote", "origin"],
+        [],
+        ["--task", "t"],
+        ["-s"],
+        ["-s", "-x"],
+        ["-s", "a", "--json", "--json"],
+        ["-s", "a", "--no-worktree"],
+        ["-s", "a", "extra"],
+        ["-s", "a", "-h"],
+        ["--help"],
+        ["-s", "a", "--bogus"],
+        ["-s", "a", "--"],
+        ["-s", "a", "--task", "t1", "--task", "t2"],
+        ["-s", "a", "--json=1"],
+        ["-s", "", "--task="],
+        ["-s=a"],
+        ["-s", "a", "--ttl"],
+    ],
+    "renew": [
+        ["lease_1"],
+        ["lease_1", "--ttl", "60", "--progress", "tests 4/10"],
+        ["--json", "lease_1"],
+        [],
+        ["lease_1", "lease_2"],
+        ["--", "lease_1"],
+        ["lease_1", "--progress=--x"],
+        ["lease_1", "--progress", "-x"],
+    ],
+    "release": [
+        ["lease_1"],
+        ["lease_1", "--force"],
+        ["--force", "--json", "lease_1", "--remote", "r"],
+        ["lease_1", "--no-force"],
+        [],
+        ["lease_1", "--force", "--force"],
+    ],
     "status": [[], ["--json"], ["--remote", "origin"], ["x"], ["--remote"]],
     "show": [["lease_1"], ["lease_1", "--json"], [], ["a", "b"]],
     "can-start": [["-s", "a"], ["--scope", "a", "--scope", "b", "--json"], [], ["a"]],
@@ -103,12 +145,16 @@ def test_generated_lines_parse_alike():
 
 def test_a_fast_command_imports_no_typer_or_click(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path / "r")], check=True)
-    code = ("import sys; from gitlease.cli import dispatch; rc = dispatch(['can-start', '-s', 'a', '--json']); "
-            "assert rc == 0, rc; assert 'typer' not in sys.modules and 'click' not in sys.modules, 'imported'")
+    code = (
+        "import sys; from gitlease.cli import dispatch; rc = dispatch(['can-start', '-s', 'a', '--json']); "
+        "assert rc == 0, rc; assert 'typer' not in sys.modules and 'click' not in sys.modules, 'imported'"
+    )
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "r", capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert '"free": true' in res.stdout
-    code = ("import sys; from gitlease.cli import dispatch; rc = dispatch(['can-start', '-h']); "
-            "assert rc == 0, rc; assert 'typer' in sys.modules")
+    code = (
+        "import sys; from gitlease.cli import dispatch; rc = dispatch(['can-start', '-h']); "
+        "assert rc == 0, rc; assert 'typer' in sys.modules"
+    )
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "r", capture_output=True, text=True)
     assert res.returncode == 0, res.stderr  # help goes to typer

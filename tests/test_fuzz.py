@@ -1,40 +1,47 @@
 """Fuzzing what a remote can feed a reader: arbitrary refs under refs/leases/ and arbitrary objects behind
 them. Zero crashes, and fail closed: every path a ref under refs/leases/scope names stays blocked."""
-from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gitlease.core import scope as scopes
 from gitlease.core.clock import FakeClock
 from gitlease.core.record import Owner, new_record
-from gitlease.service.leases import Snapshot, build_views, scope_ref
 from gitlease.core.store import Blob
+from gitlease.service.leases import Snapshot, build_views, scope_ref
 
 CLOCK = FakeClock()
 segments = st.sampled_from(["a", "b", "src", "x.py", ".hidden", "%2e", "a.lock", "@", "-", "ü", "a b"])
 ref_paths = st.lists(segments, min_size=0, max_size=3).map("/".join)
 oids = st.sampled_from(["1" * 40, "2" * 40, "3" * 40, "4" * 40])
-lease_ids = st.one_of(st.sampled_from(["lease_0000000000aaaaaa", "lease_0000000000bbbbbb"]),
-                      st.text(max_size=12))
+lease_ids = st.one_of(st.sampled_from(["lease_0000000000aaaaaa", "lease_0000000000bbbbbb"]), st.text(max_size=12))
 
 
 def _good(paths, lease_id="lease_0000000000aaaaaa", version=1):
     owner = Owner(task_id="t", agent_id="a", host="h", pid=0)
-    rec = new_record(lease_id=lease_id, repo="r", paths=paths, workspace_id="w", owner=owner, now=CLOCK.now(),
-                     ttl=60)
+    rec = new_record(lease_id=lease_id, repo="r", paths=paths, workspace_id="w", owner=owner, now=CLOCK.now(), ttl=60)
     return rec if version == 1 else rec.next_version(CLOCK.now())
 
 
 def _blob_strategy():
     good = st.sampled_from([("a",), ("b", "src"), (".",)]).map(lambda p: _good(p).canonical())
     junk = st.one_of(st.binary(max_size=200), st.just(b"{}"), st.just(b"null"), st.just(b"x" * 70000))
-    return st.builds(lambda rec, sig: Blob(rec, sig, None if rec is not None else "missing"),
-                     st.one_of(st.none(), good, junk), st.one_of(st.none(), st.binary(max_size=20)))
+    return st.builds(
+        lambda rec, sig: Blob(rec, sig, None if rec is not None else "missing"),
+        st.one_of(st.none(), good, junk),
+        st.one_of(st.none(), st.binary(max_size=20)),
+    )
 
 
 refs_strategy = st.dictionaries(
-    st.one_of(ref_paths.map(lambda p: "refs/leases/scope" + ("/" + p if p else "")),
-              lease_ids.map(lambda i: "refs/leases/id/" + i),
-              st.text(max_size=20).map(lambda s: "refs/leases/" + s)),
-    oids, max_size=6)
+    st.one_of(
+        ref_paths.map(lambda p: "refs/leases/scope" + ("/" + p if p else "")),
+        lease_ids.map(lambda i: "refs/leases/id/" + i),
+        st.text(max_size=20).map(lambda s: "refs/leases/" + s),
+    ),
+    oids,
+    max_size=6,
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,7 +55,7 @@ def test_arbitrary_refs_and_objects_never_crash_and_fail_closed(refs, blobs):
     for ref in refs:
         if ref == "refs/leases/scope" or ref.startswith("refs/leases/scope/"):
             try:
-                path = scopes.from_ref_suffix(ref[len("refs/leases/scope/"):]) if ref != "refs/leases/scope" else "."
+                path = scopes.from_ref_suffix(ref[len("refs/leases/scope/") :]) if ref != "refs/leases/scope" else "."
                 path = scopes.normalize(path)
             except Exception:
                 continue  # undecodable: blocked under its first component (checked in test_service)

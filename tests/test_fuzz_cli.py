@@ -1,6 +1,7 @@
 """Fuzzing scope arguments through the real ``git lease`` process: with ``--json``, exactly one JSON object on
 stdout, on success and on failure, with the documented exit code (docs/cli.md), and never a traceback.
 The in-process scope parser and the process agree on what is an invalid scope (exit 2)."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gitlease.core import scope as scopes
 from gitlease.core.errors import ScopeError
@@ -17,9 +19,40 @@ from gitlease.core.errors import ScopeError
 BIN = os.path.dirname(sys.executable)
 CODES = {"acquire": {0, 1, 2, 3}, "can-start": {0, 1, 2, 3}}
 
-weird = st.sampled_from(["", ".", "..", "/", "a/../b", "./a", "a/", "a//b", "-x", "--json", "-s", "a\nb", "~",
-                         "*", " ", ".git", ".git/config", "refs", "%2e", "a.lock", "\u00fc", "a" * 5000, "\x01",
-                         "a\tb", "C:\\x", "\u202ea", "a\u2028b", "@{-1}", "lease_0000000000aaaaaa", "a b/c"])
+weird = st.sampled_from(
+    [
+        "",
+        ".",
+        "..",
+        "/",
+        "a/../b",
+        "./a",
+        "a/",
+        "a//b",
+        "-x",
+        "--json",
+        "-s",
+        "a\nb",
+        "~",
+        "*",
+        " ",
+        ".git",
+        ".git/config",
+        "refs",
+        "%2e",
+        "a.lock",
+        "\u00fc",
+        "a" * 5000,
+        "\x01",
+        "a\tb",
+        "C:\\x",
+        "\u202ea",
+        "a\u2028b",
+        "@{-1}",
+        "lease_0000000000aaaaaa",
+        "a b/c",
+    ]
+)
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=30)
 raw = st.binary(min_size=1, max_size=12).filter(lambda b: b"\0" not in b)
 scope_args = st.one_of(weird, weird, text, raw)
@@ -50,8 +83,11 @@ def check_scopes(repo, examples):
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"])
 
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.sampled_from(["can-start", "can-start", "acquire"]), st.lists(scope_args, min_size=1, max_size=3),
-           st.sampled_from(["equals", "equals", "short", "long", "missing"]))
+    @given(
+        st.sampled_from(["can-start", "can-start", "acquire"]),
+        st.lists(scope_args, min_size=1, max_size=3),
+        st.sampled_from(["equals", "equals", "short", "long", "missing"]),
+    )
     def prop(command, values, form):
         argv = _argv(command, values, form)
         res = subprocess.run(["git", "lease", *argv], cwd=repo, capture_output=True, env=env, timeout=60)
@@ -70,6 +106,7 @@ def check_scopes(repo, examples):
         elif form != "long" and _expect_invalid(values):
             # (the long form may take a value starting with "-" as another option: click decides)
             assert res.returncode == 2 and doc["error"]["kind"] in ("invalid-scope", "usage"), (argv, doc)
+
     prop()
 
 
@@ -87,13 +124,16 @@ def test_click_usage_errors_print_the_envelope_too(make_repo):
     value, an unknown option) printed click's usage text and no JSON at all."""
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"])
     repo = make_repo("cli")
-    for argv in (["acquire", "--json", "--scope"], ["can-start", "--json", "--scope=x", "--bogus"],
-                 ["acquire", "--json"], ["renew", "--json"]):
+    for argv in (
+        ["acquire", "--json", "--scope"],
+        ["can-start", "--json", "--scope=x", "--bogus"],
+        ["acquire", "--json"],
+        ["renew", "--json"],
+    ):
         res = subprocess.run(["git", "lease", *argv], cwd=repo, capture_output=True, text=True, env=env)
         doc = json.loads(res.stdout)
         assert res.returncode == 2 and doc["ok"] is False and doc["command"] == argv[0]
         assert doc["error"]["kind"] == "usage" and doc["error"]["exitCode"] == 2, res.stdout
         assert "Error:" in res.stderr  # click's own message (and usage) stays on stderr
-    res = subprocess.run(["git", "lease", "can-start", "--scope=x"], cwd=repo, capture_output=True, text=True,
-                         env=env)
+    res = subprocess.run(["git", "lease", "can-start", "--scope=x"], cwd=repo, capture_output=True, text=True, env=env)
     assert res.returncode == 0 and res.stdout.strip() and not res.stdout.startswith("{")

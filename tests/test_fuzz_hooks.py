@@ -12,6 +12,7 @@ Properties, against real repositories and a real bare remote:
 
 Each property runs a handful of examples by default (the suite stays fast) and many under ``-m slow``.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,13 +22,14 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import cli, git
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_hooks import acquire, commit
+
+from gitlease.core.errors import GitLeaseError
 from gitlease.enforce import server as receive
 from gitlease.enforce import verify
-from gitlease.core.errors import GitLeaseError
-from test_hooks import acquire, commit
 
 HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 REF = re.compile(r"[^\x00-\x20\x7f]+")
@@ -44,8 +46,9 @@ def event(what: str) -> None:
 
 
 def fuzz_settings(examples: int):
-    return settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=examples, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+    )
 
 
 def _env():
@@ -54,59 +57,124 @@ def _env():
 
 # ----------------------------------------------------------------------------------- strategies
 
+
 def _oids(world):
     known = st.sampled_from([world.base, world.inside, world.outside, ZERO, "0" * 64])
     odd = st.one_of(
         st.text(alphabet="0123456789abcdef", min_size=40, max_size=40),
         st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
-        st.sampled_from([world.outside.upper(), world.outside[:39], world.outside + "0", " " + world.outside,
-                         world.outside + "\r", "HEAD", "--all", "-p", "", "@{-1}", world.outside[:12]]),
-        st.text(max_size=50))
+        st.sampled_from(
+            [
+                world.outside.upper(),
+                world.outside[:39],
+                world.outside + "0",
+                " " + world.outside,
+                world.outside + "\r",
+                "HEAD",
+                "--all",
+                "-p",
+                "",
+                "@{-1}",
+                world.outside[:12],
+            ]
+        ),
+        st.text(max_size=50),
+    )
     return st.one_of(known, known, known, known, known, odd)
 
 
 def _refs():
-    valid = st.sampled_from(["refs/heads/main", "refs/heads/topic", "refs/heads/a\u2028b", "refs/heads/\u00e9t\u00e9",
-                             ":/fix bug", "HEAD^{/fix bug}", "(delete)", "refs/leases/id/lease_0000000000aaaaaa"])
-    return st.one_of(valid, valid, valid, valid,
-        st.sampled_from(["refs/heads/main", "refs/heads/topic", "refs/tags/v1", "(delete)", "HEAD",
-                         "refs/leases/id/lease_0000000000aaaaaa", "refs/leases/scope/src", "refs/leases/junk",
-                         "HEAD^{/fix bug}", ":/fix bug", "refs/heads/a\u2028b", "refs/heads/a\x85b",
-                         "refs/heads/a\x1cb", "refs/heads/\u00e9t\u00e9", "refs/heads/a\tb", "", "refs/heads/x\r"]),
-        st.text(max_size=30))
+    valid = st.sampled_from(
+        [
+            "refs/heads/main",
+            "refs/heads/topic",
+            "refs/heads/a\u2028b",
+            "refs/heads/\u00e9t\u00e9",
+            ":/fix bug",
+            "HEAD^{/fix bug}",
+            "(delete)",
+            "refs/leases/id/lease_0000000000aaaaaa",
+        ]
+    )
+    return st.one_of(
+        valid,
+        valid,
+        valid,
+        valid,
+        st.sampled_from(
+            [
+                "refs/heads/main",
+                "refs/heads/topic",
+                "refs/tags/v1",
+                "(delete)",
+                "HEAD",
+                "refs/leases/id/lease_0000000000aaaaaa",
+                "refs/leases/scope/src",
+                "refs/leases/junk",
+                "HEAD^{/fix bug}",
+                ":/fix bug",
+                "refs/heads/a\u2028b",
+                "refs/heads/a\x85b",
+                "refs/heads/a\x1cb",
+                "refs/heads/\u00e9t\u00e9",
+                "refs/heads/a\tb",
+                "",
+                "refs/heads/x\r",
+            ]
+        ),
+        st.text(max_size=30),
+    )
 
 
 def _line(fields, oids, refs):
     seps = st.one_of(st.just(" "), st.just(" "), st.just(" "), st.sampled_from(["  ", "\t", "\u00a0", "\r"]))
-    structured = st.builds(lambda parts, s: s.join(parts),
-                           st.tuples(*[oids if f == "oid" else refs for f in fields]), seps)
+    structured = st.builds(
+        lambda parts, s: s.join(parts), st.tuples(*[oids if f == "oid" else refs for f in fields]), seps
+    )
     wrong_count = st.lists(st.one_of(oids, refs), min_size=0, max_size=7).map(" ".join)
-    return st.one_of(structured, structured, structured, structured, structured, structured, wrong_count,
-                     st.text(max_size=80))
+    return st.one_of(
+        structured, structured, structured, structured, structured, structured, wrong_count, st.text(max_size=80)
+    )
 
 
 def _well_formed(world, fields):
     """Lines as git writes them, of the commits the world knows (and a few it does not)."""
     known = st.sampled_from([world.base, world.inside, world.outside, ZERO, world.free])
     oid = st.one_of(known, known, known, known, st.text(alphabet="0123456789abcdef", min_size=40, max_size=40))
-    local = st.sampled_from(["refs/heads/main", ":/fix bug", "HEAD^{/x y}", "(delete)", "refs/heads/a\u2028b",
-                             "HEAD"])
-    remote = st.sampled_from(["refs/heads/main", "refs/heads/topic", "refs/tags/v1", "refs/heads/a\u2028b",
-                              "refs/heads/a\x85b", "refs/leases/id/lease_0000000000aaaaaa"])
+    local = st.sampled_from(["refs/heads/main", ":/fix bug", "HEAD^{/x y}", "(delete)", "refs/heads/a\u2028b", "HEAD"])
+    remote = st.sampled_from(
+        [
+            "refs/heads/main",
+            "refs/heads/topic",
+            "refs/tags/v1",
+            "refs/heads/a\u2028b",
+            "refs/heads/a\x85b",
+            "refs/leases/id/lease_0000000000aaaaaa",
+        ]
+    )
     parts = [oid if f == "oid" else (local if f == "local" else remote) for f in fields]
     return st.lists(st.tuples(*parts).map(" ".join), min_size=1, max_size=4).map(
-        lambda lines: ("\n".join(lines) + "\n").encode())
+        lambda lines: ("\n".join(lines) + "\n").encode()
+    )
 
 
 def _stdin(line, real_line, *, huge=b"", well_formed=st.nothing()):
     """Bytes for a hook's stdin: lines (maybe with the real line inserted), or raw bytes."""
+
     def join(lines, real, pos, trailing, encoding):
         if real:
             lines.insert(pos % (len(lines) + 1), real_line)
         text = "\n".join(lines) + ("\n" if trailing else "")
         return text.encode("utf-8", "surrogatepass") if encoding == "utf-8" else text.encode("latin-1", "replace")
-    lines = st.builds(join, st.lists(line, max_size=4), st.booleans(), st.integers(0, 10), st.booleans(),
-                      st.sampled_from(["utf-8", "utf-8", "latin-1"]))
+
+    lines = st.builds(
+        join,
+        st.lists(line, max_size=4),
+        st.booleans(),
+        st.integers(0, 10),
+        st.booleans(),
+        st.sampled_from(["utf-8", "utf-8", "latin-1"]),
+    )
     raw = st.one_of(st.binary(max_size=300), st.just(b""), st.just(b"\n\n"), st.just(b"\xff\xfe\x00 \x80\n"))
     big = st.just(huge) if huge else st.nothing()
     return st.one_of(lines, lines, lines, raw, big, well_formed, well_formed, well_formed)
@@ -118,6 +186,7 @@ def _lines_of(data: bytes) -> list[str] | None:
 
 
 # ------------------------------------------------------------------------------------ pre-push
+
 
 class PushWorld:
     pass
@@ -157,8 +226,13 @@ def push_expectation(world, data: bytes) -> str:
     pushed, excluded = [], set()
     for ln in lines:
         parts = ln.rsplit(" ", 3)
-        if (len(parts) != 4 or not parts[0] or not HEX.fullmatch(parts[1]) or not HEX.fullmatch(parts[3])
-                or not REF.fullmatch(parts[2])):
+        if (
+            len(parts) != 4
+            or not parts[0]
+            or not HEX.fullmatch(parts[1])
+            or not HEX.fullmatch(parts[3])
+            or not REF.fullmatch(parts[2])
+        ):
             return "refuse"
         _, local, remote_ref, remote = parts
         if not re.fullmatch("0+", local) and not remote_ref.startswith("refs/leases/"):
@@ -183,8 +257,14 @@ def check_pre_push(world, examples):
     line = _line(("ref", "oid", "ref", "oid"), oids, refs)
 
     @fuzz_settings(examples)
-    @given(_stdin(line, world.bad_line, huge=(world.bad_line + "\n").encode() * 20000,
-                  well_formed=_well_formed(world, ("local", "oid", "remote", "oid"))))
+    @given(
+        _stdin(
+            line,
+            world.bad_line,
+            huge=(world.bad_line + "\n").encode() * 20000,
+            well_formed=_well_formed(world, ("local", "oid", "remote", "oid")),
+        )
+    )
     def prop(data):
         ok, code = run_pre_push(world, data)
         assert code in CODES
@@ -194,6 +274,7 @@ def check_pre_push(world, examples):
             assert not ok and code != 0, data
         elif expected == "accept":
             assert ok and code == 0, data
+
     prop()
 
 
@@ -208,20 +289,21 @@ def test_fuzz_pre_push_stdin_long(push_world):
 
 def test_fuzz_pre_push_hook_process(push_world):
     """The installed hook, as git runs it: no traceback, a documented code, fail closed."""
-    hook = os.path.join(git(push_world.repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip(),
-                        "pre-push")
+    hook = os.path.join(
+        git(push_world.repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip(), "pre-push"
+    )
     oids, refs = _oids(push_world), _refs()
     line = _line(("ref", "oid", "ref", "oid"), oids, refs)
 
     @fuzz_settings(6)
     @given(_stdin(line, push_world.bad_line))
     def prop(data):
-        res = subprocess.run([hook, "origin", push_world.url], cwd=push_world.repo, input=data,
-                             capture_output=True)
+        res = subprocess.run([hook, "origin", push_world.url], cwd=push_world.repo, input=data, capture_output=True)
         err = res.stderr.decode("utf-8", "replace")
         assert "Traceback" not in err and res.returncode in CODES, err
         if push_expectation(push_world, data) == "refuse":
             assert res.returncode != 0
+
     prop()
 
 
@@ -229,16 +311,20 @@ def test_pre_push_ref_expressions_with_spaces_are_checked(push_world):
     """Regression (found by fuzzing): ``git push origin ':/fix bug:refs/heads/main'`` gives the hook a local ref
     with a space in it; the line was skipped as malformed and the push passed unchecked."""
     for local in (":/fix bug", "HEAD^{/fix bug}"):
-        ok, code = run_pre_push(push_world, f"{local} {push_world.outside} refs/heads/main {push_world.base}\n"
-                                .encode())
+        ok, code = run_pre_push(
+            push_world, f"{local} {push_world.outside} refs/heads/main {push_world.base}\n".encode()
+        )
         assert (ok, code) == (False, 4)
-    ok, code = run_pre_push(push_world, f":/fix bug {push_world.inside} refs/heads/main {push_world.base}\n"
-                            .encode())
+    ok, code = run_pre_push(push_world, f":/fix bug {push_world.inside} refs/heads/main {push_world.base}\n".encode())
     assert (ok, code) == (True, 0)
     # and through git itself: the commit message names the outside commit
     git(push_world.repo, "reset", "-q", "--hard", push_world.outside)
-    res = subprocess.run(["git", "push", "-q", "origin", "HEAD^{/change}:refs/heads/main"], cwd=push_world.repo,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["git", "push", "-q", "origin", "HEAD^{/change}:refs/heads/main"],
+        cwd=push_world.repo,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "1 path outside the leases held here" in res.stderr
 
 
@@ -247,8 +333,12 @@ def test_pre_push_ref_names_with_unicode_line_separators_are_checked(push_world)
     malformed lines by str.splitlines and the push passed unchecked."""
     name = "a\u2028b"
     git(push_world.repo, "branch", name, push_world.outside)
-    res = subprocess.run(["git", "push", "-q", "origin", f"{name}:refs/heads/{name}"], cwd=push_world.repo,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["git", "push", "-q", "origin", f"{name}:refs/heads/{name}"],
+        cwd=push_world.repo,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "1 path outside the leases held here" in res.stderr
 
 
@@ -256,17 +346,24 @@ def test_pre_push_ref_names_that_are_not_utf8_are_checked(push_world):
     """A branch name may be any bytes git allows (Latin-1 here): checked like any other, not refused as junk."""
     name = b"lat\xe9"
     subprocess.run([b"git", b"branch", name, push_world.outside.encode()], cwd=push_world.repo, check=True)
-    res = subprocess.run([b"git", b"push", b"-q", b"origin", name + b":refs/heads/" + name], cwd=push_world.repo,
-                         capture_output=True)
+    res = subprocess.run(
+        [b"git", b"push", b"-q", b"origin", name + b":refs/heads/" + name], cwd=push_world.repo, capture_output=True
+    )
     assert res.returncode == 1 and b"1 path outside the leases held here" in res.stderr
-    ok, code = run_pre_push(push_world, b"refs/heads/lat\xe9 " + push_world.inside.encode() + b" refs/heads/lat\xe9 "
-                            + ZERO.encode() + b"\n")
+    ok, code = run_pre_push(
+        push_world,
+        b"refs/heads/lat\xe9 " + push_world.inside.encode() + b" refs/heads/lat\xe9 " + ZERO.encode() + b"\n",
+    )
     assert (ok, code) == (True, 0)
 
 
 def test_pre_push_malformed_input_refuses(push_world):
-    for data in (b"junk\n", f"refs/heads/main {push_world.inside} refs/heads/main\n".encode(),
-                 f"refs/heads/main --output=x refs/heads/main {ZERO}\n".encode(), b"\xff\n"):
+    for data in (
+        b"junk\n",
+        f"refs/heads/main {push_world.inside} refs/heads/main\n".encode(),
+        f"refs/heads/main --output=x refs/heads/main {ZERO}\n".encode(),
+        b"\xff\n",
+    ):
         ok, code = run_pre_push(push_world, data)
         assert (ok, code) == (False, 2)
     assert not os.path.exists(push_world.repo / "x")
@@ -274,6 +371,7 @@ def test_pre_push_malformed_input_refuses(push_world):
 
 
 # ---------------------------------------------------------------------------------- pre-receive
+
 
 class ReceiveWorld:
     pass
@@ -301,8 +399,11 @@ def receive_world(make_repo, tmp_path, monkeypatch):
     w.bare, w.b = bare, b
     w.base = git(b, "rev-parse", "HEAD").strip()
     made = {}
-    for name, path, msg in (("outside", "svc/f", "change"), ("free", "free/h", "change"),
-                            ("claimed", "svc/g", f"work\n\nLease: {w.lease}")):
+    for name, path, msg in (
+        ("outside", "svc/f", "change"),
+        ("free", "free/h", "change"),
+        ("claimed", "svc/g", f"work\n\nLease: {w.lease}"),
+    ):
         git(b, "checkout", "-q", "-b", name, w.base)
         assert commit(b, path, msg=msg, extra=("--no-verify",)).returncode == 0
         made[name] = git(b, "rev-parse", "HEAD").strip()
@@ -324,8 +425,7 @@ def receive_expectation(world, data: bytes, claimed_by_option: bool = False) -> 
     news = []
     for ln in lines:
         parts = ln.split(" ", 2)
-        if len(parts) != 3 or not HEX.fullmatch(parts[0]) or not HEX.fullmatch(parts[1]) or not REF.fullmatch(
-                parts[2]):
+        if len(parts) != 3 or not HEX.fullmatch(parts[0]) or not HEX.fullmatch(parts[1]) or not REF.fullmatch(parts[2]):
             return "refuse"
         old, new, ref = parts
         if re.fullmatch("0+", new):
@@ -352,8 +452,14 @@ def check_pre_receive(world, examples):
     line = _line(("oid", "oid", "ref"), _oids(world), _refs())
 
     @fuzz_settings(examples)
-    @given(_stdin(line, world.bad_line, huge=(world.bad_line + "\n").encode() * 20000,
-                  well_formed=_well_formed(world, ("oid", "oid", "remote"))))
+    @given(
+        _stdin(
+            line,
+            world.bad_line,
+            huge=(world.bad_line + "\n").encode() * 20000,
+            well_formed=_well_formed(world, ("oid", "oid", "remote")),
+        )
+    )
     def prop(data):
         ok, code = run_pre_receive(data)
         assert code in CODES
@@ -363,6 +469,7 @@ def check_pre_receive(world, examples):
             assert not ok and code != 0, data
         elif expected == "accept":
             assert ok and code == 0, data
+
     prop()
 
 
@@ -377,18 +484,38 @@ def test_fuzz_pre_receive_stdin_long(receive_world):
 
 def _option_values(lease):
     fullwidth = "lease=" + lease.replace("_", "\uff3f")
-    near = st.sampled_from([f"lease={lease}", f"lease={lease}\n", f"lease= {lease}", f"LEASE={lease}",
-                            f"lease={lease.upper()}", f"lease={lease}x", f"lease={lease[:-1]}", f"{lease}",
-                            f"lease=lease_{'0' * 16}", f"lease={lease} ", f"lease={lease}\x00",
-                            fullwidth, "lease=", ""])
+    near = st.sampled_from(
+        [
+            f"lease={lease}",
+            f"lease={lease}\n",
+            f"lease= {lease}",
+            f"LEASE={lease}",
+            f"lease={lease.upper()}",
+            f"lease={lease}x",
+            f"lease={lease[:-1]}",
+            f"{lease}",
+            f"lease=lease_{'0' * 16}",
+            f"lease={lease} ",
+            f"lease={lease}\x00",
+            fullwidth,
+            "lease=",
+            "",
+        ]
+    )
     return st.one_of(st.just(f"lease={lease}"), near, near, st.text(max_size=40))
 
 
 def check_push_options(world, examples):
     @fuzz_settings(examples)
-    @given(st.one_of(st.integers(0, 6).map(str), st.integers(-3, 6).map(str), st.sampled_from(["", "x", "1e3", "99999999999999999999", " 2",
-                                                                    "\u0662", "0x2"]), st.text(max_size=6)),
-           st.lists(_option_values(world.lease), max_size=5))
+    @given(
+        st.one_of(
+            st.integers(0, 6).map(str),
+            st.integers(-3, 6).map(str),
+            st.sampled_from(["", "x", "1e3", "99999999999999999999", " 2", "\u0662", "0x2"]),
+            st.text(max_size=6),
+        ),
+        st.lists(_option_values(world.lease), max_size=5),
+    )
     def prop(count, values):
         env = {"GIT_PUSH_OPTION_COUNT": count, **{f"GIT_PUSH_OPTION_{i}": v for i, v in enumerate(values)}}
         env = {k: v for k, v in env.items() if "\0" not in v}
@@ -400,6 +527,7 @@ def check_push_options(world, examples):
             ok, code = run_pre_receive(f"{world.base} {world.outside} refs/heads/main\n".encode())
         event(f"claimed={exact}")
         assert ok == exact and code == (0 if exact else 4), (count, values)
+
     prop()
 
 
@@ -424,21 +552,42 @@ def test_push_option_count_that_is_huge_or_not_a_number(receive_world, monkeypat
 def check_trailers(world, examples):
     lid = world.lease
     tree = git(world.bare, "rev-parse", f"{world.outside}^{{tree}}").strip()
-    value = st.one_of(st.sampled_from([lid, f" {lid} ", lid.upper(), lid + "x", lid[:-1], f"<{lid}>",
-                                       f"{lid}, lease_0000000000aaaaaa", "lease_" + "z" * 41]), st.text(max_size=30))
+    value = st.one_of(
+        st.sampled_from(
+            [
+                lid,
+                f" {lid} ",
+                lid.upper(),
+                lid + "x",
+                lid[:-1],
+                f"<{lid}>",
+                f"{lid}, lease_0000000000aaaaaa",
+                "lease_" + "z" * 41,
+            ]
+        ),
+        st.text(max_size=30),
+    )
     value = st.one_of(st.just(lid), st.just(lid), value)
     key = st.one_of(st.just("Lease"), st.sampled_from(["Lease", "lease", "Lease ", "Leases", "X-Lease", "Lease-Id"]))
     sep = st.one_of(st.just(": "), st.sampled_from([": ", ":", " : ", "=", ": \n "]))
     trailer = st.builds(lambda k, s, v: f"{k}{s}{v}", key, sep, value)
-    message = st.builds(lambda subject, body, trailers: f"{subject}\n\n{body}\n\n" + "\n".join(trailers) + "\n",
-                        st.text(max_size=20), st.text(max_size=40), st.lists(trailer, max_size=3))
+    message = st.builds(
+        lambda subject, body, trailers: f"{subject}\n\n{body}\n\n" + "\n".join(trailers) + "\n",
+        st.text(max_size=20),
+        st.text(max_size=40),
+        st.lists(trailer, max_size=3),
+    )
 
     @fuzz_settings(examples)
     @given(message)
     def prop(msg):
         msg = msg.replace("\0", "")
-        res = subprocess.run(["git", "commit-tree", "-p", world.base, "-F", "-", tree], cwd=world.bare,
-                             input=msg.encode("utf-8", "surrogatepass"), capture_output=True)
+        res = subprocess.run(
+            ["git", "commit-tree", "-p", world.base, "-F", "-", tree],
+            cwd=world.bare,
+            input=msg.encode("utf-8", "surrogatepass"),
+            capture_output=True,
+        )
         if res.returncode != 0:
             event("commit-tree failed")
             return
@@ -448,6 +597,7 @@ def check_trailers(world, examples):
         if lid not in msg:
             assert (ok, code) == (False, 4), msg  # no claim without the exact lease id
         assert code in (0, 4)
+
     prop()
 
 
@@ -457,8 +607,13 @@ def test_fuzz_lease_trailers(receive_world):
 
 def test_pre_receive_malformed_input_refuses(receive_world):
     w = receive_world
-    for data in (b"junk\n", f"{w.base} {w.free}\n".encode(), f"{w.base} --output=x refs/heads/main\n".encode(),
-                 f"{w.base} {w.free} refs/heads/a\tb\n".encode(), b"\xff\xfe\n"):
+    for data in (
+        b"junk\n",
+        f"{w.base} {w.free}\n".encode(),
+        f"{w.base} --output=x refs/heads/main\n".encode(),
+        f"{w.base} {w.free} refs/heads/a\tb\n".encode(),
+        b"\xff\xfe\n",
+    ):
         assert run_pre_receive(data) == (False, 2), data
     assert not os.path.exists(w.bare / "x")
     # a ref name with U+2028 in it is one line (it used to be split in two by str.splitlines)
@@ -484,8 +639,13 @@ def test_fuzz_pre_receive_processes(receive_world):
         assert "Traceback" not in err and res.returncode in CODES, err
         if expected == "refuse":
             assert res.returncode != 0
-        res = subprocess.run(["git", "lease", "server-hook", "pre-receive", "--json"], cwd=w.bare, input=data,
-                             capture_output=True, env=_env())
+        res = subprocess.run(
+            ["git", "lease", "server-hook", "pre-receive", "--json"],
+            cwd=w.bare,
+            input=data,
+            capture_output=True,
+            env=_env(),
+        )
         err = res.stderr.decode("utf-8", "replace")
         assert "Traceback" not in err and res.returncode in CODES, err
         doc = json.loads(res.stdout)
@@ -494,6 +654,7 @@ def test_fuzz_pre_receive_processes(receive_world):
             assert doc["error"]["exitCode"] == res.returncode
         if expected == "refuse":
             assert res.returncode != 0
+
     prop()
 
 

@@ -2,6 +2,7 @@
 duplicate keys, huge and odd numbers, white space, applied to a real canonical record. ``record.parse`` gives a
 Record whose canonical bytes are the input, or InvalidRecord; a reader (``build_views``, ``git lease
 can-start``) never crashes on one and keeps the scope it names blocked (zero grants)."""
+
 from __future__ import annotations
 
 import json
@@ -9,31 +10,77 @@ import os
 import subprocess
 import sys
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import git
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gitlease.core import record
 from gitlease.core.clock import FakeClock
 from gitlease.core.errors import InvalidRecord
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import Owner, new_record
-from gitlease.service.leases import Snapshot, build_views, scope_ref
 from gitlease.core.store import Blob
+from gitlease.service.leases import Snapshot, build_views, scope_ref
 
 CLOCK = FakeClock()
-GOOD = new_record(lease_id="lease_0000000000aaaaaa", repo="r", paths=("svc",), workspace_id="w",
-                  owner=Owner(task_id="task", agent_id="agent", host="h", pid=0), now=CLOCK.now(), ttl=60)
+GOOD = new_record(
+    lease_id="lease_0000000000aaaaaa",
+    repo="r",
+    paths=("svc",),
+    workspace_id="w",
+    owner=Owner(task_id="task", agent_id="agent", host="h", pid=0),
+    now=CLOCK.now(),
+    ttl=60,
+)
 DATA = GOOD.canonical()
 STRINGS = [b'"task"', b'"agent"', b'"h"', b'"w"', b'"r"', b'"svc"']
 NUMBERS = [b'"ttl":60', b'"version":1', b'"pid":0']
 
-text_tricks = st.sampled_from([b'"\\ud800"', b'"\\udfff\\ud800"', b'"a\\ud83d"', b'"\\ud83d\\ude00"', b'"\\u0000"',
-                               b'"\\u202e"', b'"\\ufeff"', b'"\\u00e9"', '"\u00e9"'.encode(), b'"\\/"', b'"\\n"',
-                               b'"a\\u0009b"', '"\u2028"'.encode(), b'""', b'"' + b"x" * 5000 + b'"', b"null",
-                               b"1", b"[]", b"{}", b'"\\x41"', b'"\\u00"', '"\U0001f600"'.encode()])
-number_tricks = st.sampled_from([b"9" * 400, b"9" * 5000, b"-0", b"0.0", b"6e1", b"1e999", b"-1", b"NaN",
-                                 b"Infinity", b"true", b"60 ", b"060", b"0x3c", b"18446744073709551616",
-                                 b"\"60\""])
+text_tricks = st.sampled_from(
+    [
+        b'"\\ud800"',
+        b'"\\udfff\\ud800"',
+        b'"a\\ud83d"',
+        b'"\\ud83d\\ude00"',
+        b'"\\u0000"',
+        b'"\\u202e"',
+        b'"\\ufeff"',
+        b'"\\u00e9"',
+        '"\u00e9"'.encode(),
+        b'"\\/"',
+        b'"\\n"',
+        b'"a\\u0009b"',
+        '"\u2028"'.encode(),
+        b'""',
+        b'"' + b"x" * 5000 + b'"',
+        b"null",
+        b"1",
+        b"[]",
+        b"{}",
+        b'"\\x41"',
+        b'"\\u00"',
+        '"\U0001f600"'.encode(),
+    ]
+)
+number_tricks = st.sampled_from(
+    [
+        b"9" * 400,
+        b"9" * 5000,
+        b"-0",
+        b"0.0",
+        b"6e1",
+        b"1e999",
+        b"-1",
+        b"NaN",
+        b"Infinity",
+        b"true",
+        b"60 ",
+        b"060",
+        b"0x3c",
+        b"18446744073709551616",
+        b'"60"',
+    ]
+)
 
 
 @st.composite
@@ -59,7 +106,7 @@ def mutated(draw):
         elif kind == "bom":
             data = b"\xef\xbb\xbf" + data
         else:
-            data = data[:draw(st.integers(0, len(data)))]
+            data = data[: draw(st.integers(0, len(data)))]
     return data
 
 
@@ -113,14 +160,15 @@ def test_fuzz_records_through_the_real_cli(make_repo):
         oid = writer.lease_commit(data, None, (), ident_for("forger", "h"), 1_800_000_000, "forged")
         for ref in (scope_ref("svc"), "refs/leases/id/lease_0000000000aaaaaa"):
             git(repo, "update-ref", ref, oid)
-        res = subprocess.run(["git", "lease", "can-start", "--scope", "svc", "--json"], cwd=repo,
-                             capture_output=True, text=True, env=env)
+        res = subprocess.run(
+            ["git", "lease", "can-start", "--scope", "svc", "--json"], cwd=repo, capture_output=True, text=True, env=env
+        )
         assert "Traceback" not in res.stderr and res.returncode == 3, res.stderr
         assert json.loads(res.stdout)["error"]["kind"] == "held"
-        res = subprocess.run(["git", "lease", "status", "--json"], cwd=repo, capture_output=True, text=True,
-                             env=env)
+        res = subprocess.run(["git", "lease", "status", "--json"], cwd=repo, capture_output=True, text=True, env=env)
         assert "Traceback" not in res.stderr and res.returncode == 0, res.stderr
         # (an unreadable record's scope ref is listed on its own, as "?<oid>": it cannot name its lease)
         got = [v["leaseId"] for v in json.loads(res.stdout)["result"]["leases"]]
         assert "lease_0000000000aaaaaa" in got and len(got) <= 2, got
+
     prop()

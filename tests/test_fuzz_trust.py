@@ -10,28 +10,39 @@ Properties:
 * a signature with a flipped bit, over flipped data, in another namespace or with another hash algorithm never
   verifies, and never makes a version "verified".
 """
+
 from __future__ import annotations
 
 import base64
-import subprocess
 import json
 import os
+import subprocess
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import cli, git
-from gitlease.identity import sshsig
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_sshsig import (
+    SSH_KEYGEN,
+    in_process_key,
+    make_key,
+    needs_ssh_keygen,
+    pack_blob,
+    pub_of,
+    split_blob,
+    ssh_string,
+    unarmor,
+)
+
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.errors import InvalidRecord
 from gitlease.core.record import Owner, new_record
 from gitlease.core.repo import Repo
-from gitlease.service.leases import LeaseService
+from gitlease.identity import sshsig
 from gitlease.identity.signer import SshSigner
 from gitlease.identity.trust import INVALID, VERIFIED, Trust, _parse
-from test_sshsig import (SSH_KEYGEN, in_process_key, make_key, needs_ssh_keygen, pack_blob, pub_of, split_blob,
-                         ssh_string, unarmor)
+from gitlease.service.leases import LeaseService
 
 NS = "gitlease"
 KA, KB = in_process_key(7), in_process_key(8)
@@ -66,55 +77,137 @@ def other_keys(tmp_path_factory):
 
 # ------------------------------------------------------------------------------------- strategies
 
+
 def _mangled(key: str) -> list[str]:
     kt, b64 = key.split()
     blob = base64.b64decode(b64)
-    return [f"{kt} {b64[:-4]}", f"{kt} {b64[:20]}", f"{kt} {b64}!", f"{kt} {b64.rstrip('=')}", f"{kt} ={b64}",
-            f"ssh-rsa {b64}", f"ssh-ed25519 {base64.b64encode(blob + b'x').decode()}",
-            f"ssh-ed25519 {base64.b64encode(blob[:-1]).decode()}", "ssh-ed25519", f"SSH-ED25519 {b64}",
-            f"ssh-ed25519\t{b64}", f"ssh-ed25519  {b64}", f"ssh-ed25519 {b64[:30]}\n{b64[30:]}",
-            f"ssh-ed25519 {b64.lower()}", f"{kt}\u00a0{b64}"]
+    return [
+        f"{kt} {b64[:-4]}",
+        f"{kt} {b64[:20]}",
+        f"{kt} {b64}!",
+        f"{kt} {b64.rstrip('=')}",
+        f"{kt} ={b64}",
+        f"ssh-rsa {b64}",
+        f"ssh-ed25519 {base64.b64encode(blob + b'x').decode()}",
+        f"ssh-ed25519 {base64.b64encode(blob[:-1]).decode()}",
+        "ssh-ed25519",
+        f"SSH-ED25519 {b64}",
+        f"ssh-ed25519\t{b64}",
+        f"ssh-ed25519  {b64}",
+        f"ssh-ed25519 {b64[:30]}\n{b64[30:]}",
+        f"ssh-ed25519 {b64.lower()}",
+        f"{kt}\u00a0{b64}",
+    ]
 
 
 def trust_lines(other_keys):
     principals = st.one_of(
-        st.sampled_from(["agent-a", "agent-b", "*", "agent-?", "!agent-a,*", "agent-a,agent-b", '"agent-a"',
-                         '"agent a"', '"agent-a', 'agent"a', "\u00fc", "agent-a\u00a0", "*@ci", "agent-a,",
-                         ",agent-a", "!*", "agent-" + "a" * 1100, "Agent-A"]),
-        st.text(max_size=12))
+        st.sampled_from(
+            [
+                "agent-a",
+                "agent-b",
+                "*",
+                "agent-?",
+                "!agent-a,*",
+                "agent-a,agent-b",
+                '"agent-a"',
+                '"agent a"',
+                '"agent-a',
+                'agent"a',
+                "\u00fc",
+                "agent-a\u00a0",
+                "*@ci",
+                "agent-a,",
+                ",agent-a",
+                "!*",
+                "agent-" + "a" * 1100,
+                "Agent-A",
+            ]
+        ),
+        st.text(max_size=12),
+    )
     option = st.one_of(
-        st.sampled_from(["cert-authority", 'namespaces="gitlease"', 'namespaces="git"',
-                         'namespaces="gitlease,git"', 'namespaces="*"', 'namespaces="!gitlease,*"',
-                         'namespaces=""', 'namespaces="git?ease"', 'valid-after="20200101"',
-                         'valid-before="20990101Z"', 'valid-before="20200101"', 'valid-after="20990101"',
-                         'valid-after="20200101120000UTC"', 'NAMESPACES="gitlease"', "namespaces=gitlease",
-                         'namespaces="gitlease', 'valid-after="2020"', 'valid-after="20201301"', "no-touch-required",
-                         'namespaces="a\\"b"', "cert-authority,", ",cert-authority", 'namespaces="gitlease"x']),
-        st.text(max_size=8))
+        st.sampled_from(
+            [
+                "cert-authority",
+                'namespaces="gitlease"',
+                'namespaces="git"',
+                'namespaces="gitlease,git"',
+                'namespaces="*"',
+                'namespaces="!gitlease,*"',
+                'namespaces=""',
+                'namespaces="git?ease"',
+                'valid-after="20200101"',
+                'valid-before="20990101Z"',
+                'valid-before="20200101"',
+                'valid-after="20990101"',
+                'valid-after="20200101120000UTC"',
+                'NAMESPACES="gitlease"',
+                "namespaces=gitlease",
+                'namespaces="gitlease',
+                'valid-after="2020"',
+                'valid-after="20201301"',
+                "no-touch-required",
+                'namespaces="a\\"b"',
+                "cert-authority,",
+                ",cert-authority",
+                'namespaces="gitlease"x',
+            ]
+        ),
+        st.text(max_size=8),
+    )
     options = st.lists(option, max_size=3).map(",".join)
     key = st.one_of(st.sampled_from([A, A, B, *other_keys]), st.sampled_from(_mangled(A)), st.text(max_size=20))
-    comment = st.one_of(st.just(""), st.sampled_from(["agent a's laptop", "# not a comment", '"', "\u202e"]),
-                        st.text(max_size=10))
+    comment = st.one_of(
+        st.just(""), st.sampled_from(["agent a's laptop", "# not a comment", '"', "\u202e"]), st.text(max_size=10)
+    )
     sep = st.one_of(st.just(" "), st.sampled_from(["  ", "\t", "\r", "\u00a0", ""]))
-    entry = st.builds(lambda p, s1, o, s2, k, s3, c: (p + s1 + (o + s2 if o else "") + k + (s3 + c if c else "")),
-                      principals, sep, options, sep, key, sep, comment)
-    other = st.one_of(st.sampled_from(["", "   ", "# trusted agents", "#", "  # indented comment", "\t"]),
-                      st.text(max_size=40))
+    entry = st.builds(
+        lambda p, s1, o, s2, k, s3, c: p + s1 + (o + s2 if o else "") + k + (s3 + c if c else ""),
+        principals,
+        sep,
+        options,
+        sep,
+        key,
+        sep,
+        comment,
+    )
+    other = st.one_of(
+        st.sampled_from(["", "   ", "# trusted agents", "#", "  # indented comment", "\t"]), st.text(max_size=40)
+    )
     return st.one_of(entry, entry, entry, other)
 
 
 def clean_lines(other_keys):
     """Lines that parse (mostly): the options and principals people write."""
-    principals = st.sampled_from(["agent-a", "agent-b", "*", "agent-?", "!agent-a,*", "agent-a,agent-b",
-                                  '"agent-a"', "agent-*,!agent-b", "x"])
-    option = st.sampled_from(["cert-authority", 'namespaces="gitlease"', 'namespaces="git"', 'namespaces="*"',
-                              'namespaces="gitlease,git"', 'namespaces="!gitlease,*"', 'namespaces="git?ease"',
-                              'valid-after="20200101"', 'valid-before="20990101Z"', 'valid-before="20200101"',
-                              'valid-after="20990101"', 'NAMESPACES="gitlease"'])
+    principals = st.sampled_from(
+        ["agent-a", "agent-b", "*", "agent-?", "!agent-a,*", "agent-a,agent-b", '"agent-a"', "agent-*,!agent-b", "x"]
+    )
+    option = st.sampled_from(
+        [
+            "cert-authority",
+            'namespaces="gitlease"',
+            'namespaces="git"',
+            'namespaces="*"',
+            'namespaces="gitlease,git"',
+            'namespaces="!gitlease,*"',
+            'namespaces="git?ease"',
+            'valid-after="20200101"',
+            'valid-before="20990101Z"',
+            'valid-before="20200101"',
+            'valid-after="20990101"',
+            'NAMESPACES="gitlease"',
+        ]
+    )
     options = st.lists(option, max_size=2, unique=True).map(",".join)
     key = st.sampled_from([A, A, B, *other_keys])
-    entry = st.builds(lambda p, o, k, c: " ".join(x for x in (p, o, k, c) if x), principals, options, key,
-                      st.sampled_from(["", "laptop", "agent a's key"]))
+    entry = st.builds(
+        lambda p, o, k, c: " ".join(x for x in (p, o, k, c) if x),
+        principals,
+        options,
+        key,
+        st.sampled_from(["", "laptop", "agent a's key"]),
+    )
     return st.one_of(entry, entry, entry, entry, st.sampled_from(["", "# trusted agents", "  "]))
 
 
@@ -123,17 +216,26 @@ def _join(lines, eol, bom):
 
 
 def clean_files(other_keys):
-    return st.builds(_join, st.lists(clean_lines(other_keys), min_size=1, max_size=4),
-                     st.sampled_from(["\n", "\n", "\r\n"]), st.just(False)).map(str.encode)
+    return st.builds(
+        _join,
+        st.lists(clean_lines(other_keys), min_size=1, max_size=4),
+        st.sampled_from(["\n", "\n", "\r\n"]),
+        st.just(False),
+    ).map(str.encode)
 
 
 def trust_files(other_keys):
     def join(lines, eol, bom):
         return ("\ufeff" if bom else "") + eol.join(lines) + (eol if lines else "")
-    text = st.builds(join, st.lists(trust_lines(other_keys), max_size=5), st.sampled_from(["\n", "\r\n", "\r"]),
-                     st.booleans())
-    raw = st.one_of(text.map(lambda t: t.encode("utf-8", "surrogatepass")), text.map(lambda t: t.encode("utf-16")),
-                    st.binary(max_size=120))
+
+    text = st.builds(
+        join, st.lists(trust_lines(other_keys), max_size=5), st.sampled_from(["\n", "\r\n", "\r"]), st.booleans()
+    )
+    raw = st.one_of(
+        text.map(lambda t: t.encode("utf-8", "surrogatepass")),
+        text.map(lambda t: t.encode("utf-16")),
+        st.binary(max_size=120),
+    )
     clean = clean_files(other_keys)
     mixed = st.builds(lambda c, t: c + t.encode("utf-8", "surrogatepass"), clean, text)
     return st.one_of(raw, text.map(lambda t: t.encode("utf-8", "surrogatepass")), mixed, clean, clean, clean)
@@ -151,6 +253,7 @@ def parse_outcome(data: bytes) -> tuple[sshsig.AllowedSigner, ...] | None:
 
 
 # ------------------------------------------------------------------------------------------- parsing
+
 
 def test_fuzz_trust_file_parsing(other_keys):
     check_parsing(other_keys, 400)
@@ -175,6 +278,7 @@ def check_parsing(other_keys, examples):
             # only a line listing that very key (plain, not cert-authority) can vouch for it
             assert not ok or any(s.key == key and not s.cert_authority for s in signers)
         assert trust.trusted_for(principal, None, 0) is False
+
     prop()
 
 
@@ -216,16 +320,22 @@ def check_against_ssh_keygen(tmp_path, other_keys, examples):
             return
         ours = sshsig.allowed(signers, principal, A, NS)
         allowed_file.write_bytes(data)
-        res = subprocess.run([SSH_KEYGEN, "-Y", "verify", "-f", str(allowed_file), "-I", principal, "-n", NS,
-                              "-s", str(sig_file)], input=b"lease record bytes", capture_output=True, timeout=30)
+        res = subprocess.run(
+            [SSH_KEYGEN, "-Y", "verify", "-f", str(allowed_file), "-I", principal, "-n", NS, "-s", str(sig_file)],
+            input=b"lease record bytes",
+            capture_output=True,
+            timeout=30,
+        )
         theirs = res.returncode == 0
         event(f"ours={ours} ssh-keygen={theirs}")
         if ours:
             assert theirs, (data, principal, res.stderr)
+
     prop()
 
 
 # ------------------------------------------------------------------------------------ end to end
+
 
 @pytest.fixture
 def signed_repo(make_repo, tmp_path):
@@ -288,6 +398,7 @@ def check_end_to_end(signed_repo, other_keys, examples):
         event(f"{view.verification}")
         assert view.verification == (VERIFIED if trusted else INVALID)
         assert view.valid == trusted  # an untrusted lease is invalid: it blocks, and is held by no one
+
     prop()
 
 
@@ -308,14 +419,21 @@ def test_fuzz_trust_file_cli_json(signed_repo, other_keys):
             assert doc["error"]["exitCode"] == 5 and "does not parse" in doc["error"]["message"]
         else:
             assert res.returncode == 0 and doc["ok"] is True
+
     prop()
 
 
 # ------------------------------------------------------------------------------------------ signatures
 
-DATA = new_record(lease_id="lease_0000000000aaaaaa", repo="r", paths=("svc",), workspace_id="w",
-                  owner=Owner(task_id="t", agent_id="agent-a", host="h", pid=0, key=A),
-                  now=FakeClock().now(), ttl=60)
+DATA = new_record(
+    lease_id="lease_0000000000aaaaaa",
+    repo="r",
+    paths=("svc",),
+    workspace_id="w",
+    owner=Owner(task_id="t", agent_id="agent-a", host="h", pid=0, key=A),
+    now=FakeClock().now(),
+    ttl=60,
+)
 GOOD_SIG = sshsig.sign(KA, DATA.canonical(), NS)
 TRUST_A = Trust(tuple(sshsig.parse_allowed_signers(f'agent-a namespaces="gitlease" {A}\n')), "fuzz")
 
@@ -343,8 +461,11 @@ def test_fuzz_bit_flips_never_verify(data):
             blob[f % len(blob)] ^= 1 << (f % 8)
         changed = bytes(blob) != unarmor(sig)
         b64 = base64.b64encode(bytes(blob)).decode()
-        sig = "-----BEGIN SSH SIGNATURE-----\n" + "\n".join(b64[i:i + 70] for i in range(0, len(b64), 70)) + \
-              "\n-----END SSH SIGNATURE-----\n"
+        sig = (
+            "-----BEGIN SSH SIGNATURE-----\n"
+            + "\n".join(b64[i : i + 70] for i in range(0, len(b64), 70))
+            + "\n-----END SSH SIGNATURE-----\n"
+        )
     else:
         b = bytearray(sig.encode())
         for f in flips:
@@ -373,16 +494,42 @@ def _resigned(namespace: bytes, hash_alg: bytes, digest_of: str = "sha512", data
     to_sign = sshsig._signed_data(namespace, b"", hash_alg, digest)
     sig_blob = ssh_string(b"ssh-ed25519") + ssh_string(KA._private.sign(to_sign))
     version, fields = split_blob(unarmor(GOOD_SIG))
-    return sshsig._SIG_BEGIN + "\n" + base64.b64encode(
-        pack_blob(version, [fields[0], namespace, b"", hash_alg, sig_blob])).decode() + "\n" + sshsig._SIG_END + "\n"
+    return (
+        sshsig._SIG_BEGIN
+        + "\n"
+        + base64.b64encode(pack_blob(version, [fields[0], namespace, b"", hash_alg, sig_blob])).decode()
+        + "\n"
+        + sshsig._SIG_END
+        + "\n"
+    )
 
 
 @fuzz_settings(200)
-@given(st.one_of(st.sampled_from([b"gitlease", b"gitlease-admin", b"git", b"file", b"", b"Gitlease", b"gitlease\0",
-                                  b"gitlease ", "gitl\u00e9ase".encode()]), st.binary(max_size=12)),
-       st.one_of(st.sampled_from([b"sha512", b"sha256", b"sha1", b"md5", b"SHA512", b"sha512\0", b"sha384",
-                                  b"sha3_512", b"", b"sha512 "]), st.binary(max_size=8)),
-       st.sampled_from(["sha512", "sha256", "sha1", "sha3_512"]))
+@given(
+    st.one_of(
+        st.sampled_from(
+            [
+                b"gitlease",
+                b"gitlease-admin",
+                b"git",
+                b"file",
+                b"",
+                b"Gitlease",
+                b"gitlease\0",
+                b"gitlease ",
+                "gitl\u00e9ase".encode(),
+            ]
+        ),
+        st.binary(max_size=12),
+    ),
+    st.one_of(
+        st.sampled_from(
+            [b"sha512", b"sha256", b"sha1", b"md5", b"SHA512", b"sha512\0", b"sha384", b"sha3_512", b"", b"sha512 "]
+        ),
+        st.binary(max_size=8),
+    ),
+    st.sampled_from(["sha512", "sha256", "sha1", "sha3_512"]),
+)
 def test_fuzz_namespace_and_hash_algorithm(namespace, hash_alg, digest_of):
     """Real signatures by the owner key, made over another namespace or hash algorithm: they verify only in the
     namespace gitlease with sha256/sha512 over the record's own digest."""
@@ -402,6 +549,7 @@ def test_a_signature_for_the_admin_namespace_is_not_a_lease_signature():
 
 
 # ------------------------------------------------------------------------------------ the server hook
+
 
 @pytest.fixture
 def guarded_signed(tmp_path, make_repo):
@@ -453,6 +601,7 @@ def test_fuzz_trust_file_on_the_server(guarded_signed, other_keys):
             if signers is None:
                 assert "does not parse" in res.stderr
         assert git(bare, "for-each-ref", "refs/leases/") == ""
+
     prop()
 
 
@@ -468,8 +617,7 @@ def test_a_broken_trust_file_on_the_server_can_still_be_fixed_by_a_push(guarded_
         trust.write_bytes(data)
         git(admin, "add", ".gitlease/allowed_signers")
         git(admin, "commit", "-q", "-m", "trust")
-        return subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=admin, capture_output=True,
-                              text=True)
+        return subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=admin, capture_output=True, text=True)
 
     assert publish(good).returncode == 0
     res = cli(a, "acquire", "--scope", "svc", "--json")
@@ -483,13 +631,13 @@ def test_a_broken_trust_file_on_the_server_can_still_be_fixed_by_a_push(guarded_
     (a / "svc" / "x").write_text("x\n")
     git(a, "add", "svc/x")
     git(a, "commit", "-q", "--no-verify", "-m", f"work\n\nLease: {lease}")
-    res = subprocess.run(["git", "push", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True,
-                         text=True)
+    res = subprocess.run(["git", "push", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True, text=True)
     assert res.returncode == 1 and "no lease claim is honoured until the trust file is fixed" in res.stderr
     git(admin, "pull", "-q", "--rebase", "origin", "main")
     assert publish(good).returncode == 0  # the fix lands
     git(a, "pull", "-q", "--rebase", "origin", "main")
-    res = subprocess.run(["git", "push", "-q", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True,
-                         text=True)
+    res = subprocess.run(
+        ["git", "push", "-q", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr  # and the claim counts again
     assert cli(a, "release", lease).returncode == 0

@@ -1,21 +1,22 @@
 """The heartbeat's schedule on a fake clock (renew at the interval, lost at the stop deadline, never later),
 timing validation, progress notes, acquire --wait, gitlease.hold, and the fenced renewal in the service."""
+
 import random
 import subprocess
 import threading
 
 import pytest
+from conftest import git
+from helpers import Fleet
 
 import gitlease
-from conftest import git
 from gitlease.core import errors
 from gitlease.core.clock import FakeClock
-from gitlease.liveness.heartbeat import Heartbeat, Timing
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Progress
-from gitlease.service.leases import id_ref
+from gitlease.liveness.heartbeat import Heartbeat, Timing
 from gitlease.liveness.wait import Backoff, acquire_wait
-from helpers import Fleet
+from gitlease.service.leases import id_ref
 
 # ----------------------------------------------------------------------------- timing
 
@@ -35,6 +36,7 @@ def test_timing_refuses_combinations_that_do_not_fit_the_ttl():
 
 
 # ----------------------------------------------------------------------- the schedule
+
 
 class FakeLease:
     """A lease on a fake clock: each attempt renews it for ``ttl`` from the moment it starts, unless a
@@ -139,6 +141,7 @@ def test_stop_wakes_a_real_wait_at_once():
 
 # ---------------------------------------------------------------------------- progress
 
+
 def test_progress_counter_comes_from_the_note_and_at_moves_only_on_progress():
     p1 = next_progress("tests 40/120", None, 1_800_000_000)
     assert (p1.note, p1.counter, p1.at) == ("tests 40/120", 40, "2027-01-15T08:00:00Z")
@@ -166,6 +169,7 @@ def test_renew_progress_recorded_in_the_record(tmp_path):
 
 # ------------------------------------------------------------------------------ --wait
 
+
 class HookClock(FakeClock):
     """A fake clock whose sleeps run a hook (another agent acting meanwhile)."""
 
@@ -189,7 +193,7 @@ def test_wait_wakes_when_the_holder_releases(tmp_path):
     got = acquire_wait(b, ["svc"], wait=600, rng=random.Random(1), on_wait=lambda r, s: waits.append(s))
     assert got.record.paths == ("svc",) and len(clock.sleeps) == 3 and len(waits) == 3
     assert sum(clock.sleeps) < 10  # woke on the first poll after the release, not at the deadline
-    steps = [min(15, 0.5 * 2 ** i) for i in range(3)]
+    steps = [min(15, 0.5 * 2**i) for i in range(3)]
     assert all(s / 2 <= d <= s for d, s in zip(clock.sleeps, steps))  # jittered exponential backoff
 
 
@@ -201,8 +205,9 @@ def test_wait_gives_up_at_the_deadline(tmp_path):
     start = clock.monotonic()
     with pytest.raises(errors.HeldError) as err:
         acquire_wait(b, ["svc/x"], wait=60, backoff=Backoff(first=1, cap=8), rng=random.Random(2))
-    assert err.value.exit_code == 3 and held.lease_id in str(err.value) and "gave up after waiting 60s" in str(
-        err.value)
+    assert (
+        err.value.exit_code == 3 and held.lease_id in str(err.value) and "gave up after waiting 60s" in str(err.value)
+    )
     assert clock.monotonic() - start == pytest.approx(60)  # the last pause is cut at the deadline
     assert max(clock.sleeps) <= 8
 
@@ -217,6 +222,7 @@ def test_wait_zero_tries_once(tmp_path):
 
 
 # ------------------------------------------------------------------------------- hold()
+
 
 class GatedClock(FakeClock):
     """Each sleep waits for the test to let it pass (step), then advances fake time."""
@@ -290,6 +296,7 @@ def test_hold_with_wait_zero_refuses_at_once(tmp_path):
 
 
 # ------------------------------------------------------------------- fenced renewal
+
 
 @pytest.fixture
 def pushers(tmp_path, remote_file):

@@ -1,4 +1,5 @@
 """The hooks, installed by the real ``git lease install-hooks``, run by real ``git commit`` and ``git push``."""
+
 import json
 import os
 import re
@@ -7,17 +8,17 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT, cli, git
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import ROOT, cli, git
-from gitlease.enforce import rules as enforce
 from gitlease.core import scope
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.repo import Repo
-from gitlease.service.leases import LeaseService, _RefsCache
 from gitlease.core.state import Held, HeldState
+from gitlease.enforce import rules as enforce
+from gitlease.service.leases import LeaseService, _RefsCache
 
 HINT = "gitlease: acquire the scope first (git lease acquire --scope SCOPE), or see git lease status"
 
@@ -52,8 +53,7 @@ def acquire(repo, *scopes, agent="agent-a", task="task-a", ttl=300):
 def hook(repo, name="pre-commit", *args, input=None):
     """Run the installed hook directly (as git would), to see its own exit code."""
     hooks = git(repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip()
-    return subprocess.run([os.path.join(hooks, name), *args], cwd=repo, capture_output=True, text=True,
-                          input=input)
+    return subprocess.run([os.path.join(hooks, name), *args], cwd=repo, capture_output=True, text=True, input=input)
 
 
 @pytest.fixture
@@ -65,6 +65,7 @@ def repo(make_repo):
 
 
 # ------------------------------------------------------------------------------ pre-commit
+
 
 def test_inside_scope_passes_outside_refused_with_exact_message(repo):
     acquire(repo, "services/billing")
@@ -114,8 +115,10 @@ def test_commit_after_expiry_refused(repo):
     got = svc.acquire(["services"], ttl=300)
     res = commit(repo, "services/x.py")
     assert res.returncode == 1
-    assert (f"  services/x.py: scope services, this worktree's lease {got.lease_id} expired at "
-            f"{got.record.expires_at} (local clock)") in res.stderr.splitlines()
+    assert (
+        f"  services/x.py: scope services, this worktree's lease {got.lease_id} expired at "
+        f"{got.record.expires_at} (local clock)"
+    ) in res.stderr.splitlines()
 
 
 def test_holder_is_named_and_default_mode_without_lease_is_others(make_repo):
@@ -133,8 +136,11 @@ def test_holder_is_named_and_default_mode_without_lease_is_others(make_repo):
     assert res.returncode == 1
     lines = res.stderr.splitlines()
     assert lines[0] == "gitlease: commit refused (lease.enforce=others): 1 path inside leases held by others"
-    assert re.fullmatch(rf"  services/b\.py: scope services, held by {lease} \(task=job-9 agent=codex-7, "
-                        r"\d+s left\)", lines[1])
+    assert re.fullmatch(
+        rf"  services/b\.py: scope services, held by {lease} \(task=job-9 agent=codex-7, "
+        r"\d+s left\)",
+        lines[1],
+    )
 
 
 @pytest.mark.parametrize("mode", ["default", "strict", "others", "warn", "off"])
@@ -209,8 +215,10 @@ def test_corrupt_local_state_refuses(repo):
     state.write_text("{not json")
     res = commit(repo, "a/x")
     assert res.returncode == 1
-    assert res.stderr.strip() == (f"gitlease: commit refused: local lease state {state} is corrupt (move it "
-                                  "aside; the leases on the remote are unaffected and expire on their own)")
+    assert res.stderr.strip() == (
+        f"gitlease: commit refused: local lease state {state} is corrupt (move it "
+        "aside; the leases on the remote are unaffected and expire on their own)"
+    )
     assert hook(repo).returncode == 5
     git(repo, "config", "lease.enforce", "off")
     assert run(repo, "commit", "-q", "-m", "off").returncode == 0
@@ -227,10 +235,11 @@ def test_first_commit_and_nothing_staged(tmp_path):
 
 # -------------------------------------------------------------------------------- chaining
 
+
 def test_existing_hook_chained_failure_fails_uninstall_restores(make_repo):
     r = make_repo("chain")
     hooks = r / ".git" / "hooks"
-    legacy_text = "#!/bin/sh\necho legacy-ran >> \"$(git rev-parse --git-dir)/legacy.log\"\nexit ${LEGACY_RC:-0}\n"
+    legacy_text = '#!/bin/sh\necho legacy-ran >> "$(git rev-parse --git-dir)/legacy.log"\nexit ${LEGACY_RC:-0}\n'
     (hooks / "pre-commit").write_text(legacy_text)
     (hooks / "pre-commit").chmod(0o755)
     res = cli(r, "install-hooks", "--json")
@@ -272,7 +281,7 @@ def test_chain_survives_another_manager_moving_our_hook_aside(make_repo):
     """pre-commit (the framework) moves the hook it finds to ``pre-commit.legacy`` and runs it from its own."""
     r = make_repo("mgr")
     hooks = r / ".git" / "hooks"
-    (hooks / "pre-commit").write_text("#!/bin/sh\necho first >> \"$(git rev-parse --git-dir)/legacy.log\"\n")
+    (hooks / "pre-commit").write_text('#!/bin/sh\necho first >> "$(git rev-parse --git-dir)/legacy.log"\n')
     (hooks / "pre-commit").chmod(0o755)
     assert cli(r, "install-hooks").returncode == 0
     os.replace(hooks / "pre-commit", hooks / "pre-commit.legacy")
@@ -295,7 +304,8 @@ def test_with_the_real_pre_commit_framework_installed_before_and_after(make_repo
         "      - {id: marker, name: marker, entry: sh -c 'echo ran >> .git/pc.log', language: system, "
         "pass_filenames: false, always_run: true}\n"
         f"      - {{id: gitlease, name: gitlease, entry: {sys.executable} -m gitlease.enforce.entry pre-commit, "
-        "language: system, pass_filenames: false, always_run: true}\n")
+        "language: system, pass_filenames: false, always_run: true}\n"
+    )
     git(r, "add", ".")
     git(r, "commit", "-q", "-m", "config")
     subprocess.run([PRE_COMMIT, "install"], cwd=r, check=True, capture_output=True)
@@ -332,6 +342,7 @@ def test_install_refuses_to_overwrite_a_kept_hook(make_repo):
 
 # --------------------------------------------------------------------------------- pre-push
 
+
 @pytest.fixture
 def pushing(make_repo, tmp_path):
     bare = tmp_path / "remote.git"
@@ -356,9 +367,16 @@ def test_pre_push_inside_passes_outside_and_others_refused(pushing, make_repo):
     assert res.returncode == 1
     assert "gitlease: push refused (lease.enforce=strict): 1 path outside the leases held here" in res.stderr
     assert "  docs/x: scope docs, not leased by this worktree" in res.stderr
-    assert hook(r, "pre-push", "origin", bare.as_uri(),
-                input=f"refs/heads/main {git(r, 'rev-parse', 'HEAD').strip()} refs/heads/main "
-                      f"{'0' * 40}\n").returncode == 4
+    assert (
+        hook(
+            r,
+            "pre-push",
+            "origin",
+            bare.as_uri(),
+            input=f"refs/heads/main {git(r, 'rev-parse', 'HEAD').strip()} refs/heads/main {'0' * 40}\n",
+        ).returncode
+        == 4
+    )
     git(r, "reset", "-q", "--hard", "origin/main")
     # another agent's lease: the commit hook knows it from the cached listing (status refreshes it) ...
     other = make_repo("other")
@@ -366,13 +384,17 @@ def test_pre_push_inside_passes_outside_and_others_refused(pushing, make_repo):
     theirs = acquire(other, "shared", agent="agent-b", task="task-b")
     assert cli(r, "status").returncode == 0
     res = commit(r, "shared/x")
-    assert res.returncode == 1 and f"  shared/x: scope shared, held by {theirs} (task=task-b agent=agent-b" in res.stderr
+    assert (
+        res.returncode == 1 and f"  shared/x: scope shared, held by {theirs} (task=task-b agent=agent-b" in res.stderr
+    )
     # ... and the push checks the remote itself
     git(r, "config", "lease.enforce", "others")
     assert commit(r, "shared/y", extra=("--no-verify",)).returncode == 0
     res = run(r, "push", "-q", "origin", "HEAD:main")
     assert res.returncode == 1
-    assert "gitlease: push refused (lease.enforce=others): 2 paths inside leases held by others" in res.stderr  # x was still staged
+    assert (
+        "gitlease: push refused (lease.enforce=others): 2 paths inside leases held by others" in res.stderr
+    )  # x was still staged
 
 
 def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
@@ -383,8 +405,10 @@ def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
         git(bare, "update-ref", "-d", ref)  # someone cleared the lease on the remote
     res = run(r, "push", "-q", "origin", "HEAD:main")
     assert res.returncode == 1
-    assert (f"  src/a: scope src, this worktree's lease {lease} is gone from the lease store (released, or "
-            "cleared and lost)") in res.stderr
+    assert (
+        f"  src/a: scope src, this worktree's lease {lease} is gone from the lease store (released, or "
+        "cleared and lost)"
+    ) in res.stderr
     git(r, "config", "lease.remote", str(bare.parent / "missing.git"))
     res = run(r, "push", "-q", "origin", "HEAD:main")
     assert res.returncode == 1 and "cannot read the lease store" in res.stderr and "fail closed" in res.stderr
@@ -392,13 +416,16 @@ def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
 
 # ------------------------------------------------------------------------- the fast path
 
+
 def test_hook_entry_imports_only_a_little_stdlib(repo):
     acquire(repo, "src")
     write(repo, "src/a")
     git(repo, "add", ".")
-    code = ("import sys; sys.path.append(sys.argv[1]); from gitlease.enforce import entry; rc = entry.run("
-            "['pre-commit']); heavy = {'subprocess', 'dataclasses', 'typing', 'typer', 'gitlease.service.leases', "
-            "'gitlease.core.record', 'gitlease.core.scope', 'json', 're'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)")
+    code = (
+        "import sys; sys.path.append(sys.argv[1]); from gitlease.enforce import entry; rc = entry.run("
+        "['pre-commit']); heavy = {'subprocess', 'dataclasses', 'typing', 'typer', 'gitlease.service.leases', "
+        "'gitlease.core.record', 'gitlease.core.scope', 'json', 're'} & set(sys.modules); assert rc == 0 and not heavy, (rc, heavy)"
+    )
     res = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     # others mode with another worktree's lease on the repository: the refs are read, still nothing heavy
@@ -413,16 +440,29 @@ def test_hook_entry_imports_only_a_little_stdlib(repo):
 def test_mirrored_layouts_agree_with_the_library(tmp_path):
     st_ = HeldState(str(tmp_path))
     with st_.locked() as held:
-        held["lease_abcdefgh"] = Held(lease_id="lease_abcdefgh", store="origin", current="c" * 40, grant="g" * 40,
-                                      record="{}", paths=["a", "b/c"], expires_at="2030-01-01T00:00:00Z", version=3)
+        held["lease_abcdefgh"] = Held(
+            lease_id="lease_abcdefgh",
+            store="origin",
+            current="c" * 40,
+            grant="g" * 40,
+            record="{}",
+            paths=["a", "b/c"],
+            expires_at="2030-01-01T00:00:00Z",
+            version=3,
+        )
     (m,) = enforce.load_held(st_.path)
-    assert (m.lease_id, m.paths, m.expires_at, m.grant) == ("lease_abcdefgh", ("a", "b/c"), "2030-01-01T00:00:00Z",
-                                                            "g" * 40)
+    assert (m.lease_id, m.paths, m.expires_at, m.grant) == (
+        "lease_abcdefgh",
+        ("a", "b/c"),
+        "2030-01-01T00:00:00Z",
+        "g" * 40,
+    )
     assert enforce.refs_cache_path(str(tmp_path), "origin") == _RefsCache(str(tmp_path / "gitlease"), "origin").path
 
 
 segment = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=5).filter(
-    lambda s: "/" not in s and "\\" not in s and s not in (".", "..") and s.lower() != ".git")
+    lambda s: "/" not in s and "\\" not in s and s not in (".", "..") and s.lower() != ".git"
+)
 paths = st.lists(segment, min_size=1, max_size=4).map("/".join)
 
 
@@ -438,8 +478,11 @@ def test_fast_containment_is_scope_containment(a, b):
     assert enforce.contains(".", b) and scope.contains(".", b)
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-                           | st.text(), lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids), max_leaves=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids),
+    max_leaves=20,
+)
 
 
 @given(json_values, st.booleans())

@@ -1,5 +1,6 @@
 """Signed identity against real git stores: every version signed by its owner, verified by every reader,
 forgeries, replays and non-owners refused or detected, trust read from the store's default branch."""
+
 from __future__ import annotations
 
 import json
@@ -9,19 +10,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import cli, git
+from helpers import Fleet
+
 from gitlease.core import errors
 from gitlease.core import record as records
-from gitlease.identity import sshsig
 from gitlease.core.clock import iso
 from gitlease.core.config import resolve
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
 from gitlease.core.repo import Repo
-from gitlease.service.leases import LeaseService, id_ref, scope_ref
-from gitlease.identity.signer import UNSIGNED, SshSigner
 from gitlease.core.store import RefUpdate
-from helpers import Fleet
+from gitlease.identity import sshsig
+from gitlease.identity.signer import UNSIGNED, SshSigner
+from gitlease.service.leases import LeaseService, id_ref, scope_ref
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 TRUST = ".gitlease/allowed_signers"
@@ -52,8 +53,7 @@ class Signed(Fleet):
         """``key``: whose key it signs with ('' = its own, None = unsigned)."""
         name = name or "x"
         repo = Repo.discover(self.path(flags.pop("at", name)))
-        settings = resolve(repo.config, env={}, remote=self.url, agent=name, task=f"task-{name}", timeout=20,
-                           **flags)
+        settings = resolve(repo.config, env={}, remote=self.url, agent=name, task=f"task-{name}", timeout=20, **flags)
         who = name if key == "" else key
         signer = SshSigner(self.keys[who]) if who else UNSIGNED
         return LeaseService(repo, settings, clock=self.clock, signer=signer)
@@ -66,8 +66,15 @@ def signed(request, tmp_path):
     return Signed(tmp_path, request.getfixturevalue("remote_file").url)
 
 
-def _forge(svc: LeaseService, lease_id: str, parent_oid: str, rec: records.Record, *, sig: bytes | None = None,
-           data: bytes | None = None) -> str:
+def _forge(
+    svc: LeaseService,
+    lease_id: str,
+    parent_oid: str,
+    rec: records.Record,
+    *,
+    sig: bytes | None = None,
+    data: bytes | None = None,
+) -> str:
     """Write a version commit the way gitlease does, but with whatever record bytes and signature we like."""
     if parent_oid:
         svc.store.ensure_objects([parent_oid])  # the forger has fetched the lease it forges a version of
@@ -88,6 +95,7 @@ def _current(svc: LeaseService, lease_id: str):
 
 # ------------------------------------------------------------------------------------- the happy path
 
+
 def test_signed_leases_verify_for_every_reader(signed):
     a, c = signed.agent("a"), signed.agent("c")
     got = a.acquire(["services/billing"])
@@ -99,8 +107,10 @@ def test_signed_leases_verify_for_every_reader(signed):
         view = snap.find(got.lease_id)
         assert view.valid and view.verification == "verified" and view.signer == signed.keys["a"].fingerprint()
     view, history, _ = c.show(got.lease_id)
-    assert [(h.record.version, h.verification, h.principal) for h in history] == [(2, "verified", "a"),
-                                                                                 (1, "verified", "a")]
+    assert [(h.record.version, h.verification, h.principal) for h in history] == [
+        (2, "verified", "a"),
+        (1, "verified", "a"),
+    ]
     assert all(h.signer == signed.keys["a"].fingerprint() for h in history)
     a.release(got.lease_id)
     assert c.status().leases == []
@@ -113,15 +123,46 @@ def test_stored_signature_verifies_with_ssh_keygen(signed, tmp_path):
     blob = a.store.read([got.oid])[got.oid]
     (tmp_path / "lease.sig").write_bytes(blob.signature)
     (tmp_path / "allowed").write_text(f'a namespaces="gitlease" {signed.keys["a"].public_key()}\n')
-    res = subprocess.run([SSH_KEYGEN, "-Y", "verify", "-f", str(tmp_path / "allowed"), "-I", "a", "-n", "gitlease",
-                          "-s", str(tmp_path / "lease.sig")], input=blob.record, capture_output=True)
+    res = subprocess.run(
+        [
+            SSH_KEYGEN,
+            "-Y",
+            "verify",
+            "-f",
+            str(tmp_path / "allowed"),
+            "-I",
+            "a",
+            "-n",
+            "gitlease",
+            "-s",
+            str(tmp_path / "lease.sig"),
+        ],
+        input=blob.record,
+        capture_output=True,
+    )
     assert res.returncode == 0, res.stderr
-    res = subprocess.run([SSH_KEYGEN, "-Y", "verify", "-f", str(tmp_path / "allowed"), "-I", "a", "-n", "git",
-                          "-s", str(tmp_path / "lease.sig")], input=blob.record, capture_output=True)
+    res = subprocess.run(
+        [
+            SSH_KEYGEN,
+            "-Y",
+            "verify",
+            "-f",
+            str(tmp_path / "allowed"),
+            "-I",
+            "a",
+            "-n",
+            "git",
+            "-s",
+            str(tmp_path / "lease.sig"),
+        ],
+        input=blob.record,
+        capture_output=True,
+    )
     assert res.returncode != 0
 
 
 # ---------------------------------------------------------------------------------- forged renewal
+
 
 @pytest.mark.parametrize("as_owner", [True, False], ids=["owner-copied", "owner-replaced"])
 @pytest.mark.parametrize("store", ["local", "file", "daemon"])
@@ -135,6 +176,7 @@ def test_forged_renewal_by_a_trusted_agent(request, tmp_path, store, as_owner):
     nxt = got.record.next_version(fleet.clock.now(), ttl=3600)
     if not as_owner:  # B claims the lease for itself
         from dataclasses import replace
+
         nxt = replace(nxt, owner=replace(nxt.owner, agent_id="b", key=b.signer.public_key))
     forged = _forge(b, got.lease_id, got.oid, nxt)
     assert b.store.apply([RefUpdate(id_ref(got.lease_id), forged, got.oid)]).ok
@@ -149,7 +191,7 @@ def test_forged_renewal_by_a_trusted_agent(request, tmp_path, store, as_owner):
     assert "invalid" in str(err.value)
     _, blockers, _ = c.can_start(["svc"])
     assert [v.lease_id for v in blockers] == [got.lease_id]
-    fleet.clock.advance(-10**6)
+    fleet.clock.advance(-(10**6))
     with pytest.raises(errors.LeaseLost) as err:
         a.renew(got.lease_id)
     assert err.value.exit_code == 6
@@ -186,6 +228,7 @@ def test_forged_renewal_cli(tmp_path, remote_file):
 
 
 # ------------------------------------------------------------------------- non-owners and reclaims
+
 
 def test_release_and_renew_by_a_non_owner_are_refused(signed):
     a, b = signed.agent("a"), signed.agent("b")
@@ -233,6 +276,7 @@ def test_require_admin_unsigned_mode(tmp_path):
 
 # --------------------------------------------------------------------------------------------- replay
 
+
 def test_replay_of_an_old_version_is_detected(signed):
     a, b, c = signed.agent("a"), signed.agent("b"), signed.agent("c")
     got = a.acquire(["svc"], ttl=60)
@@ -275,11 +319,13 @@ def test_released_lease_pushed_back_is_detected(signed):
 
 # ----------------------------------------------------------------------------------- bad signatures
 
+
 def _signed_with(b: LeaseService, rec: records.Record, how: str) -> tuple[bytes, bytes]:
     data = rec.canonical()
     sig = b.signer.sign(data)
     if how == "tampered":  # a canonical record with a later expiry, under the original signature
         from dataclasses import replace
+
         data = replace(rec, expires_at=iso(rec.expires + 3600), ttl=rec.ttl + 3600).canonical()
     elif how == "namespace":
         sig = sshsig.sign(b.signer._key, data, "git").encode()
@@ -288,10 +334,15 @@ def _signed_with(b: LeaseService, rec: records.Record, how: str) -> tuple[bytes,
     return data, sig
 
 
-@pytest.mark.parametrize("how,why", [("tampered", "signature does not verify"),
-                                     ("namespace", "wrong signature namespace"),
-                                     ("truncated", "malformed signature"),
-                                     ("untrusted", "is not trusted for agent 'eve'")])
+@pytest.mark.parametrize(
+    "how,why",
+    [
+        ("tampered", "signature does not verify"),
+        ("namespace", "wrong signature namespace"),
+        ("truncated", "malformed signature"),
+        ("untrusted", "is not trusted for agent 'eve'"),
+    ],
+)
 def test_bad_signatures_are_invalid_exit_5(tmp_path, remote_file, how, why):
     fleet = Signed(tmp_path, remote_file.url)
     eve = fleet.agent("eve")
@@ -300,8 +351,9 @@ def test_bad_signatures_are_invalid_exit_5(tmp_path, remote_file, how, why):
         a = fleet.agent("a")
         now = fleet.clock.now()
         owner = records.Owner(task_id="t", agent_id="a", host="h", pid=0, key=a.signer.public_key)
-        rec = records.new_record(lease_id=records.new_lease_id(now), repo="r", paths=("svc",), workspace_id="w",
-                                 owner=owner, now=now, ttl=60)
+        rec = records.new_record(
+            lease_id=records.new_lease_id(now), repo="r", paths=("svc",), workspace_id="w", owner=owner, now=now, ttl=60
+        )
         data, sig = _signed_with(a, rec, how)
         oid = _forge(a, rec.lease_id, "", rec, data=data, sig=sig)
         assert a.store.apply([RefUpdate(id_ref(rec.lease_id), oid, None), RefUpdate(scope_ref("svc"), oid, None)]).ok
@@ -321,9 +373,14 @@ def test_bad_signatures_are_invalid_exit_5(tmp_path, remote_file, how, why):
     assert res.returncode == 3 and "invalid" in res.stderr
 
 
-@pytest.mark.parametrize("problem,why", [("missing", "there is no trust file"),
-                                         ("unparsable", "does not parse: allowed signers line 2"),
-                                         ("binary", "does not parse: not UTF-8")])
+@pytest.mark.parametrize(
+    "problem,why",
+    [
+        ("missing", "there is no trust file"),
+        ("unparsable", "does not parse: allowed signers line 2"),
+        ("binary", "does not parse: not UTF-8"),
+    ],
+)
 def test_trust_file_missing_or_unparsable_exit_5(tmp_path, remote_file, problem, why):
     fleet = Signed(tmp_path, remote_file.url)
     if problem == "missing":
@@ -351,6 +408,7 @@ def test_trust_file_missing_or_unparsable_exit_5(tmp_path, remote_file, problem,
 
 # -------------------------------------------------------------------------------------- unsigned mode
 
+
 def test_unsigned_mode_says_so(make_repo):
     a = make_repo("a")
     res = cli(a, "acquire", "--scope", "x")
@@ -368,8 +426,9 @@ def test_signed_lease_read_without_trust_file(tmp_path, remote_file):
     fleet = Fleet(tmp_path, remote_file.url)
     key = sshsig.generate_key(str(tmp_path / "k"), comment="a")
     repo = Repo.discover(fleet.path("a"))
-    a = LeaseService(repo, resolve(repo.config, env={}, remote=remote_file.url, agent="a"), clock=fleet.clock,
-                     signer=SshSigner(key))
+    a = LeaseService(
+        repo, resolve(repo.config, env={}, remote=remote_file.url, agent="a"), clock=fleet.clock, signer=SshSigner(key)
+    )
     got = a.acquire(["svc"])  # the happy path reads nothing, so it works without a trust file
     reader = fleet.agent("r")
     snap = reader.status()
@@ -404,6 +463,7 @@ def test_stale_status_still_verifies_from_the_cached_trust(tmp_path, remote_file
 
 
 # ------------------------------------------------------------------------------------------- keygen
+
 
 def test_keygen_and_a_signed_cli_session(tmp_path, remote_file):
     work = tmp_path / "work"
@@ -444,6 +504,7 @@ def test_keygen_and_a_signed_cli_session(tmp_path, remote_file):
 
 
 # ------------------------------------------------------------------------------------------ ssh-agent
+
 
 @pytest.fixture
 def ssh_agent(tmp_path):
@@ -498,6 +559,7 @@ def test_damaged_replay_memory_forgets_and_never_crashes(signed):
     got = a.acquire(["svc"])
     assert c.status().find(got.lease_id).valid
     from gitlease.identity.trust import Seen
+
     path = Seen(c.repo.shared_dir(), c.store.name).path
     for junk in ("not json", '{"%s": {"v": "x", "oid": 1}}' % got.lease_id, "[1, 2]"):
         Path(path).write_text(junk)
@@ -518,9 +580,10 @@ def test_oversized_signature_is_reported_not_ignored(signed):
 
 # ------------------------------------------------------------------------------- the log verifies too
 
+
 def test_log_verifies_lease_versions_and_audit_entries(signed):
-    from gitlease.service.audit import AuditLog
     from gitlease.ops.sweep import Sweeper, history
+    from gitlease.service.audit import AuditLog
 
     a, b, boss = signed.agent("a"), signed.agent("b"), signed.agent("boss")
     old = a.acquire(["old"], ttl=60)
@@ -537,15 +600,18 @@ def test_log_verifies_lease_versions_and_audit_entries(signed):
     for who, action, rule in (("b", "force-release", "forced"), ("eve", "clear", "expired")):
         svc = signed.agent(who)
         log = AuditLog(svc.store, svc.objects, svc.signer, svc.clock, writer=who)
-        assert log.append_with([], {"action": action, "rule": rule, "reason": "forged", "by": who,
-                                    "leaseId": live.lease_id, "version": 1}).ok
+        assert log.append_with(
+            [], {"action": action, "rule": rule, "reason": "forged", "by": who, "leaseId": live.lease_id, "version": 1}
+        ).ok
     bad = {e.by: e.problem for e in history(boss) if e.source == "audit" and e.by in ("b", "eve")}
     assert "needs a gitlease-admin key" in bad["b"]
     assert "not trusted for writer 'eve'" in bad["eve"]
     lines = [e.line() for e in history(boss)]
     assert any("INVALID: force-release by rule 'forced' needs a gitlease-admin key" in line for line in lines)
 
+
 # ------------------------------------------------------------------ memoised verification (trust.ChainMemo)
+
 
 def test_a_read_verifies_only_versions_it_has_not_verified(signed, monkeypatch):
     a, c = signed.agent("a"), signed.agent("c")

@@ -1,4 +1,5 @@
 """``git lease init``: idempotent, and ``--yes`` in a fresh clone leaves a working, signed, enforced set-up."""
+
 import json
 import subprocess
 
@@ -25,7 +26,13 @@ def test_init_twice_changes_nothing_the_second_time(tmp_path, isolated_git):
     assert first.returncode == 0, first.stderr
     doc = json.loads(first.stdout)["result"]
     assert doc["changed"] and {s["name"]: s["status"] for s in doc["steps"]} == {
-        "remote": "set", "agent": "set", "key": "set", "trust": "set", "hooks": "set", "ci": "skipped"}
+        "remote": "set",
+        "agent": "set",
+        "key": "set",
+        "trust": "set",
+        "hooks": "set",
+        "ci": "skipped",
+    }
     assert (isolated_git / ".ssh" / "gitlease_agent-7").exists()
     config = git(work, "config", "--get-regexp", r"^lease\.")
     assert "lease.remote origin" in config and "lease.agent agent-7" in config and "lease.signingkey" in config

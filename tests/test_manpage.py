@@ -1,5 +1,6 @@
 """The man page: generated from the code, committed up to date, valid roff, installed where man finds it, and
 opened by `git lease --help` (git turns --help into `man git-lease`)."""
+
 import os
 import shutil
 import subprocess
@@ -7,18 +8,18 @@ import sys
 import tomllib
 
 import pytest
-
 from conftest import ROOT
-from gitlease.cli import manpage
-from gitlease.cli import COMMANDS
+
+from gitlease.cli import COMMANDS, manpage
 
 PAGE = ROOT / "docs" / "man" / "git-lease.1"
 needs_man = pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 
 
 def test_committed_page_is_up_to_date():
-    assert PAGE.read_text(encoding="utf-8") == manpage.render(), \
+    assert PAGE.read_text(encoding="utf-8") == manpage.render(), (
         "docs/man/git-lease.1 is out of date: run python -m gitlease.cli.manpage"
+    )
     assert manpage.main(["--check", "-o", str(PAGE)]) == 0
 
 
@@ -66,8 +67,13 @@ def _installed_layout(prefix, bindir):
 
 def _user_env(prefix):
     env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "MANOPT")}
-    env.update(PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}", MANPAGER="cat", PAGER="cat",
-               MANWIDTH="80", GIT_PAGER="cat")
+    env.update(
+        PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        MANPAGER="cat",
+        PAGER="cat",
+        MANWIDTH="80",
+        GIT_PAGER="cat",
+    )
     return env
 
 
@@ -76,8 +82,9 @@ def _user_env(prefix):
 def test_git_lease_help_opens_the_man_page(tmp_path, argv):
     prefix = tmp_path / "prefix"
     _installed_layout(prefix, os.path.dirname(sys.executable))
-    res = subprocess.run(["git", *argv], cwd=tmp_path, env=_user_env(prefix), capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        ["git", *argv], cwd=tmp_path, env=_user_env(prefix), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     assert "GIT-LEASE(1)" in res.stdout and "EXIT STATUS" in res.stdout and "doctor" in res.stdout
 
@@ -86,14 +93,33 @@ def test_git_lease_help_opens_the_man_page(tmp_path, argv):
 @pytest.mark.slow
 def test_a_real_wheel_install_puts_the_page_where_man_finds_it(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     prefix = tmp_path / "prefix"
     # --ignore-installed: never uninstall the gitlease this test runs from
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed",
-                    "--prefix", str(prefix), *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--ignore-installed",
+            "--prefix",
+            str(prefix),
+            *map(str, wheels.glob("*.whl")),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert (prefix / "share" / "man" / "man1" / "git-lease.1").read_text() == PAGE.read_text()
-    res = subprocess.run(["git", "lease", "--help"], cwd=tmp_path, env=_user_env(prefix), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        ["git", "lease", "--help"], cwd=tmp_path, env=_user_env(prefix), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0 and "GIT-LEASE(1)" in res.stdout, res.stderr

@@ -1,4 +1,5 @@
 """The path-segment trie answers exactly what the double loop answers."""
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,8 +10,13 @@ from gitlease.core.scope import ROOT
 SEG = st.sampled_from(["a", "ab", "b", "src", "s"])
 SCOPE = st.one_of(st.just(ROOT), st.lists(SEG, min_size=1, max_size=4).map("/".join))
 SCOPES = st.lists(SCOPE, min_size=1, max_size=3)
-OPS = st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 12), SCOPES),
-                         st.tuples(st.just("remove"), st.integers(0, 12), st.just([]))), max_size=40)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 12), SCOPES),
+        st.tuples(st.just("remove"), st.integers(0, 12), st.just([])),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=300, deadline=None)

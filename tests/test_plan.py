@@ -1,20 +1,21 @@
 """The planner (pure rules), scope suggestion on a real repository, and `git lease plan` against a real remote."""
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from conftest import cli, git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import cli, git
 from gitlease.core.errors import UsageError
-from gitlease.plan.planner import Task, blocking_leases, make_task, parse_tasks, plan, plan_queue, start_tasks
 from gitlease.core.record import Owner, new_record
 from gitlease.core.scope import ROOT, sets_overlap
-from gitlease.service.leases import LeaseView, Snapshot
+from gitlease.plan.planner import Task, blocking_leases, make_task, parse_tasks, plan, plan_queue, start_tasks
 from gitlease.plan.suggest import RepoTree, parse_granularity, read_tree, suggest
+from gitlease.service.leases import LeaseView, Snapshot
 
 
 def T(tid, *scope):
@@ -23,10 +24,17 @@ def T(tid, *scope):
 
 # ------------------------------------------------------------------------------ the rules
 
+
 def test_start_blocked_and_what_blocks():
     leases = [("lease_a", ("services/billing",)), ("lease_b", ("libs",))]
-    q = [T("t1", "services/billing/tax"), T("t2", "services/tax"), T("t3", "services"), T("t4", "libs/x", "docs"),
-         T("t5", "docs/readme"), T("t6", "web")]
+    q = [
+        T("t1", "services/billing/tax"),
+        T("t2", "services/tax"),
+        T("t3", "services"),
+        T("t4", "libs/x", "docs"),
+        T("t5", "docs/readme"),
+        T("t6", "web"),
+    ]
     p = plan(q, leases)
     assert p.start == ("t2", "t6")
     by = {b.id: b for b in p.blocked}
@@ -35,8 +43,12 @@ def test_start_blocked_and_what_blocks():
     assert by["t4"].by == ("lease_b",)
     assert by["t5"].by == ("t4",)  # t4 waits for lease_b; t5 may not take docs/ ahead of it
     assert [b.id for b in p.blocked] == ["t1", "t3", "t4", "t5"]
-    assert p.to_json()["blocked"][1] == {"id": "t3", "by": ["lease_a", "t1", "t2"], "leases": ["lease_a"],
-                                         "tasks": ["t1", "t2"]}
+    assert p.to_json()["blocked"][1] == {
+        "id": "t3",
+        "by": ["lease_a", "t1", "t2"],
+        "leases": ["lease_a"],
+        "tasks": ["t1", "t2"],
+    }
 
 
 def test_a_later_task_never_overtakes_an_earlier_overlapping_one():
@@ -57,8 +69,11 @@ def test_limit_stops_the_scan_without_changing_the_decisions():
     part = plan(q, [("L", ("d1",))], limit=2)
     assert part.start == full.start[:2]
     assert all(b in full.blocked for b in part.blocked)
-    assert part.deferred and part.deferred[-1] == "w" and len(part.start) + len(part.blocked) + len(
-        part.deferred) == len(q)
+    assert (
+        part.deferred
+        and part.deferred[-1] == "w"
+        and len(part.start) + len(part.blocked) + len(part.deferred) == len(q)
+    )
 
 
 SEG = st.sampled_from(["a", "ab", "b"])
@@ -66,8 +81,10 @@ SCOPE = st.one_of(st.just(ROOT), st.lists(SEG, min_size=1, max_size=3).map("/".j
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(SCOPE, min_size=1, max_size=2), max_size=6),
-       st.lists(st.lists(SCOPE, min_size=1, max_size=2), min_size=1, max_size=12))
+@given(
+    st.lists(st.lists(SCOPE, min_size=1, max_size=2), max_size=6),
+    st.lists(st.lists(SCOPE, min_size=1, max_size=2), min_size=1, max_size=12),
+)
 def test_plan_matches_its_definition(lease_scopes, task_scopes):
     leases = [(f"L{i}", tuple(s)) for i, s in enumerate(lease_scopes)]
     tasks = [T(f"t{i}", *s) for i, s in enumerate(task_scopes)]
@@ -81,35 +98,57 @@ def test_plan_matches_its_definition(lease_scopes, task_scopes):
         else:
             assert t.id in p.start
     started = [t for t in tasks if t.id in p.start]
-    assert not any(sets_overlap(x.scope, y.scope) for i, x in enumerate(started) for y in started[i + 1:])
+    assert not any(sets_overlap(x.scope, y.scope) for i, x in enumerate(started) for y in started[i + 1 :])
 
 
 def _view(lid, paths, expires_in, invalid=False):
     now = 1_800_000_000
     if invalid:
         return LeaseView(lid, paths, record=None, problems=["scope refs point at an invalid record"])
-    rec = new_record(lease_id=lid, repo="r", paths=paths, workspace_id="w",
-                     owner=Owner(task_id="t", agent_id="a", host="h", pid=0), now=now - 1000, ttl=1000 + expires_in)
+    rec = new_record(
+        lease_id=lid,
+        repo="r",
+        paths=paths,
+        workspace_id="w",
+        owner=Owner(task_id="t", agent_id="a", host="h", pid=0),
+        now=now - 1000,
+        ttl=1000 + expires_in,
+    )
     return LeaseView(lid, paths, record=rec)
 
 
 def test_blocking_leases_fail_closed_on_invalid_and_honour_the_skew_margin():
     now, skew = 1_800_000_000, 30
     active, grace, expired = "lease_" + "a" * 16, "lease_" + "g" * 16, "lease_" + "e" * 16
-    snap = Snapshot([_view(active, ("a",), 50), _view(grace, ("b",), -10),
-                     _view(expired, ("c",), -100), _view("?bad", ("d",), 0, invalid=True)], now)
+    snap = Snapshot(
+        [
+            _view(active, ("a",), 50),
+            _view(grace, ("b",), -10),
+            _view(expired, ("c",), -100),
+            _view("?bad", ("d",), 0, invalid=True),
+        ],
+        now,
+    )
     assert [lid for lid, _ in blocking_leases(snap, now, skew)] == [active, grace, "?bad"]
     p = plan([T("t1", "a"), T("t2", "b"), T("t3", "c"), T("t4", "d/x")], blocking_leases(snap, now, skew))
     assert p.start == ("t3",) and [b.by for b in p.blocked] == [(active,), (grace,), ("?bad",)]
 
 
 def test_parse_tasks_and_its_errors():
-    q = parse_tasks(['{"id": "a", "scope": ["x/./y/", "x/y/z"]}', "", "# comment",
-                     '{"id": 7, "paths": ["src/m.rs", "src/n.rs"]}'], granularity="dir")
+    q = parse_tasks(
+        ['{"id": "a", "scope": ["x/./y/", "x/y/z"]}', "", "# comment", '{"id": 7, "paths": ["src/m.rs", "src/n.rs"]}'],
+        granularity="dir",
+    )
     assert q == [Task("a", ("x/y",)), Task("7", ("src",), ("src/m.rs", "src/n.rs"), suggested=True)]
-    bad = {'not json': "line 1: not JSON", '["a"]': "expected an object", '{"scope": ["a"]}': '"id"',
-           '{"id": "a"}': "neither", '{"id": "a", "scope": "x"}': "list of strings",
-           '{"id": "a", "scope": ["../up"]}': "'..'", '{"id": "a", "paths": []}': "no scope"}
+    bad = {
+        "not json": "line 1: not JSON",
+        '["a"]': "expected an object",
+        '{"scope": ["a"]}': '"id"',
+        '{"id": "a"}': "neither",
+        '{"id": "a", "scope": "x"}': "list of strings",
+        '{"id": "a", "scope": ["../up"]}': "'..'",
+        '{"id": "a", "paths": []}': "no scope",
+    }
     for line, words in bad.items():
         with pytest.raises(UsageError, match=words):
             parse_tasks([line])
@@ -121,14 +160,27 @@ def test_parse_tasks_and_its_errors():
 
 # ------------------------------------------------------------------------ scope suggestion
 
+
 @pytest.fixture
 def workspace_repo(make_repo):
     """A real repository with package roots of every kind and a workspace manifest at the root."""
     repo = make_repo("ws")
-    files = ["Cargo.toml", "README.md", "crates/core/Cargo.toml", "crates/core/src/lib.rs",
-             "crates/core/src/sync/mutex.rs", "crates/core/src/sync/rwlock.rs", "crates/core/tests/a.rs",
-             "py/pyproject.toml", "py/pkg/mod.py", "web/package.json", "web/src/app.js", "go/go.mod",
-             "go/cmd/tool/main.go", "docs/guide/intro.md"]
+    files = [
+        "Cargo.toml",
+        "README.md",
+        "crates/core/Cargo.toml",
+        "crates/core/src/lib.rs",
+        "crates/core/src/sync/mutex.rs",
+        "crates/core/src/sync/rwlock.rs",
+        "crates/core/tests/a.rs",
+        "py/pyproject.toml",
+        "py/pkg/mod.py",
+        "web/package.json",
+        "web/src/app.js",
+        "go/go.mod",
+        "go/cmd/tool/main.go",
+        "docs/guide/intro.md",
+    ]
     files += [f"crates/core/big/f{i}.rs" for i in range(25)]
     for f in files:
         (repo / f).parent.mkdir(parents=True, exist_ok=True)
@@ -147,19 +199,21 @@ def test_suggestion_at_each_granularity_on_a_real_tree(workspace_repo):
     assert suggest(paths, "file", tree) == tuple(sorted(paths))
     assert suggest(paths, "dir", tree) == (".",)  # README.md's folder is the whole repository
     assert suggest(paths[:3], "dir", tree) == ("crates/core", "py/pkg")
-    assert suggest(["go/cmd/tool/main.go", "web/src/app.js", "py/pkg/mod.py"], "package", tree) == (
-        "go", "py", "web")
+    assert suggest(["go/cmd/tool/main.go", "web/src/app.js", "py/pkg/mod.py"], "package", tree) == ("go", "py", "web")
     assert suggest(["crates/core/src/lib.rs", "crates/core/Cargo.toml"], "package", tree) == ("crates/core",)
     assert suggest(["docs/guide/intro.md"], "package", tree) == (".",)  # the root workspace's package
     assert suggest(["crates/core/src/sync/mutex.rs", "docs/guide/intro.md"], "depth:2", tree) == (
-        "crates/core", "docs/guide")
+        "crates/core",
+        "docs/guide",
+    )
     # auto: small leaf folders are leased whole; manifests, files next to subfolders and files in large
     # flat folders are leased alone (the package trap avoided).
     assert suggest(["crates/core/src/sync/mutex.rs"], "auto", tree) == ("crates/core/src/sync",)
-    assert suggest(["crates/core/Cargo.toml", "crates/core/src/lib.rs", "crates/core/big/f3.rs", "README.md",
-                    "py/pyproject.toml"], "auto", tree) == (
-        "README.md", "crates/core/Cargo.toml", "crates/core/big/f3.rs", "crates/core/src/lib.rs",
-        "py/pyproject.toml")
+    assert suggest(
+        ["crates/core/Cargo.toml", "crates/core/src/lib.rs", "crates/core/big/f3.rs", "README.md", "py/pyproject.toml"],
+        "auto",
+        tree,
+    ) == ("README.md", "crates/core/Cargo.toml", "crates/core/big/f3.rs", "crates/core/src/lib.rs", "py/pyproject.toml")
     assert suggest(["crates/core/tests/a.rs", "crates/core/tests/new.rs"], None, tree) == ("crates/core/tests",)
     assert suggest(["new/dir/file.rs"], "auto", tree) == ("new/dir/file.rs",)
     assert suggest(["crates/core/src"], "dir", tree) == ("crates/core/src",)  # a folder stays itself
@@ -180,6 +234,7 @@ def test_tree_from_paths_counts_folders():
 
 # ------------------------------------------------------------------- with a real lease store
 
+
 def _tasks_file(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -192,21 +247,23 @@ def test_cli_plan_and_acquire_against_a_remote_with_active_leases(workspace_repo
     res = cli(other, "acquire", "--scope", "crates/core/src", "--agent", "holder", "--json")
     assert res.returncode == 0, res.stderr
     held = json.loads(res.stdout)["result"]["leaseId"]
-    tasks = _tasks_file(tmp_path / "q.jsonl", [
-        {"id": "t1", "paths": ["crates/core/src/sync/mutex.rs"]},
-        {"id": "t2", "paths": ["crates/core/Cargo.toml"]},
-        {"id": "t3", "scope": ["crates"]},
-        {"id": "t4", "paths": ["web/src/app.js", "py/pkg/mod.py"]},
-        {"id": "t5", "paths": ["crates/core/tests/a.rs"]},
-    ])
+    tasks = _tasks_file(
+        tmp_path / "q.jsonl",
+        [
+            {"id": "t1", "paths": ["crates/core/src/sync/mutex.rs"]},
+            {"id": "t2", "paths": ["crates/core/Cargo.toml"]},
+            {"id": "t3", "scope": ["crates"]},
+            {"id": "t4", "paths": ["web/src/app.js", "py/pkg/mod.py"]},
+            {"id": "t5", "paths": ["crates/core/tests/a.rs"]},
+        ],
+    )
     res = cli(workspace_repo, "plan", str(tasks), "--json")
     assert res.returncode == 0, res.stderr
     env = json.loads(res.stdout)
     assert env["ok"] and env["command"] == "plan"
     out = env["result"]
     assert out["start"] == ["t2", "t4"] and out["granularity"] == "auto" and out["leases"] == 1
-    assert [(b["id"], b["by"]) for b in out["blocked"]] == [("t1", [held]), ("t3", [held, "t1", "t2"]),
-                                                             ("t5", ["t3"])]
+    assert [(b["id"], b["by"]) for b in out["blocked"]] == [("t1", [held]), ("t3", [held, "t1", "t2"]), ("t5", ["t3"])]
     assert out["scopes"]["t4"] == ["py/pkg", "web/src"] and out["acquired"] == []
 
     res = cli(workspace_repo, "plan", str(tasks), "--granularity", "package")
@@ -214,8 +271,15 @@ def test_cli_plan_and_acquire_against_a_remote_with_active_leases(workspace_repo
     assert res.stdout.splitlines()[:2] == ["start: t4  py web", f"blocked: t1  crates/core  by {held}"]
 
     envp = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    res = subprocess.run(["git", "lease", "plan", "-", "--acquire", "1", "--json"], cwd=workspace_repo,
-                         input=tasks.read_text(), capture_output=True, text=True, env=envp, timeout=60)  # stdin
+    res = subprocess.run(
+        ["git", "lease", "plan", "-", "--acquire", "1", "--json"],
+        cwd=workspace_repo,
+        input=tasks.read_text(),
+        capture_output=True,
+        text=True,
+        env=envp,
+        timeout=60,
+    )  # stdin
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)["result"]["acquired"]
     assert len(got) == 1 and got[0]["id"] == "t2" and got[0]["ok"] and got[0]["leaseId"].startswith("lease_")
@@ -259,6 +323,7 @@ def test_start_tasks_reports_a_scope_taken_between_plan_and_acquire(tmp_path, re
 
 
 # ------------------------------------------------------------------------ the benchmark's report file
+
 
 def _bench_module(name):
     import importlib.util

@@ -1,8 +1,8 @@
 """No push gitlease makes may switch the compare-and-swap off: no --force, no '+' refspec, every ref pinned."""
+
 import pytest
 
-from gitlease.core import errors
-from gitlease.core import gitcmd
+from gitlease.core import errors, gitcmd
 from gitlease.core.store import RefUpdate, push_argv
 
 
@@ -14,6 +14,7 @@ def recorded(monkeypatch):
     def spy(args, **kw):  # records the argv, then runs the real git
         calls.append(list(args))
         return real(args, **kw)
+
     monkeypatch.setattr(gitcmd, "run", spy)
     return calls
 

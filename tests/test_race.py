@@ -1,4 +1,5 @@
 """Real processes racing at one barrier: exactly one winner on overlapping scopes, all win when disjoint."""
+
 import multiprocessing as mp
 
 import pytest
@@ -26,8 +27,7 @@ def race(fleet, scopes_for):
     for n in names:
         fleet.path(n)  # repositories/worktrees made before the race
     barrier, results = ctx.Barrier(N), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(fleet, n, scopes_for(i), barrier, results))
-             for i, n in enumerate(names)]
+    procs = [ctx.Process(target=_worker, args=(fleet, n, scopes_for(i), barrier, results)) for i, n in enumerate(names)]
     for p in procs:
         p.start()
     out = [results.get(timeout=120) for _ in procs]
@@ -47,13 +47,22 @@ def _state(fleet):
 def _clear(fleet):
     svc = fleet.agent("cleaner")
     from gitlease.core.store import RefUpdate
+
     refs = svc.store.list_refs()
     if refs:
         assert svc.store.apply([RefUpdate(r, None, o) for r, o in refs.items()]).ok
 
 
-OVERLAPPING = [["services/billing"], ["services"], ["services/billing/api.py"], ["."], ["services/billing"],
-               ["services/billing", "libs"], ["services/billing"], ["services"]]
+OVERLAPPING = [
+    ["services/billing"],
+    ["services"],
+    ["services/billing/api.py"],
+    ["."],
+    ["services/billing"],
+    ["services/billing", "libs"],
+    ["services/billing"],
+    ["services"],
+]
 
 
 @pytest.mark.parametrize("rounds", [3])

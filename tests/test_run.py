@@ -5,6 +5,7 @@ supervisor itself is SIGKILLed or frozen; a holder taken over while SIGSTOPped c
 
 Real time is used only where a real process must see it pass (a 6 s TTL renewed every second); tests wait on
 events (pidfd readiness, pipes, process exit), never sleep."""
+
 import json
 import os
 import select
@@ -14,13 +15,13 @@ import sys
 import time
 
 import pytest
-
 from conftest import cli, git
+from servers import GitDaemon, HangingServer
+
 from gitlease.core.clock import FakeClock, parse_iso
 from gitlease.core.config import resolve
 from gitlease.core.repo import Repo
 from gitlease.service.leases import LeaseService
-from servers import GitDaemon, HangingServer
 
 BIN = os.path.dirname(sys.executable)
 GIT_LEASE = os.path.join(BIN, "git-lease")
@@ -46,8 +47,9 @@ def agent_repo(base, url, name="a"):
 
 
 def start_run(cwd, *args):
-    return subprocess.Popen([GIT_LEASE, "run", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env())
+    return subprocess.Popen(
+        [GIT_LEASE, "run", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+    )
 
 
 def started(proc):
@@ -64,8 +66,10 @@ def wait_dead(pidfds, timeout=30.0):
     end = time.monotonic() + timeout
     while pending:
         ready, _, _ = select.select(pending, [], [], max(0.0, end - time.monotonic()))
-        assert ready, "a process of the command's group outlived the test's patience: " + subprocess.run(
-            ["ps", "-eo", "pid,ppid,pgid,sid,stat,args"], capture_output=True, text=True).stdout
+        assert ready, (
+            "a process of the command's group outlived the test's patience: "
+            + subprocess.run(["ps", "-eo", "pid,ppid,pgid,sid,stat,args"], capture_output=True, text=True).stdout
+        )
         pending = [fd for fd in pending if fd not in ready]
     dead_at = time.time()
     for fd in pidfds:
@@ -82,8 +86,9 @@ def remote_expiry(bare, lease):
 def other_agent(base, url, clock=None, name="b"):
     path = agent_repo(base, url, name)
     repo = Repo.discover(path)
-    return LeaseService(repo, resolve(repo.config, env={}, agent=name, timeout=20), clock=clock or FakeClock(
-        time.time()))
+    return LeaseService(
+        repo, resolve(repo.config, env={}, agent=name, timeout=20), clock=clock or FakeClock(time.time())
+    )
 
 
 @pytest.fixture
@@ -94,6 +99,7 @@ def daemon(tmp_path):
 
 
 # ------------------------------------------------------------------ losing the lease
+
 
 def test_remote_dies_group_dead_before_expiry(tmp_path, daemon):
     bare = daemon.make_bare("r.git")
@@ -171,6 +177,7 @@ def test_supervisor_frozen_watchdog_stops_group_before_expiry(tmp_path, daemon):
 
 # --------------------------------------------------------------------- normal runs
 
+
 def test_run_exits_with_the_command_code_and_releases(tmp_path, remote_file):
     work = agent_repo(tmp_path, remote_file.url)
     res = cli(work, "run", "--scope", "svc", "--", "sh", "-c", "git lease status; exit 7")
@@ -209,6 +216,7 @@ def test_sigterm_is_forwarded_to_the_group(tmp_path, remote_file):
 
 # ------------------------------------------------------------------- fenced pushes
 
+
 def _frozen_holder_then_takeover(tmp_path, remote_file, push_cmd):
     """A acquires, commits on feature, and its pusher is SIGSTOPped; B (whose clock is past A's TTL) takes the
     scope; A resumes and pushes. Returns (push result, A's commit)."""
@@ -222,8 +230,15 @@ def _frozen_holder_then_takeover(tmp_path, remote_file, push_cmd):
     git(work, "add", "svc.txt")
     git(work, "commit", "-q", "-m", "A's work")
     head = git(work, "rev-parse", "HEAD").strip()
-    pusher = subprocess.Popen(["sh", "-c", f"read go; exec {push_cmd}"], cwd=work, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    pusher = subprocess.Popen(
+        ["sh", "-c", f"read go; exec {push_cmd}"],
+        cwd=work,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
     pusher.send_signal(signal.SIGSTOP)
     b = other_agent(tmp_path, url, FakeClock(expires + 31))  # A's lease expired, beyond the skew margin
     got = b.acquire(["svc"])
@@ -265,14 +280,21 @@ def test_git_lease_push_cli(tmp_path, remote_file):
 
 # ----------------------------------------------------------------------- acquire --wait
 
+
 def test_acquire_wait_cli_wakes_on_release_and_gives_up(tmp_path, remote_file):
     a = agent_repo(tmp_path, remote_file.url, "a")
     b = agent_repo(tmp_path, remote_file.url, "b")
     lease = json.loads(cli(a, "acquire", "--scope", "svc", "--json").stdout)["result"]["leaseId"]
     res = cli(b, "acquire", "--scope", "svc/x", "--wait", "1s")
     assert res.returncode == 3 and "gave up after waiting 1s" in res.stderr and lease in res.stderr
-    waiter = subprocess.Popen(["git", "lease", "acquire", "--scope", "svc/x", "--wait", "60s"], cwd=b,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    waiter = subprocess.Popen(
+        ["git", "lease", "acquire", "--scope", "svc/x", "--wait", "60s"],
+        cwd=b,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
     assert "waiting" in waiter.stderr.readline()  # refused once, now backing off
     assert cli(a, "release", lease).returncode == 0
     out, err = waiter.communicate(timeout=60)

@@ -1,25 +1,48 @@
 import subprocess
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gitlease.core import scope
 from gitlease.core.errors import ScopeError
 
 
-@pytest.mark.parametrize("raw,norm", [
-    ("services/billing", "services/billing"), ("./a//b/", "a/b"), ("a/./b", "a/b"), (".", "."), ("./", "."),
-    ("a/", "a"), ("ünï/cødé", "ünï/cødé"), ("with space/x", "with space/x"), ("-leading-dash", "-leading-dash"),
-])
+@pytest.mark.parametrize(
+    "raw,norm",
+    [
+        ("services/billing", "services/billing"),
+        ("./a//b/", "a/b"),
+        ("a/./b", "a/b"),
+        (".", "."),
+        ("./", "."),
+        ("a/", "a"),
+        ("ünï/cødé", "ünï/cødé"),
+        ("with space/x", "with space/x"),
+        ("-leading-dash", "-leading-dash"),
+    ],
+)
 def test_normalize(raw, norm):
     assert scope.normalize(raw) == norm
 
 
-@pytest.mark.parametrize("raw,why", [
-    ("", "empty"), ("/abs/path", "absolute"), ("a/../b", "'..'"), ("..", "'..'"), (".git", ".git"),
-    (".git/hooks", ".git"), ("a/.GIT/x", ".git"), ("a\x00b", "NUL"), ("a\nb", "control"), ("a\tb", "control"),
-    ("a\\b", "backslash"), ("x" * 5000, "longer"),
-])
+@pytest.mark.parametrize(
+    "raw,why",
+    [
+        ("", "empty"),
+        ("/abs/path", "absolute"),
+        ("a/../b", "'..'"),
+        ("..", "'..'"),
+        (".git", ".git"),
+        (".git/hooks", ".git"),
+        ("a/.GIT/x", ".git"),
+        ("a\x00b", "NUL"),
+        ("a\nb", "control"),
+        ("a\tb", "control"),
+        ("a\\b", "backslash"),
+        ("x" * 5000, "longer"),
+    ],
+)
 def test_refused(raw, why):
     with pytest.raises(ScopeError) as err:
         scope.normalize(raw)
@@ -42,9 +65,9 @@ def test_minimize():
         scope.normalize_all([])
 
 
-segment = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\\\x00"), min_size=1,
-                  max_size=12).filter(lambda s: s not in (".", "..") and s.lower() != ".git"
-                                      and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in s))
+segment = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="/\\\x00"), min_size=1, max_size=12
+).filter(lambda s: s not in (".", "..") and s.lower() != ".git" and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in s))
 paths = st.lists(segment, min_size=0, max_size=4).map(lambda xs: "/".join(xs) or ".")
 
 
@@ -87,8 +110,27 @@ def test_overlap_matches_ref_prefix(ps):
 
 
 def test_encoded_refs_are_valid_ref_names():
-    tricky = ["a.lock", ".hidden", "x..y", "end.", "@", "a@{b", "sp ace", "til~de", "ca^ret", "co:lon", "q?",
-              "st*r", "br[acket", "ünï", "100%", "Cargo.toml", "-dash", "trailing.lock.lock", "..."]
+    tricky = [
+        "a.lock",
+        ".hidden",
+        "x..y",
+        "end.",
+        "@",
+        "a@{b",
+        "sp ace",
+        "til~de",
+        "ca^ret",
+        "co:lon",
+        "q?",
+        "st*r",
+        "br[acket",
+        "ünï",
+        "100%",
+        "Cargo.toml",
+        "-dash",
+        "trailing.lock.lock",
+        "...",
+    ]
     names = [f"refs/leases/scope/{scope.encode_segment(s)}" for s in tricky]
     for name in names:
         res = subprocess.run(["git", "check-ref-format", name], capture_output=True)

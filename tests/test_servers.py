@@ -1,6 +1,7 @@
 """The test servers themselves: real clone/push/fetch/ls-remote over file://, git:// (git daemon) and smart
 HTTP (git http-backend), lease-style compare-and-swap pushes, protocol v2, gzip and chunked HTTP bodies,
 kill/restart on the same port, and a server that never answers (client timeouts)."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,6 @@ import subprocess
 import time
 
 import pytest
-
 from servers import GitDaemon, HangingServer, SmartHTTPServer, _group_alive, free_port, make_bare
 
 LEASE_REF = "refs/leases/scope/a"
@@ -26,8 +26,9 @@ def git_env(isolated_git, monkeypatch):
 
 def git(cwd, *args, check=True, env=None, timeout=30, input=None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=full_env,
-                         timeout=timeout, input=input)
+    res = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout, input=input
+    )
     if check and res.returncode != 0:
         raise AssertionError(f"git {' '.join(map(str, args))} failed ({res.returncode}):\n{res.stderr}")
     return res
@@ -41,8 +42,16 @@ def lease_commit(repo, text: str) -> str:
 
 
 def push_lease(repo, url, new: str, old: str = "") -> subprocess.CompletedProcess:
-    return git(repo, "push", "--atomic", "--porcelain", f"--force-with-lease={LEASE_REF}:{old}", url,
-               f"{new}:{LEASE_REF}", check=False)
+    return git(
+        repo,
+        "push",
+        "--atomic",
+        "--porcelain",
+        f"--force-with-lease={LEASE_REF}:{old}",
+        url,
+        f"{new}:{LEASE_REF}",
+        check=False,
+    )
 
 
 def porcelain_flag(out: str, ref: str) -> str:
@@ -53,8 +62,9 @@ def porcelain_flag(out: str, ref: str) -> str:
 
 
 def test_clone_push_lease_cas_ls_remote_fetch_by_oid(remote, tmp_path):
-    assert remote.url.startswith({"file": "file:///", "daemon": "git://127.0.0.1:",
-                                  "http": "http://127.0.0.1:"}[remote.kind])
+    assert remote.url.startswith(
+        {"file": "file:///", "daemon": "git://127.0.0.1:", "http": "http://127.0.0.1:"}[remote.kind]
+    )
     assert (remote.path / "HEAD").exists()
 
     clone = tmp_path / "clone"
@@ -116,8 +126,9 @@ def test_protocol_v2_over_http_and_daemon(remote_http, remote_daemon, http_serve
 def test_http_gzip_and_chunked_request_bodies(remote_http, http_server, tmp_path):
     # 60 branches on distinct commits, written straight into the bare repository: fetching them all sends
     # 60 "want" lines (> 1 KiB), which git gzips.
-    script = "".join(f"commit refs/heads/b{i}\ncommitter T <t@x> {1700000000 + i} +0000\ndata 3\nc{i}\n\n"
-                     for i in range(60))
+    script = "".join(
+        f"commit refs/heads/b{i}\ncommitter T <t@x> {1700000000 + i} +0000\ndata 3\nc{i}\n\n" for i in range(60)
+    )
     git(remote_http.path, "fast-import", "--quiet", input=script)
     fresh = tmp_path / "fresh"
     git(tmp_path, "init", "-q", str(fresh))
@@ -168,9 +179,16 @@ def test_kill_and_restart_on_same_port(cls, tmp_path):
 def test_hanging_server_makes_clients_time_out(tmp_path):
     with HangingServer() as hang:
         assert hang.url == f"git://127.0.0.1:{hang.port}/x"
-        procs = [subprocess.Popen(["git", "ls-remote", url], cwd=tmp_path, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True)
-                 for url in (hang.url, hang.http_url)]
+        procs = [
+            subprocess.Popen(
+                ["git", "ls-remote", url],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            for url in (hang.url, hang.http_url)
+        ]
         deadline = time.monotonic() + 3
         timed_out = []
         for proc in procs:

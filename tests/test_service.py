@@ -1,10 +1,11 @@
 """The lease protocol against every store kind: local refs, file://, git daemon, smart HTTP."""
-import pytest
 
+import pytest
 from conftest import git
+
 from gitlease.core import errors
-from gitlease.service.leases import id_ref, scope_ref
 from gitlease.core.store import RefUpdate
+from gitlease.service.leases import id_ref, scope_ref
 
 
 def test_acquire_refuse_disjoint(fleet):
@@ -123,8 +124,10 @@ def _plant(svc, ref, body, name="lease.json"):
     return oid
 
 
-@pytest.mark.parametrize("body,why", [(b"not json", "not JSON"), (b'{"schema":"nope/2"}', "unsupported schema"),
-                                      (b"{" + b" " * 70000 + b"}", "limit")])
+@pytest.mark.parametrize(
+    "body,why",
+    [(b"not json", "not JSON"), (b'{"schema":"nope/2"}', "unsupported schema"), (b"{" + b" " * 70000 + b"}", "limit")],
+)
 def test_malformed_record_fails_closed(fleet, body, why):
     a, b = fleet.agent("a"), fleet.agent("b")
     _plant(a, scope_ref("svc/core"), body)

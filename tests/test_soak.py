@@ -1,4 +1,5 @@
 """The reliability harness, short: real worker processes, real faults, an independent checker (soak/)."""
+
 import json
 import sys
 from pathlib import Path
@@ -17,8 +18,19 @@ def _run(capsys, *argv):
 
 
 def test_short_soak_with_faults_finds_no_anomaly(capsys):
-    rc, res = _run(capsys, "--duration", "15", "--workers", "6", "--kinds", "file,daemon,http", "--seed", "7",
-                   "--fault-every", "0.5")
+    rc, res = _run(
+        capsys,
+        "--duration",
+        "15",
+        "--workers",
+        "6",
+        "--kinds",
+        "file,daemon,http",
+        "--seed",
+        "7",
+        "--fault-every",
+        "0.5",
+    )
     assert res["anomalies"] == [], res["anomalies"]
     assert rc == 0
     assert res["signed"] is True
@@ -32,8 +44,9 @@ def test_short_soak_with_faults_finds_no_anomaly(capsys):
 
 
 def test_negative_control_with_cas_switched_off_fails_the_checker(capsys):
-    rc, res = _run(capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
-                   "--mode", "force", "--seed", "3")
+    rc, res = _run(
+        capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults", "--mode", "force", "--seed", "3"
+    )
     assert rc == 0  # in force mode, success means the checker found the hazard
     assert any("granted while" in a or "moved from" in a for a in res["anomalies"]), res["anomalies"]
 
@@ -43,16 +56,32 @@ CONTROLS = {
     "unfenced": ("updated without a proper renewal of a live lease in the same transaction (unfenced)",),
     "outside": ("outside the scope of",),
     # (a renewal signed by an untrusted key is no fence: the branch update it carried is flagged as well)
-    "untrusted": ("is not the trust file's key for", "a key the trust file does not list",
-                  "updated without a proper renewal of a live lease in the same transaction (unfenced)"),
+    "untrusted": (
+        "is not the trust file's key for",
+        "a key the trust file does not list",
+        "updated without a proper renewal of a live lease in the same transaction (unfenced)",
+    ),
 }
 
 
 @pytest.mark.parametrize("mode", sorted(CONTROLS))
 def test_negative_controls_of_fencing_and_signing_fail_the_checker(capsys, mode):
     extra = ["--unsigned"] if mode == "unfenced" else []  # (and the unsigned mode reports nothing else)
-    rc, res = _run(capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults",
-                   "--mode", mode, "--seed", "3", *extra)
+    rc, res = _run(
+        capsys,
+        "--duration",
+        "4",
+        "--workers",
+        "4",
+        "--kinds",
+        "file",
+        "--no-faults",
+        "--mode",
+        mode,
+        "--seed",
+        "3",
+        *extra,
+    )
     assert rc == 0, res["anomalies"]  # in a control mode, success means the checker found the hazard
     assert res["anomalies"], res["ops"]
     strays = [a for a in res["anomalies"] if not any(want in a for want in CONTROLS[mode])]
@@ -67,11 +96,13 @@ def test_longer_soak(capsys):
 
 def test_server_log_parse_orders_by_prepare_and_keeps_unlogged_outcomes_uncertain():
     z, a, b = "0" * 40, "a" * 40, "b" * 40
-    text = (f"txn prepared 1 10.0\n{z} {a} refs/x\n.\n"
-            f"txn prepared 2 11.0\n{z} {b} refs/y\n.\n"
-            f"txn committed 2 11.1\n{z} {b} refs/y\n.\n"
-            f"txn committed 1 11.2\n{z} {a} refs/x\n.\n"
-            f"txn prepared 3 12.0\n{a} {z} refs/x\n.\n")  # pid 3 died before it logged the outcome
+    text = (
+        f"txn prepared 1 10.0\n{z} {a} refs/x\n.\n"
+        f"txn prepared 2 11.0\n{z} {b} refs/y\n.\n"
+        f"txn committed 2 11.1\n{z} {b} refs/y\n.\n"
+        f"txn committed 1 11.2\n{z} {a} refs/x\n.\n"
+        f"txn prepared 3 12.0\n{a} {z} refs/x\n.\n"
+    )  # pid 3 died before it logged the outcome
     txns = serverlog.parse(text)
     assert [(t.pid, t.certain) for t in txns] == [(1, True), (2, True), (3, False)]
     assert [t.pid for t in serverlog.settle(txns, {"refs/y": b})] == [1, 2, 3]  # refs/x is gone: it landed
@@ -106,8 +137,14 @@ def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(
     bare, a, b = _two_leases(tmp_path)
     z, t0 = "0" * 40, a.record.expires - 60
     # the server died committing a's grant: only its id ref landed, its scope ref did not
-    half = serverlog.Txn(0, t0, 1, ((z, a.oid, id_ref(a.lease_id)),), partial=True,
-                         prepared=((z, a.oid, id_ref(a.lease_id)), (z, a.oid, scope_ref("src"))))
+    half = serverlog.Txn(
+        0,
+        t0,
+        1,
+        ((z, a.oid, id_ref(a.lease_id)),),
+        partial=True,
+        prepared=((z, a.oid, id_ref(a.lease_id)), (z, a.oid, scope_ref("src"))),
+    )
     grant_b = serverlog.Txn(1, t0 + 1, 2, ((z, b.oid, id_ref(b.lease_id)), (z, b.oid, scope_ref("src/x"))))
     rep = checker.check(bare, [half, grant_b], tolerance=2, final_refs={})
     assert rep.anomalies == [] and rep.half_landed == 1 and rep.half_grants == 1 and rep.leases == 1

@@ -2,6 +2,7 @@
 a lease renewed between the read and the delete survives, concurrent sweepers reclaim each lease once, a
 SIGKILLed holder's lease is reclaimed after expiry, a sweeper 20 s ahead respects the skew margin, and the CLI
 (sweep-stale, sweep, log, release and sweep-stale with a forced lease, ci install)."""
+
 from __future__ import annotations
 
 import json
@@ -15,17 +16,17 @@ import threading
 import time
 
 import pytest
-
 from conftest import cli, git
+from helpers import Fleet
+
 from gitlease.core import errors
 from gitlease.core import record as records
-from gitlease.service.audit import read_log
 from gitlease.core.clock import FakeClock
 from gitlease.core.record import Owner
-from gitlease.service.leases import id_ref, process_start, scope_ref
 from gitlease.core.store import RefUpdate
-from gitlease.ops.sweep import Sweeper, history
-from helpers import Fleet
+from gitlease.ops.sweep import Sweeper
+from gitlease.service.audit import read_log
+from gitlease.service.leases import id_ref, process_start, scope_ref
 
 HOST = os.uname().nodename
 
@@ -37,13 +38,20 @@ def sfleet(request, tmp_path):
     return Fleet(tmp_path, request.getfixturevalue("remote_file").url)
 
 
-def plant(svc, paths, *, ttl=60, renew_every=None, task="job_4818", host=HOST, pid=0, pid_start=None,
-          now=None):
+def plant(svc, paths, *, ttl=60, renew_every=None, task="job_4818", host=HOST, pid=0, pid_start=None, now=None):
     """A lease with exactly the owner fields a test needs, created like acquire does (one atomic write)."""
     now = svc.clock.now() if now is None else now
     owner = Owner(task_id=task, agent_id="holder", host=host, pid=pid, pid_start=pid_start)
-    rec = records.new_record(lease_id=records.new_lease_id(now), repo="r", paths=tuple(sorted(paths)),
-                             workspace_id="w", owner=owner, now=now, ttl=ttl, renew_every=renew_every)
+    rec = records.new_record(
+        lease_id=records.new_lease_id(now),
+        repo="r",
+        paths=tuple(sorted(paths)),
+        workspace_id="w",
+        owner=owner,
+        now=now,
+        ttl=ttl,
+        renew_every=renew_every,
+    )
     oid = svc._write_version(rec, None, "acquire")
     ups = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in rec.paths]
     assert svc.store.apply(ups).ok
@@ -66,6 +74,7 @@ def dead_pid():
 
 
 # ------------------------------------------------------------------------------ each rule
+
 
 def test_expired_rule_only_beyond_skew(sfleet):
     a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
@@ -172,8 +181,11 @@ def test_each_rule_can_be_turned_off_and_dry_run_changes_nothing(sfleet, rule):
         "dead-holder": plant(a, ["off/dead"], ttl=3600, pid=dead_pid(), pid_start=12345),
     }
     sfleet.clock.advance(200)
-    flags = {"expired": "sweep_expired", "missed-heartbeats": "sweep_missed_heartbeats",
-             "dead-holder": "sweep_dead_holder"}
+    flags = {
+        "expired": "sweep_expired",
+        "missed-heartbeats": "sweep_missed_heartbeats",
+        "dead-holder": "sweep_dead_holder",
+    }
     only = sfleet.agent("only", **{f: (r == rule) for r, f in flags.items()})
     before = only.store.list_refs()
     got = Sweeper(only).sweep(dry_run=True)
@@ -199,6 +211,7 @@ def test_invalid_lease_is_never_reclaimed_by_a_rule(sfleet):
 
 
 # -------------------------------------------------------------------------------- races
+
 
 def test_renewed_between_read_and_delete_survives(sfleet):
     a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
@@ -227,8 +240,9 @@ def test_two_sweepers_at_once_each_lease_once(tmp_path, request, kind):
     stale = {plant(a, [f"two/{i}"], ttl=60) for i in range(3)}
     fleet.clock.advance(100)
     barrier = threading.Barrier(2, timeout=30)
-    sweepers = [Sweeper(fleet.agent(f"sweeper{i}"), before_reclaim=lambda v, r: barrier.wait(), rotate=False)
-                for i in range(2)]  # the same order: both go for each lease at the same moment
+    sweepers = [
+        Sweeper(fleet.agent(f"sweeper{i}"), before_reclaim=lambda v, r: barrier.wait(), rotate=False) for i in range(2)
+    ]  # the same order: both go for each lease at the same moment
     results, errs = [], []
 
     def go(s):
@@ -308,9 +322,11 @@ def test_holder_sigkilled_mid_renew_is_reclaimed_after_expiry(tmp_path, remote_f
     (hooks / "pre-receive").write_text(
         "#!/bin/sh\ncat >/dev/null\n"
         f'if [ -e "{ctl}/arm" ]; then rm -f "{ctl}/arm"; echo in > "{ctl}/entered"; '
-        f'read x < "{ctl}/release"; exit "$x"; fi\nexit 0\n')
+        f'read x < "{ctl}/release"; exit "$x"; fi\nexit 0\n'
+    )
     (hooks / "post-receive").write_text(
-        f'#!/bin/sh\ncat >/dev/null\nif [ -e "{ctl}/watch" ]; then rm -f "{ctl}/watch"; echo done > "{ctl}/done"; fi\n')
+        f'#!/bin/sh\ncat >/dev/null\nif [ -e "{ctl}/watch" ]; then rm -f "{ctl}/watch"; echo done > "{ctl}/done"; fi\n'
+    )
     for h in ("pre-receive", "post-receive"):
         (hooks / h).chmod(0o755)
     fleet = Fleet(tmp_path, remote_file.url)
@@ -403,6 +419,7 @@ def test_forced_reclaim_needs_admin(sfleet, monkeypatch):
 
 # ---------------------------------------------------------------------------------- CLI
 
+
 def _past_clock():
     return FakeClock(time.time() - 1000)
 
@@ -453,7 +470,9 @@ def test_cli_sweep_log_and_forced_release(make_repo, tmp_path):
     assert res.returncode == 1 and re.fullmatch(
         rf"git-lease: lease {live} is gone from store {re.escape(bare.as_uri())}: force-release by "
         rf"unsigned:ops-sweeper at 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ \(rule forced\); "
-        rf"see 'git lease log --lease {live}'\n", res.stderr), res.stderr
+        rf"see 'git lease log --lease {live}'\n",
+        res.stderr,
+    ), res.stderr
     res = cli(repo, "show", "lease_01nosuchlease000000000", env=env)
     assert res.returncode == 1 and "(released, or never there" in res.stderr
     res = cli(repo, "log", "--since", "1m", "--json", env=env)
@@ -463,6 +482,7 @@ def test_cli_sweep_log_and_forced_release(make_repo, tmp_path):
 
 # --------------------------------------------------------------------------- CI install
 
+
 def _yaml(path):
     from ruamel.yaml import YAML
 
@@ -471,8 +491,7 @@ def _yaml(path):
 
 def _check_schema(builtin, path):
     exe = os.path.join(os.path.dirname(sys.executable), "check-jsonschema")
-    res = subprocess.run([exe, "--builtin-schema", builtin, str(path)], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([exe, "--builtin-schema", builtin, str(path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -525,14 +544,26 @@ def test_sweep_keys_from_git_config(make_repo):
 
     repo = make_repo("cfg")
     settings = resolve(Repo.discover(repo).config, env={})
-    assert (settings.sweep_expired, settings.sweep_missed_heartbeats, settings.sweep_dead_holder,
-            settings.progress_timeout) == (True, True, True, None)
-    for key, value in (("lease.sweep.expired", "false"), ("lease.sweep.missedHeartbeats", "no"),
-                       ("lease.sweep.deadHolder", "off"), ("lease.progressTimeout", "10m")):
+    assert (
+        settings.sweep_expired,
+        settings.sweep_missed_heartbeats,
+        settings.sweep_dead_holder,
+        settings.progress_timeout,
+    ) == (True, True, True, None)
+    for key, value in (
+        ("lease.sweep.expired", "false"),
+        ("lease.sweep.missedHeartbeats", "no"),
+        ("lease.sweep.deadHolder", "off"),
+        ("lease.progressTimeout", "10m"),
+    ):
         git(repo, "config", key, value)
     settings = resolve(Repo.discover(repo).config, env={})
-    assert (settings.sweep_expired, settings.sweep_missed_heartbeats, settings.sweep_dead_holder,
-            settings.progress_timeout) == (False, False, False, 600)
+    assert (
+        settings.sweep_expired,
+        settings.sweep_missed_heartbeats,
+        settings.sweep_dead_holder,
+        settings.progress_timeout,
+    ) == (False, False, False, 600)
     git(repo, "config", "lease.sweep.expired", "maybe")
     with pytest.raises(errors.ConfigError):
         resolve(Repo.discover(repo).config, env={})

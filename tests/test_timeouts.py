@@ -1,4 +1,5 @@
 """A push that times out while the server holds its ref locks: over file:// the server is our own child."""
+
 import stat
 
 from conftest import git
@@ -19,8 +20,9 @@ def test_timed_out_file_push_lets_the_server_finish_its_transaction(tmp_path):
     a = fleet.agent("a", timeout=1)
     got = a.acquire(["services/billing", "libs/tax"])  # ambiguous at the client, settled by re-reading
     refs = git(bare, "for-each-ref", "--format=%(refname)", "refs/leases/").split()
-    assert sorted(refs) == sorted([f"refs/leases/id/{got.lease_id}", "refs/leases/scope/libs/tax",
-                                   "refs/leases/scope/services/billing"])
+    assert sorted(refs) == sorted(
+        [f"refs/leases/id/{got.lease_id}", "refs/leases/scope/libs/tax", "refs/leases/scope/services/billing"]
+    )
     assert not list(bare.rglob("*.lock")), "a killed receive-pack left ref locks behind"
 
 

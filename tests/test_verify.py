@@ -1,13 +1,14 @@
 """Where hooks cannot be skipped: ``git lease verify`` in CI, and the server's pre-receive hook."""
+
 import json
 import os
 
 import pytest
-
 from conftest import cli, git
+from test_hooks import acquire, commit, run
+
 from gitlease.core import record as records
 from gitlease.core.objects import ObjectWriter, ident_for
-from test_hooks import acquire, commit, run
 
 
 @pytest.fixture
@@ -24,6 +25,7 @@ def remote(tmp_path, make_repo):
         git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
         git(path, "config", "lease.remote", "origin")
         return path
+
     clone.bare = bare
     return clone
 
@@ -58,8 +60,7 @@ def test_no_verify_commit_pushed_is_refused_by_verify(remote):
     # the clean part of the branch passes, naming the lease by flag
     res = cli(ci, "verify", "--base", "origin/main", "--head", "HEAD~1", "--lease", lease)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == (f"verify ok: 1 path in 1 commit (origin/main..HEAD~1), lease {lease} "
-                                  "(from flag)")
+    assert res.stdout.strip() == (f"verify ok: 1 path in 1 commit (origin/main..HEAD~1), lease {lease} (from flag)")
 
 
 def test_verify_finds_the_lease_in_the_branch_name_and_checks_others(remote):
@@ -99,6 +100,7 @@ def test_verify_fails_closed_when_store_unreachable(remote, tmp_path):
 
 # ------------------------------------------------------------------------------ pre-receive
 
+
 @pytest.fixture
 def guarded(remote):
     res = cli(remote.bare, "install-hooks", "--server")
@@ -133,8 +135,14 @@ def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
 def _forge(repo, rec, parents=(), data=None):
     git_dir = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
     w = ObjectWriter(os.path.join(git_dir, "objects"))
-    return w.lease_commit(data if data is not None else rec.canonical(), None, tuple(parents),
-                          ident_for("forger", "host"), 1_800_000_000, "forged")
+    return w.lease_commit(
+        data if data is not None else rec.canonical(),
+        None,
+        tuple(parents),
+        ident_for("forger", "host"),
+        1_800_000_000,
+        "forged",
+    )
 
 
 def _push(repo, *specs, pins=()):
@@ -186,21 +194,34 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
 
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     line = f"{'0' * 40} {'1' * 40} refs/leases/junk\n"
-    res = subprocess.run(["git", "lease", "server-hook", "pre-receive"], cwd=remote.bare, input=line,
-                         capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        ["git", "lease", "server-hook", "pre-receive"],
+        cwd=remote.bare,
+        input=line,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert res.returncode == 4
     assert res.stderr.splitlines() == [
         "gitlease: refs/leases/junk: not a gitlease ref (only refs/leases/id/* and refs/leases/scope/* live here)",
-        "git-lease: push refused by the lease server hook (1 problem)"]
-    res = subprocess.run(["git", "lease", "server-hook", "pre-receive", "--json"], cwd=remote.bare, input="",
-                         capture_output=True, text=True, env=env)
+        "git-lease: push refused by the lease server hook (1 problem)",
+    ]
+    res = subprocess.run(
+        ["git", "lease", "server-hook", "pre-receive", "--json"],
+        cwd=remote.bare,
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert res.returncode == 0 and json.loads(res.stdout)["ok"]
 
 
 def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
     """Refs the store reserves for other tools (``store.RESERVED``: doctor's probes) are not leases."""
-    from gitlease.enforce import server as receive
     from gitlease.core import store
+    from gitlease.enforce import server as receive
 
     monkeypatch.chdir(remote.bare)
     probe = [("0" * 40, "1" * 40, "refs/leases/doctor/20261202T000000Z/x")]
@@ -217,7 +238,8 @@ def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded,
     admin = guarded("trust-admin")
     (admin / ".gitlease").mkdir()
     (admin / ".gitlease" / "allowed_signers").write_text(
-        "".join(f'{n} namespaces="gitlease" {k.public_key()}\n' for n, k in keys.items()))
+        "".join(f'{n} namespaces="gitlease" {k.public_key()}\n' for n, k in keys.items())
+    )
     git(admin, "add", ".gitlease/allowed_signers")
     git(admin, "commit", "-q", "-m", "trust")
     git(admin, "push", "-q", "origin", "HEAD:main")
@@ -239,7 +261,13 @@ def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded,
     nxt = rec.next_version(rec.renewed + 1)
     data = nxt.canonical()
     forged = ObjectWriter(os.path.join(git(b, "rev-parse", "--absolute-git-dir").strip(), "objects")).lease_commit(
-        data, sshsig.sign(keys["agent-b"], data, "gitlease").encode(), (cur,), ident_for("agent-b", "h"), 1_800_000_000, "x")
+        data,
+        sshsig.sign(keys["agent-b"], data, "gitlease").encode(),
+        (cur,),
+        ident_for("agent-b", "h"),
+        1_800_000_000,
+        "x",
+    )
     res = _push(b, f"{forged}:{ref}", pins=[(ref, cur)])
     assert res.returncode == 1 and "not by the owner key" in res.stderr
     assert git(guarded.bare, "rev-parse", ref).strip() == cur

@@ -1,5 +1,6 @@
 """Worktrees bound to leases, against real git: lease first, then a clean worktree; reuse only what is
 provably clean; never lose work."""
+
 from __future__ import annotations
 
 import json
@@ -11,14 +12,14 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import cli, git
+
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
 from gitlease.core.errors import GitLeaseError, NotHeld, UsageError
 from gitlease.core.repo import Repo
-from gitlease.service.leases import LeaseService
 from gitlease.core.state import HeldState
+from gitlease.service.leases import LeaseService
 from gitlease.worktree.manager import WorktreeManager
 
 TTL = 60
@@ -52,8 +53,7 @@ def clock():
 
 def manager(where, clock, agent="agent-a") -> WorktreeManager:
     r = Repo.discover(where)
-    return WorktreeManager(LeaseService(r, resolve(r.config, env={}, agent=agent, task=f"task-{agent}"),
-                                        clock=clock))
+    return WorktreeManager(LeaseService(r, resolve(r.config, env={}, agent=agent, task=f"task-{agent}"), clock=clock))
 
 
 def release_in(att, clock):
@@ -87,11 +87,16 @@ def fingerprint(path) -> tuple:
             p = os.path.join(root, n)
             if n != ".git":
                 files[os.path.relpath(p, path)] = Path(p).read_bytes()
-    return (git(path, "rev-parse", "HEAD"), git(path, "status", "--porcelain=v2", "--ignored", "-uall"),
-            tuple(sorted(files.items())), git(path, "stash", "list"))
+    return (
+        git(path, "rev-parse", "HEAD"),
+        git(path, "status", "--porcelain=v2", "--ignored", "-uall"),
+        tuple(sorted(files.items())),
+        git(path, "stash", "list"),
+    )
 
 
 # --------------------------------------------------------------------------------- attach
+
 
 def test_acquire_attaches_a_locked_worktree_bound_to_the_lease(repo, clock, tmp_path):
     m = manager(repo, clock)
@@ -177,11 +182,14 @@ def _detached(wt, repo):
 
 
 DIRT = {
-    "staged": (lambda wt, repo: ((Path(wt) / "README").write_text("s\n"), git(wt, "add", "README")),
-               "staged change"),
+    "staged": (lambda wt, repo: ((Path(wt) / "README").write_text("s\n"), git(wt, "add", "README")), "staged change"),
     "unstaged": (lambda wt, repo: (Path(wt) / "README").write_text("u\n"), "unstaged change"),
-    "untracked": (lambda wt, repo: (Path(wt) / "deep" / "dir").mkdir(parents=True) or
-                  (Path(wt) / "deep" / "dir" / "new.txt").write_text("n\n"), "untracked file"),
+    "untracked": (
+        lambda wt, repo: (
+            (Path(wt) / "deep" / "dir").mkdir(parents=True) or (Path(wt) / "deep" / "dir" / "new.txt").write_text("n\n")
+        ),
+        "untracked file",
+    ),
     "ignored": (lambda wt, repo: (Path(wt) / "build.o").write_text("o\n"), "ignored file"),
     "merge": (_merge, "merge in progress"),
     "cherry-pick": (_cherry_pick, "cherry-pick in progress"),
@@ -224,13 +232,13 @@ def test_live_process_in_the_worktree_blocks_reuse(repo, clock):
     m = manager(repo, clock)
     first = m.acquire(["a"], ttl=TTL)
     release_in(first, clock)
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], cwd=first.path,
-                            stdin=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], cwd=first.path, stdin=subprocess.PIPE
+    )
     try:
         second = m.acquire(["b"], ttl=TTL)
         assert not second.reused
-        assert any(f"process {proc.pid} has its working directory in it" in r
-                   for r in dict(second.skipped)[first.id])
+        assert any(f"process {proc.pid} has its working directory in it" in r for r in dict(second.skipped)[first.id])
     finally:
         proc.communicate(b"")
     assert m.acquire(["c"], ttl=TTL).id == first.id  # once it is gone, the worktree is free again
@@ -261,6 +269,7 @@ def test_an_active_lease_keeps_its_worktree_out_of_the_pool(repo, clock):
 
 
 # ---------------------------------------------------------------------------- crash, prune
+
 
 def test_prune_quarantines_a_crashed_holders_dirty_worktree_and_loses_nothing(repo, clock):
     m = manager(repo, clock)
@@ -313,6 +322,7 @@ def test_prune_remove_removes_clean_ones_only(repo, clock):
 
 
 # ---------------------------------------------------------------------------- concurrency
+
 
 def test_two_agents_asking_at_once_get_different_worktrees(repo, clock):
     m = manager(repo, clock)
@@ -373,6 +383,7 @@ def test_list_waits_for_an_add_in_progress(repo, clock):
 
 # ------------------------------------------------------------------------ clear messages
 
+
 def test_a_base_that_does_not_exist_is_refused_before_any_lease(repo, clock):
     m = manager(repo, clock)
     with pytest.raises(UsageError, match="base 'origin/nope' does not exist"):
@@ -412,6 +423,7 @@ def test_a_worktree_deleted_by_hand(repo, clock):
 
 # --------------------------------------------------------------------------------- remove
 
+
 def test_remove_refuses_uncommitted_work_unless_saved_and_never_releases(repo, clock):
     m = manager(repo, clock)
     att = m.acquire(["a"], ttl=TTL)
@@ -443,6 +455,7 @@ def test_remove_clean_keeps_unpushed_commits_on_their_branch(repo, clock):
 
 # --------------------------------------------------------------------------- worktreeConfig
 
+
 def test_bare_repository_stays_bare_and_its_worktrees_do_not(tmp_path, clock):
     src = tmp_path / "src"
     git(tmp_path, "init", "-q", str(src))
@@ -457,6 +470,7 @@ def test_bare_repository_stays_bare_and_its_worktrees_do_not(tmp_path, clock):
 
 
 # ------------------------------------------------------------------------------------- CLI
+
 
 def test_cli_acquire_worktree_list_add_prune_remove(repo, tmp_path):
     res = cli(repo, "acquire", "--scope", "services/billing", "--worktree", "--task", "job_1", "--agent", "w1")
@@ -547,9 +561,17 @@ def test_a_lease_acquired_inside_a_released_worktree_keeps_it_out_of_the_pool(re
 
 def test_two_cli_processes_at_once_get_different_worktrees(repo):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    procs = [subprocess.Popen(["git", "lease", "acquire", "--scope", scope, "--worktree", "--json"], cwd=repo,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for scope in ("services/svc", "libs/svc")]  # the same name: wt-svc-1 and wt-svc-2
+    procs = [
+        subprocess.Popen(
+            ["git", "lease", "acquire", "--scope", scope, "--worktree", "--json"],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for scope in ("services/svc", "libs/svc")
+    ]  # the same name: wt-svc-1 and wt-svc-2
     outs = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     docs = [json.loads(out)["result"] for out, _ in outs]
@@ -570,8 +592,9 @@ def test_an_expired_lease_whose_holder_process_lives_is_not_reclaimed(repo, cloc
         m = manager(repo, clock)
         att = m.acquire(["a"], ttl=TTL, holder_pid=holder.pid)
         clock.advance(TTL + 31)  # expired beyond the skew margin, but its holder may still be writing
-        assert [(a.action, a.reasons) for a in m.prune()] == [("skipped", [f"lease holder process {holder.pid} "
-                                                                             "is alive"])]
+        assert [(a.action, a.reasons) for a in m.prune()] == [
+            ("skipped", [f"lease holder process {holder.pid} is alive"])
+        ]
         assert m.acquire(["b"], ttl=TTL).id != att.id
     finally:
         holder.communicate(b"")
@@ -582,14 +605,34 @@ def test_an_expired_lease_whose_holder_process_lives_is_not_reclaimed(repo, cloc
 
 def test_run_worktree_runs_the_command_inside_the_attached_worktree(repo):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    res = subprocess.run(["git", "lease", "run", "--scope", "src", "--worktree", "--", "sh", "-c",
-                          'pwd; git config lease.enforce; git lease status --json'],
-                         cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            "git",
+            "lease",
+            "run",
+            "--scope",
+            "src",
+            "--worktree",
+            "--",
+            "sh",
+            "-c",
+            "pwd; git config lease.enforce; git lease status --json",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     where, mode, status = res.stdout.split("\n", 2)
     assert os.path.basename(where).startswith("wt-src-") and mode == "strict"
     lease = json.loads(status)["result"]["leases"][0]
     assert lease["heldHere"] and lease["paths"] == ["src"]  # held (and renewed) from inside the worktree
     assert "lease released" in res.stderr and "the command runs there" in res.stderr
-    assert subprocess.run(["git", "lease", "status", "--json"], cwd=repo, env=env, capture_output=True,
-                          text=True).stdout.count("leaseId") == 0
+    assert (
+        subprocess.run(
+            ["git", "lease", "status", "--json"], cwd=repo, env=env, capture_output=True, text=True
+        ).stdout.count("leaseId")
+        == 0
+    )

@@ -6,6 +6,7 @@ and lets typer parse the rest. ``git lease -h`` is answered from the table below
 
 To add a command: define it in a module's ``app`` (see ``common.make_app``) and add a row to ``COMMANDS``.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,16 +40,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "Which queued tasks can start now, what blocks the others; --acquire N takes leases."),
 }
 
-EXIT_CODES = ("Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
-              "5 invalid record or signature, 6 lease lost, 130 interrupted.")
+EXIT_CODES = (
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
+    "5 invalid record or signature, 6 lease lost, 130 interrupted."
+)
 
 
 def _help() -> str:
     width = max(len(name) for name in COMMANDS)
     rows = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items())
-    return ("usage: git lease <command> [options]   (git lease <command> -h for a command's options)\n\n"
-            "Scoped, expiring, renewable leases on repository paths, stored as refs on a git remote.\n\n"
-            f"commands:\n{rows}\n\n{EXIT_CODES}\n")
+    return (
+        "usage: git lease <command> [options]   (git lease <command> -h for a command's options)\n\n"
+        "Scoped, expiring, renewable leases on repository paths, stored as refs on a git remote.\n\n"
+        f"commands:\n{rows}\n\n{EXIT_CODES}\n"
+    )
 
 
 def dispatch(argv: list[str]) -> int:
@@ -58,6 +63,7 @@ def dispatch(argv: list[str]) -> int:
         return 0 if argv else 2
     if argv[0] == "--version":
         from gitlease import __version__
+
         sys.stdout.write(f"git-lease {__version__}\n")
         return 0
     if argv[0] == "help":
@@ -82,6 +88,7 @@ def dispatch(argv: list[str]) -> int:
         return 1
     except KeyboardInterrupt:
         from gitlease.core.errors import INTERRUPTED
+
         return INTERRUPTED
 
 
@@ -109,6 +116,7 @@ def _run_typer(name: str, argv: list[str]) -> int:
         return exc.exit_code
     except click.exceptions.Abort:
         from gitlease.core.errors import INTERRUPTED
+
         return INTERRUPTED
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
@@ -134,7 +142,7 @@ def _only(app, name: str):
 
 
 def _command_name(group, argv: list[str]) -> str:
-    """"ci install" for ``ci install --json``: the (sub)command words of argv, as far as the app knows them."""
+    """ "ci install" for ``ci install --json``: the (sub)command words of argv, as far as the app knows them."""
     words, node = [], group
     for arg in argv:
         cmds = getattr(node, "commands", None)
@@ -147,8 +155,18 @@ def _command_name(group, argv: list[str]) -> str:
 
 def _envelope(command: str, message: str, code: int, *, kind: str = "usage") -> None:
     import json
-    sys.stdout.write(json.dumps({"ok": False, "command": command, "error": {
-        "kind": kind, "message": message, "exitCode": code, "details": {}}}, sort_keys=True) + "\n")
+
+    sys.stdout.write(
+        json.dumps(
+            {
+                "ok": False,
+                "command": command,
+                "error": {"kind": kind, "message": message, "exitCode": code, "details": {}},
+            },
+            sort_keys=True,
+        )
+        + "\n"
+    )
 
 
 def _unknown(name: str, as_json: bool) -> int:

@@ -1,7 +1,8 @@
 """``git lease agent``: the per-user, per-host renewal agent (gitlease/liveness/agent.py), in the foreground."""
+
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,17 +14,20 @@ app = make_app()
 
 @app.command()
 def agent(
-    socket: Annotated[Optional[str], typer.Option(help="Unix socket (default: $GITLEASE_AGENT_SOCKET, or "
-                                                       "$XDG_RUNTIME_DIR/gitlease/agent.sock).")] = None,
+    socket: Annotated[
+        str | None,
+        typer.Option(help="Unix socket (default: $GITLEASE_AGENT_SOCKET, or $XDG_RUNTIME_DIR/gitlease/agent.sock)."),
+    ] = None,
     idle: Annotated[float, typer.Option(help="Stop after this many seconds with nothing registered.")] = 60.0,
     fraction: Annotated[float, typer.Option(help="Renew when this fraction of the TTL is left.")] = 0.5,
     ping: Annotated[bool, typer.Option("--ping", help="Only say whether an agent answers (exit 1 if not).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Renew the leases of every local holder that registers, one push per store and interval."""
+
     def body():
-        from gitlease.liveness import agent as agents
         from gitlease.core import errors
+        from gitlease.liveness import agent as agents
 
         path = socket or agents.socket_path()
         client = agents.AgentClient(path)
@@ -32,9 +36,11 @@ def agent(
                 raise errors.GitLeaseError(f"no agent answers on {path}", socket=path)
             ans = client.request("ping")
             return {"socket": path, "pid": ans["pid"], "leases": ans["leases"]}, [
-                f"agent running: pid {ans['pid']}, {ans['leases']} leases, socket {path}"]
+                f"agent running: pid {ans['pid']}, {ans['leases']} leases, socket {path}"
+            ]
         if client.available():
             raise errors.GitLeaseError(f"an agent already answers on {path}", socket=path)
         agents.serve(agents.Agent(agents._open_service, idle=idle, fraction=fraction), path)
         return {"socket": path, "stopped": "idle"}, [f"agent stopped after {idle:g}s idle"]
+
     run("agent", as_json, body)

@@ -6,36 +6,23 @@ Every command takes ``--json`` and then prints one envelope on stdout, on succes
 ``{"ok": true, "command": "acquire", "result": {...}}`` or
 ``{"ok": false, "command": "acquire", "error": {"kind", "message", "exitCode", "details"}}``.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gitlease.core import errors
 
 
 def service(remote: str | None, *, at: str = ".", **flags: Any):
     """The service for the repository (worktree) at ``at``, settings resolved from its config, env and flags."""
-    from gitlease.core.config import resolve
-    from gitlease.core.repo import Repo
-    from gitlease.service.leases import LeaseService
+    from gitlease.service.factory import open_service
 
-    repo = Repo.discover(at)
-    settings = resolve(repo.config, remote=remote, **flags)
-    return LeaseService(repo, settings, signer=signer_for(settings))
-
-
-def signer_for(settings):
-    """UNSIGNED, or the SSHSIG signer of ``lease.signingKey`` (imports cryptography only then)."""
-    if settings.signing_key:
-        from gitlease.identity.signer import load_signer
-
-        return load_signer(settings.signing_key)
-    from gitlease.identity.signer import UNSIGNED
-
-    return UNSIGNED
+    return open_service(at, remote=remote, **flags)
 
 
 def run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], list[str]]]) -> None:
@@ -61,8 +48,13 @@ def run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], li
 
 def _fail(command: str, as_json: bool, code: int, kind: str, message: str, details: dict[str, Any]) -> None:
     if as_json:
-        _emit({"ok": False, "command": command,
-               "error": {"kind": kind, "message": message, "exitCode": code, "details": _jsonable(details)}})
+        _emit(
+            {
+                "ok": False,
+                "command": command,
+                "error": {"kind": kind, "message": message, "exitCode": code, "details": _jsonable(details)},
+            }
+        )
     echo(f"git-lease: {message}", err=True)
     raise SystemExit(code)
 

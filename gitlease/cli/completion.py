@@ -1,12 +1,13 @@
 """``git lease completion bash|zsh``: print the completion script (gitlease/cli/shellcomp.py)."""
+
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
 
-from gitlease.core import errors
 from gitlease.cli.options import make_app
+from gitlease.core import errors
 
 app = make_app()
 

@@ -1,8 +1,9 @@
 """Set-up commands: ``doctor`` (can this remote host leases?) and ``budget`` (how many pushes a fleet makes)."""
+
 from __future__ import annotations
 
 import signal
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,11 +20,12 @@ def doctor(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     Each check prints pass, fail, warn or skip with a one-line explanation. Exit 1 when any check fails (the
     remote cannot safely host leases, git is too old, or the configured key is unreadable); warnings do not
     change the exit code. The probe refs are deleted afterwards, also on failure and interrupt."""
+
     def body():
         from gitlease.core.config import resolve
-        from gitlease.ops.doctor import diagnose
         from gitlease.core.errors import DoctorFailed
         from gitlease.core.repo import Repo
+        from gitlease.ops.doctor import diagnose
 
         repo = Repo.discover(".")
         settings = resolve(repo.config, remote=remote)
@@ -33,8 +35,10 @@ def doctor(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
         result = report.to_json()
         if not report.ok:
             names = ", ".join(c.name for c in report.failed())
-            raise DoctorFailed(f"{len(report.failed())} check(s) failed ({names}): {report.store} cannot safely "
-                               "host leases as set up", **result)
+            raise DoctorFailed(
+                f"{len(report.failed())} check(s) failed ({names}): {report.store} cannot safely host leases as set up",
+                **result,
+            )
         warns = sum(1 for c in report.checks if c.status == "warn")
         return result, [f"ok: {report.store} can host leases" + (f" ({warns} warning(s))" if warns else "")]
 
@@ -52,27 +56,31 @@ def _interrupt(signum, frame):
 @app.command()
 def budget(
     agents: Annotated[int, typer.Option(help="Agents holding leases at once.")] = 10,
-    hosts: Annotated[int, typer.Option(help="Machines they run on (one renewal push per host per interval "
-                                       "with batched renewals).")] = 1,
-    ttl: Annotated[Optional[str], typer.Option(help="Lease time to live: 300, 5m (default: lease.ttl or 300).")]
-    = None,
-    renew_every: Annotated[Optional[str], typer.Option(help="Renewal interval (default: half the TTL).")] = None,
-    tasks_per_hour: Annotated[float, typer.Option(help="Tasks each agent starts per hour (each costs an acquire "
-                                                  "and a release).")] = 2.0,
+    hosts: Annotated[
+        int, typer.Option(help="Machines they run on (one renewal push per host per interval with batched renewals).")
+    ] = 1,
+    ttl: Annotated[str | None, typer.Option(help="Lease time to live: 300, 5m (default: lease.ttl or 300).")] = None,
+    renew_every: Annotated[str | None, typer.Option(help="Renewal interval (default: half the TTL).")] = None,
+    tasks_per_hour: Annotated[
+        float, typer.Option(help="Tasks each agent starts per hour (each costs an acquire and a release).")
+    ] = 2.0,
     limit: Annotated[float, typer.Option(help="The host's recommended pushes per minute (GitHub: 6).")] = 6.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Pushes per minute a fleet makes on the lease remote, against the host's recommendation, and the largest
     fleet that fits: per-lease renewals (today) and one renewal push per host (batched, planned)."""
+
     def body():
+        from gitlease.core.config import DEFAULT_TTL, parse_duration
         from gitlease.ops.budget import Fleet, plan
-        from gitlease.core.config import parse_duration, DEFAULT_TTL
 
         ttl_s = parse_duration("--ttl", ttl, 5) if ttl is not None else _configured_ttl(DEFAULT_TTL)
         every = parse_duration("--renew-every", renew_every, 1) if renew_every is not None else None
-        result = plan(Fleet(agents=agents, hosts=hosts, ttl=ttl_s, renew_every=every,
-                            tasks_per_hour=tasks_per_hour), limit)
+        result = plan(
+            Fleet(agents=agents, hosts=hosts, ttl=ttl_s, renew_every=every, tasks_per_hour=tasks_per_hour), limit
+        )
         return result.to_json(), result.lines()
+
     run("budget", as_json, body)
 
 

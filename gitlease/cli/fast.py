@@ -8,6 +8,7 @@ lines against click's own parse). Anything else (``-h``, an unknown or repeated 
 argument, ``--no-...``, a value that looks like an option) returns None and the command goes to typer, which
 prints the help or the usage error exactly as before.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,18 +27,31 @@ class Spec:
 _COMMON = {"--remote": ("remote", "str"), "--json": ("as_json", "flag")}
 
 SPECS: dict[str, Spec] = {
-    "acquire": Spec({"--scope": ("scope", "multi"), "-s": ("scope", "multi"), "--task": ("task", "str"),
-                     "--agent": ("agent", "str"), "--ttl": ("ttl", "str"), "--workspace": ("workspace", "str"),
-                     "--holder-pid": ("holder_pid", "int"), "--wait": ("wait", "str"),
-                     "--replace": ("replace", "str"), "--worktree": ("worktree", "flag"),
-                     "--base": ("base", "str"), "--branch": ("branch", "str"), **_COMMON},
-                    required=frozenset({"scope"})),
+    "acquire": Spec(
+        {
+            "--scope": ("scope", "multi"),
+            "-s": ("scope", "multi"),
+            "--task": ("task", "str"),
+            "--agent": ("agent", "str"),
+            "--ttl": ("ttl", "str"),
+            "--workspace": ("workspace", "str"),
+            "--holder-pid": ("holder_pid", "int"),
+            "--wait": ("wait", "str"),
+            "--replace": ("replace", "str"),
+            "--worktree": ("worktree", "flag"),
+            "--base": ("base", "str"),
+            "--branch": ("branch", "str"),
+            **_COMMON,
+        },
+        required=frozenset({"scope"}),
+    ),
     "renew": Spec({"--ttl": ("ttl", "str"), "--progress": ("progress", "str"), **_COMMON}, ("lease_id",)),
     "release": Spec({"--force": ("force", "flag"), **_COMMON}, ("lease_id",)),
     "status": Spec(dict(_COMMON)),
     "show": Spec(dict(_COMMON), ("lease_id",)),
-    "can-start": Spec({"--scope": ("scope", "multi"), "-s": ("scope", "multi"), **_COMMON},
-                      required=frozenset({"scope"})),
+    "can-start": Spec(
+        {"--scope": ("scope", "multi"), "-s": ("scope", "multi"), **_COMMON}, required=frozenset({"scope"})
+    ),
 }
 
 

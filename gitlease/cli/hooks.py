@@ -1,19 +1,24 @@
 """Enforcement commands: install-hooks, uninstall-hooks, verify, server-hook."""
+
 from __future__ import annotations
 
 import sys
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
-from gitlease.core import errors
 from gitlease.cli.common import run, service
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
 
 app = make_app()
 
-ServerOpt = Annotated[bool, typer.Option("--server", help="The server side: pre-receive, in a bare repository "
-                                          "(instead of pre-commit and pre-push).")]
+ServerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--server", help="The server side: pre-receive, in a bare repository (instead of pre-commit and pre-push)."
+    ),
+]
 
 
 def _change_lines(changes) -> list[str]:
@@ -34,53 +39,73 @@ def _change_lines(changes) -> list[str]:
 def install_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
     """Install gitlease's pre-commit and pre-push hooks where git looks for hooks (core.hooksPath and linked
     worktrees included); a hook already there is kept and run first. Idempotent."""
+
     def body():
         from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, install
 
         changes = install(".", SERVER_HOOKS if server else CLIENT_HOOKS)
         return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
+
     run("install-hooks", as_json, body)
 
 
 @app.command("uninstall-hooks")
 def uninstall_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
     """Remove gitlease's hooks and put back the hooks they replaced."""
+
     def body():
         from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, uninstall
 
         changes = uninstall(".", SERVER_HOOKS if server else CLIENT_HOOKS)
         return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
+
     run("uninstall-hooks", as_json, body)
 
 
 @app.command()
 def verify(
-    base: Annotated[str, typer.Option(help="What the change is compared with (the pull request's base).")]
-    = "origin/main",
-    lease: Annotated[Optional[List[str]], typer.Option("--lease", help="The lease the change was made under "
-                                                       "(default: the commits' 'Lease:' trailers, else a lease id "
-                                                       "in the branch name); repeat for more.")] = None,
+    base: Annotated[
+        str, typer.Option(help="What the change is compared with (the pull request's base).")
+    ] = "origin/main",
+    lease: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--lease",
+            help="The lease the change was made under "
+            "(default: the commits' 'Lease:' trailers, else a lease id "
+            "in the branch name); repeat for more.",
+        ),
+    ] = None,
     head: Annotated[str, typer.Option(help="The commit or branch to check.")] = "HEAD",
-    require_lease: Annotated[bool, typer.Option("--require-lease", help="Refuse a change that names no lease "
-                                                "(default: check it against others' leases only).")] = False,
+    require_lease: Annotated[
+        bool,
+        typer.Option(
+            "--require-lease",
+            help="Refuse a change that names no lease (default: check it against others' leases only).",
+        ),
+    ] = False,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """CI check of a pull request: every path its commits touch must lie inside the lease it was made under
     (active on the store) and outside every other active lease. Exit 4 on a violation."""
-    def body():
-        from gitlease.enforce.verify import describe, verify as check
 
-        verdict = check(service(remote), base=base, head=head, lease_ids=lease or None,
-                        require_lease=require_lease)
+    def body():
+        from gitlease.enforce.verify import describe
+        from gitlease.enforce.verify import verify as check
+
+        verdict = check(service(remote), base=base, head=head, lease_ids=lease or None, require_lease=require_lease)
         lines = describe(verdict)
         if not verdict.ok:
             if not as_json:
                 sys.stderr.write("".join(line + "\n" for line in lines))
             n = len(verdict.violations)
-            raise errors.ScopeViolation(f"verify refused: {n} path{'s' if n != 1 else ''} may not be written by "
-                                        "this change", **verdict.to_json())
+            raise errors.ScopeViolation(
+                f"verify refused: {n} path{'s' if n != 1 else ''} may not be written by this change",
+                **verdict.to_json(),
+            )
         return verdict.to_json(), lines
+
     run("verify", as_json, body)
 
 
@@ -91,6 +116,7 @@ def server_hook(
 ) -> None:
     """Run as a server-side hook (refs on stdin): refuses lease ref updates that are not a proper next version
     and branch updates touching paths leased to someone else."""
+
     def body():
         if hook != "pre-receive":
             raise errors.UsageError(f"unknown server hook {hook!r} (only pre-receive)")
@@ -100,7 +126,10 @@ def server_hook(
         if refusals:
             if not as_json:
                 sys.stderr.write("".join(f"gitlease: {line}\n" for line in refusals))
-            raise errors.ScopeViolation(f"push refused by the lease server hook ({len(refusals)} "
-                                        f"problem{'s' if len(refusals) != 1 else ''})", problems=refusals)
+            raise errors.ScopeViolation(
+                f"push refused by the lease server hook ({len(refusals)} problem{'s' if len(refusals) != 1 else ''})",
+                problems=refusals,
+            )
         return {"notes": notes}, [f"gitlease: {n}" for n in notes]
+
     run("server-hook", as_json, body)

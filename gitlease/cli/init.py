@@ -1,8 +1,9 @@
 """``git lease init``: the guided, idempotent set-up (gitlease/ops/init.py)."""
+
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,21 +15,25 @@ app = make_app()
 
 @app.command()
 def init(
-    remote: Annotated[Optional[str], typer.Option(help="Share leases through this remote (name or URL).")] = None,
-    lease_repo: Annotated[Optional[str], typer.Option("--lease-repo", help="Share leases through a dedicated "
-                                                      "lease repository (a URL), not the code's remote.")] = None,
-    agent: Annotated[Optional[str], typer.Option(help="This agent's id (lease.agent; the trust-file principal).")]
-    = None,
-    key: Annotated[Optional[str], typer.Option(help="Use this signing key (lease.signingKey).")] = None,
-    sign: Annotated[Optional[bool], typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote "
-                                                 "is configured).")] = None,
+    remote: Annotated[str | None, typer.Option(help="Share leases through this remote (name or URL).")] = None,
+    lease_repo: Annotated[
+        str | None,
+        typer.Option(
+            "--lease-repo", help="Share leases through a dedicated lease repository (a URL), not the code's remote."
+        ),
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="This agent's id (lease.agent; the trust-file principal).")] = None,
+    key: Annotated[str | None, typer.Option(help="Use this signing key (lease.signingKey).")] = None,
+    sign: Annotated[
+        bool | None, typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote is configured).")
+    ] = None,
     hooks: Annotated[bool, typer.Option("--hooks/--no-hooks", help="Install the pre-commit/pre-push hooks.")] = True,
-    ci: Annotated[Optional[str], typer.Option(help="Also install the scheduled sweep job: github or gitlab.")]
-    = None,
+    ci: Annotated[str | None, typer.Option(help="Also install the scheduled sweep job: github or gitlab.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to every question (for scripts).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Set up this repository for leases: config, signing key, trust-file line, hooks, CI job. Idempotent."""
+
     def body():
         from gitlease.core import errors
         from gitlease.ops.init import init as do_init
@@ -43,11 +48,21 @@ def init(
                 return False
             return typer.confirm(question, default=True, err=True)
 
-        steps = do_init(".", remote=remote, lease_repo=lease_repo, agent=agent, key=key, sign=sign, hooks=hooks,
-                        ci=ci, decide=decide)
+        steps = do_init(
+            ".",
+            remote=remote,
+            lease_repo=lease_repo,
+            agent=agent,
+            key=key,
+            sign=sign,
+            hooks=hooks,
+            ci=ci,
+            decide=decide,
+        )
         lines = [s.line() for s in steps]
         if not any(s.status == "set" for s in steps):
             lines.append("nothing to change")
         lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
         return {"steps": [s.to_json() for s in steps], "changed": any(s.status == "set" for s in steps)}, lines
+
     run("init", as_json, body)

@@ -1,14 +1,15 @@
 """``git lease plan TASKS``: which queued tasks can start now, what blocks the others; ``--acquire N``."""
+
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from gitlease.core import errors
 from gitlease.cli.common import run, service, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
 
 app = make_app()
 
@@ -27,14 +28,24 @@ def _read_lines(tasks: str) -> tuple[list[str], str]:
 
 @app.command("plan")
 def plan_cmd(
-    tasks: Annotated[str, typer.Argument(help="JSON lines {\"id\", \"scope\": [...]} or {\"id\", \"paths\": "
-                                              "[...]}, in queue order; '-' reads stdin.")],
-    granularity: Annotated[Optional[str], typer.Option(
-        help="Scope suggested from a task's paths: auto (default), file, dir, package, depth:N.")] = None,
-    acquire: Annotated[int, typer.Option("--acquire", min=0, help="Take leases for up to N startable tasks "
-                                         "(one lease each, the task id recorded).")] = 0,
-    ttl: Annotated[Optional[str], typer.Option(help="TTL of the leases --acquire takes (default: lease.ttl).")] = None,
-    agent: Annotated[Optional[str], typer.Option(help="Agent id recorded in the leases --acquire takes.")] = None,
+    tasks: Annotated[
+        str,
+        typer.Argument(
+            help='JSON lines {"id", "scope": [...]} or {"id", "paths": [...]}, in queue order; \'-\' reads stdin.'
+        ),
+    ],
+    granularity: Annotated[
+        str | None,
+        typer.Option(help="Scope suggested from a task's paths: auto (default), file, dir, package, depth:N."),
+    ] = None,
+    acquire: Annotated[
+        int,
+        typer.Option(
+            "--acquire", min=0, help="Take leases for up to N startable tasks (one lease each, the task id recorded)."
+        ),
+    ] = 0,
+    ttl: Annotated[str | None, typer.Option(help="TTL of the leases --acquire takes (default: lease.ttl).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Agent id recorded in the leases --acquire takes.")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -43,6 +54,7 @@ def plan_cmd(
 
     TASKS: a file of JSON lines in queue order, {"id": ..., "scope": [...]} or {"id": ..., "paths": [...]};
     '-' reads stdin. Rules: docs/planning.md."""
+
     def body():
         from gitlease.plan.planner import parse_tasks, plan_queue, start_tasks
         from gitlease.plan.suggest import parse_granularity, read_tree
@@ -54,8 +66,13 @@ def plan_cmd(
         queue = parse_tasks(lines, granularity=gran, tree=tree, source=source)
         the_plan, snap = plan_queue(svc, queue)
         started = start_tasks(svc, the_plan, acquire, ttl=ttl_seconds(ttl)) if acquire else []
-        result = dict(the_plan.to_json(), granularity=str(gran), store=svc.store.name,
-                      leases=len(snap.leases), acquired=[s.to_json() for s in started])
+        result = dict(
+            the_plan.to_json(),
+            granularity=str(gran),
+            store=svc.store.name,
+            leases=len(snap.leases),
+            acquired=[s.to_json() for s in started],
+        )
         scope_of = {t.id: " ".join(t.scope) for t in queue}
         lines_out = [f"start: {tid}  {scope_of[tid]}" for tid in the_plan.start]
         lines_out += [f"blocked: {b.id}  {scope_of[b.id]}  by {' '.join(b.by)}" for b in the_plan.blocked]
@@ -67,4 +84,5 @@ def plan_cmd(
             else:
                 lines_out.append(f"refused: {s.id}: {s.error}")
         return result, lines_out
+
     run("plan", as_json, body)

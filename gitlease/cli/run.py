@@ -1,21 +1,26 @@
 """``git lease run`` (a command under a lease, stopped when the lease is lost) and ``git lease push`` (a push
 fenced by the lease: the branch and the renewal in one atomic push)."""
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
-from gitlease.core import errors
 from gitlease.cli.common import run, service, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
 
 app = make_app()
 
-LeaseOpt = Annotated[Optional[str], typer.Option("--lease", help="A lease this worktree already holds "
-                                                 "(default for push: $GITLEASE_LEASE, or the only one held).")]
+LeaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--lease", help="A lease this worktree already holds (default for push: $GITLEASE_LEASE, or the only one held)."
+    ),
+]
 
 
 def _seconds(name: str, value: str | None, lo: int = 1) -> int | None:
@@ -31,26 +36,39 @@ def _log(line: str) -> None:
 
 @app.command("run", context_settings={"allow_interspersed_args": False})
 def run_(
-    command: Annotated[List[str], typer.Argument(help="The command and its arguments (after --).")],
-    scope: Annotated[Optional[List[str]], typer.Option("--scope", "-s", help="A path prefix to lease; repeat "
-                                                       "for more.")] = None,
-    ttl: Annotated[Optional[str], typer.Option(help="Time to live (default: lease.ttl, 300).")] = None,
-    renew_every: Annotated[Optional[str], typer.Option(help="Renew this often (default: a third of the TTL).")]
-    = None,
-    grace: Annotated[Optional[str], typer.Option(help="From SIGTERM to SIGKILL when the lease is lost "
-                                                 "(default: a tenth of the TTL, at most 10s).")] = None,
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).")],
+    scope: Annotated[
+        list[str] | None, typer.Option("--scope", "-s", help="A path prefix to lease; repeat for more.")
+    ] = None,
+    ttl: Annotated[str | None, typer.Option(help="Time to live (default: lease.ttl, 300).")] = None,
+    renew_every: Annotated[str | None, typer.Option(help="Renew this often (default: a third of the TTL).")] = None,
+    grace: Annotated[
+        str | None,
+        typer.Option(help="From SIGTERM to SIGKILL when the lease is lost (default: a tenth of the TTL, at most 10s)."),
+    ] = None,
     lease: LeaseOpt = None,
-    wait: Annotated[Optional[str], typer.Option(help="Wait this long for the scope to be free (10m).")] = None,
-    task: Annotated[Optional[str], typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
-    agent: Annotated[Optional[str], typer.Option(help="Agent id (default: $GITLEASE_AGENT).")] = None,
+    wait: Annotated[str | None, typer.Option(help="Wait this long for the scope to be free (10m).")] = None,
+    task: Annotated[str | None, typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Agent id (default: $GITLEASE_AGENT).")] = None,
     remote: RemoteOpt = None,
-    worktree: Annotated[bool, typer.Option("--worktree", help="Lease, attach a clean worktree bound to the lease "
-                                           "(docs/worktrees.md), and run COMMAND inside it.")] = False,
-    base: Annotated[Optional[str], typer.Option(help="With --worktree: start the task branch here.")] = None,
-    renew_agent: Annotated[Optional[bool], typer.Option("--renew-agent/--no-renew-agent", help="Renew through "
-                           "the per-host renewal agent, started on demand (default: git config lease.renewAgent, "
-                           "true); it falls back to renewing by itself if the agent dies.")] = None,
-    branch: Annotated[Optional[str], typer.Option(help="With --worktree: the task branch name.")] = None,
+    worktree: Annotated[
+        bool,
+        typer.Option(
+            "--worktree",
+            help="Lease, attach a clean worktree bound to the lease (docs/worktrees.md), and run COMMAND inside it.",
+        ),
+    ] = False,
+    base: Annotated[str | None, typer.Option(help="With --worktree: start the task branch here.")] = None,
+    renew_agent: Annotated[
+        bool | None,
+        typer.Option(
+            "--renew-agent/--no-renew-agent",
+            help="Renew through "
+            "the per-host renewal agent, started on demand (default: git config lease.renewAgent, "
+            "true); it falls back to renewing by itself if the agent dies.",
+        ),
+    ] = None,
+    branch: Annotated[str | None, typer.Option(help="With --worktree: the task branch name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run COMMAND under a lease: acquire (or --lease), renew in the background, and if the lease is lost stop
@@ -72,8 +90,10 @@ def run_(
         if (base or branch) and not worktree:
             raise errors.UsageError("--base and --branch need --worktree")
         if worktree and lease:
-            raise errors.UsageError("--worktree acquires a new lease: give --scope, not --lease (or use "
-                                    "git lease worktree add LEASE, then run --lease in that worktree)")
+            raise errors.UsageError(
+                "--worktree acquires a new lease: give --scope, not --lease (or use "
+                "git lease worktree add LEASE, then run --lease in that worktree)"
+            )
         cwd = None
         link = AgentLink.connect(svc, renew_agent, log=_log)
         timeout = min(svc.settings.timeout, (ttl_seconds(ttl) or svc.settings.ttl) / 6)
@@ -84,27 +104,38 @@ def run_(
             if held is None:
                 raise errors.NotHeld(f"lease {lease} is not held by this worktree")
             rec = records.parse(held.record.encode("utf-8"))
-            timing = Timing.for_ttl(rec.ttl, renew_every=_seconds("--renew-every", renew_every),
-                                    timeout=min(svc.settings.timeout, rec.ttl / 6),
-                                    grace=_seconds("--grace", grace, 0))
+            timing = Timing.for_ttl(
+                rec.ttl,
+                renew_every=_seconds("--renew-every", renew_every),
+                timeout=min(svc.settings.timeout, rec.ttl / 6),
+                grace=_seconds("--grace", grace, 0),
+            )
             lease_id, expires, release = lease, rec.expires, False
         else:
             the_ttl = ttl_seconds(ttl) or svc.settings.ttl
-            timing = Timing.for_ttl(the_ttl, renew_every=_seconds("--renew-every", renew_every), timeout=timeout,
-                                    grace=_seconds("--grace", grace, 0))
+            timing = Timing.for_ttl(
+                the_ttl,
+                renew_every=_seconds("--renew-every", renew_every),
+                timeout=timeout,
+                grace=_seconds("--grace", grace, 0),
+            )
             args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
             do_acquire = link.acquire if link else svc.acquire
             if worktree:
                 from gitlease.worktree.manager import WorktreeManager
 
                 manager = WorktreeManager(svc)
-                do_acquire = lambda s, **kw: manager.acquire(s, base=base, branch=branch,  # noqa: E731
-                                                             **{k: v for k, v in kw.items() if k != "renew_every"})
+
+                def do_acquire(s, **kw):
+                    kw.pop("renew_every", None)
+                    return manager.acquire(s, base=base, branch=branch, **kw)
+
             if wait is not None:
                 from gitlease.liveness.wait import acquire_wait
 
-                got = acquire_wait(svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting,
-                                   acquire=do_acquire, **args)
+                got = acquire_wait(
+                    svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting, acquire=do_acquire, **args
+                )
             else:
                 got = do_acquire(scope, **args)
             if worktree:  # the lease moved into the worktree: renew and release it from there
@@ -118,22 +149,28 @@ def run_(
                 _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
         if link and not link.register(lease_id, os.getpid()):
             link = None
-        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd,
-                         link=link).run()
+        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd, link=link).run()
         outcome["code"] = res.returncode
-        result = {"leaseId": lease_id, "returncode": res.returncode, "lost": res.lost, "reason": res.reason,
-                  "released": res.released, "releaseError": res.release_error}
+        result = {
+            "leaseId": lease_id,
+            "returncode": res.returncode,
+            "lost": res.lost,
+            "reason": res.reason,
+            "released": res.released,
+            "releaseError": res.release_error,
+        }
         if res.lost:
-            raise errors.LeaseLost(f"lease lost: {lease_id}: {res.reason}; the command was stopped "
-                                   f"(its exit status: {res.returncode})", **result)
+            raise errors.LeaseLost(
+                f"lease lost: {lease_id}: {res.reason}; the command was stopped (its exit status: {res.returncode})",
+                **result,
+            )
         lines = []
         if res.release_error:
-            lines.append(f"git-lease: warning: the lease was not released ({res.release_error}); it expires "
-                         "on its own")
+            lines.append(f"git-lease: warning: the lease was not released ({res.release_error}); it expires on its own")
         elif res.released:
             lines.append(f"git-lease: lease released: {lease_id}")
         for line in lines:
-            _log(line[len("git-lease: "):])
+            _log(line[len("git-lease: ") :])
         return result, []
 
     try:
@@ -190,17 +227,21 @@ def _lease_for_push(svc, given: str | None) -> str:
 
 @app.command()
 def push(
-    push_remote: Annotated[Optional[str], typer.Argument(metavar="[REMOTE]", help="Where to push (default: "
-                                                         "the branch's push remote).")] = None,
-    branch: Annotated[Optional[str], typer.Argument(metavar="[BRANCH]", help="The branch, or SRC:DST "
-                                                    "(default: the current branch). Never '+'.")] = None,
+    push_remote: Annotated[
+        str | None, typer.Argument(metavar="[REMOTE]", help="Where to push (default: the branch's push remote).")
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Argument(metavar="[BRANCH]", help="The branch, or SRC:DST (default: the current branch). Never '+'."),
+    ] = None,
     lease: LeaseOpt = None,
-    ttl: Annotated[Optional[str], typer.Option(help="New time to live (default: the lease's own).")] = None,
+    ttl: Annotated[str | None, typer.Option(help="New time to live (default: the lease's own).")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Push a branch and renew the lease in ONE atomic push: if the lease was taken over, nothing lands (exit
     6). Needs the lease store to be the remote pushed to."""
+
     def body():
         svc = service(remote)
         cwd = svc.repo.cwd
@@ -212,8 +253,18 @@ def push(
         spec = _refspec(name)
         got = svc.push_fenced(lease_id, target, [spec], ttl=ttl_seconds(ttl))
         rec = got.record
-        return ({"leaseId": lease_id, "remote": target, "refspec": spec, "version": rec.version,
-                 "expiresAt": rec.expires_at},
-                [f"pushed {spec.split(':')[1]} to {target}, fenced by {lease_id}",
-                 f"lease renewed: version={rec.version} expiresAt={rec.expires_at}"])
+        return (
+            {
+                "leaseId": lease_id,
+                "remote": target,
+                "refspec": spec,
+                "version": rec.version,
+                "expiresAt": rec.expires_at,
+            },
+            [
+                f"pushed {spec.split(':')[1]} to {target}, fenced by {lease_id}",
+                f"lease renewed: version={rec.version} expiresAt={rec.expires_at}",
+            ],
+        )
+
     run("push", as_json, body)

@@ -3,6 +3,7 @@ it cannot drift from the commands. Both plug into git's own completion: bash cal
 ``git lease ...`` (and ``git-lease`` is completed by the same function); zsh's ``_git`` calls ``_git-lease``
 for a user command registered with ``zstyle ':completion:*:*:git:*' user-commands lease:...``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -45,8 +46,10 @@ def bash() -> str:
         if e["sub"]:
             subs = " ".join(e["sub"])
             inner = "\n".join(f'\t\t\t{sub}) __gitcomp "{" ".join(opts)}" ;;' for sub, opts in e["sub"].items())
-            cases.append(f'\t{name})\n\t\tif [ "$cword" -eq "$((base + 1))" ]; then __gitcomp "{subs}"; return; fi\n'
-                         f'\t\tcase "${{words[base + 1]}}" in\n{inner}\n\t\tesac ;;')
+            cases.append(
+                f'\t{name})\n\t\tif [ "$cword" -eq "$((base + 1))" ]; then __gitcomp "{subs}"; return; fi\n'
+                f'\t\tcase "${{words[base + 1]}}" in\n{inner}\n\t\tesac ;;'
+            )
         else:
             cases.append(f'\t{name}) __gitcomp "{" ".join(e["options"])}" ;;')
     body = "\n".join(cases)
@@ -56,7 +59,7 @@ _git_lease ()
 	local base=2
 	[ "${{words[0]}}" = git-lease ] && base=1
 	if [ "$cword" -eq "$base" ]; then
-		__gitcomp "{' '.join(s)}"
+		__gitcomp "{" ".join(s)}"
 		return
 	fi
 	case "${{words[base]}}" in
@@ -76,8 +79,10 @@ def zsh() -> str:
         if e["sub"]:
             subs = " ".join(e["sub"])
             inner = "\n".join(f"        {sub}) compadd -- {' '.join(opts)} ;;" for sub, opts in e["sub"].items())
-            cases.append(f"    {name})\n      if (( CURRENT == 3 )); then compadd -- {subs}; return; fi\n"
-                         f"      case $words[3] in\n{inner}\n      esac ;;")
+            cases.append(
+                f"    {name})\n      if (( CURRENT == 3 )); then compadd -- {subs}; return; fi\n"
+                f"      case $words[3] in\n{inner}\n      esac ;;"
+            )
         else:
             cases.append(f"    {name}) compadd -- {' '.join(e['options'])} ;;")
     body = "\n".join(cases)

@@ -1,13 +1,14 @@
 """Sweeping commands: sweep-stale (alias sweep), log, and ci install."""
+
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from gitlease.core import errors
 from gitlease.cli.common import run, service
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
 
 app = make_app()
 ci_app = make_app(help="CI jobs that sweep stale leases on a schedule.")
@@ -15,16 +16,19 @@ app.add_typer(ci_app, name="ci", help="CI jobs that sweep stale leases on a sche
 
 
 def sweep_stale(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be reclaimed and why; change "
-                                          "nothing.")] = False,
-    force: Annotated[Optional[str], typer.Option(metavar="LEASE", help="Reclaim this lease whatever its state "
-                                                 "(admin only, audited).")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be reclaimed and why; change nothing.")
+    ] = False,
+    force: Annotated[
+        str | None, typer.Option(metavar="LEASE", help="Reclaim this lease whatever its state (admin only, audited).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Reclaim at most this many leases in this run (0: no limit).")] = 0,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Reclaim stale leases (expired beyond lease.skew, heartbeat missed twice, holder process gone on this
     host, progress stalled): each by one atomic CAS delete of exactly its refs, audited in the same push."""
+
     def body():
         from gitlease.ops.sweep import Sweeper
 
@@ -39,13 +43,20 @@ def sweep_stale(
             got = sweeper.sweep(dry_run=dry_run, limit=max(limit, 0))
             results, examined = got.results, got.examined
         failed = [r for r in results if r.outcome == "failed"]
-        doc = {"store": svc.store.name, "dryRun": dry_run, "examined": examined,
-               "results": [r.to_json() for r in results], "auditRef": svc.audit.ref}
+        doc = {
+            "store": svc.store.name,
+            "dryRun": dry_run,
+            "examined": examined,
+            "results": [r.to_json() for r in results],
+            "auditRef": svc.audit.ref,
+        }
         lines = [r.line() for r in results] or [
-            f"nothing to reclaim ({examined} lease{'' if examined == 1 else 's'} examined)"]
+            f"nothing to reclaim ({examined} lease{'' if examined == 1 else 's'} examined)"
+        ]
         if failed:
             raise errors.GitLeaseError("; ".join(lines), **doc)
         return doc, lines
+
     run("sweep-stale", as_json, body)
 
 
@@ -55,13 +66,19 @@ app.command("sweep", help="Alias of sweep-stale.")(sweep_stale)
 
 @app.command("log")
 def log(
-    since: Annotated[Optional[str], typer.Option(help="Only events at or after this: a duration back from now "
-                                                 "(30m, 2h, 7d) or a time (2026-06-22T12:00:00Z).")] = None,
-    lease: Annotated[Optional[str], typer.Option(help="Only events of this lease.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Only events at or after this: a duration back from now "
+            "(30m, 2h, 7d) or a time (2026-06-22T12:00:00Z)."
+        ),
+    ] = None,
+    lease: Annotated[str | None, typer.Option(help="Only events of this lease.")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The audit log (reclaims, forced releases) with lease history (acquire, renew) where the store keeps it."""
+
     def body():
         from gitlease.ops.sweep import history
 
@@ -70,6 +87,7 @@ def log(
         events = history(svc, since=cut, lease_id=lease)
         lines = [e.line() for e in events] or ["no events"]
         return {"store": svc.store.name, "events": [e.to_json() for e in events]}, lines
+
     run("log", as_json, body)
 
 
@@ -84,20 +102,23 @@ def _since(text: str, now: float) -> float:
     try:
         return now - parse_duration("--since", text)
     except errors.ConfigError:
-        raise errors.UsageError(f"--since takes a duration (30m, 2h, 7d) or a time like 2026-06-22T12:00:00Z, "
-                                f"not {text!r}") from None
+        raise errors.UsageError(
+            f"--since takes a duration (30m, 2h, 7d) or a time like 2026-06-22T12:00:00Z, not {text!r}"
+        ) from None
 
 
 @ci_app.command("install")
 def ci_install(
     kind: Annotated[str, typer.Argument(metavar="github|gitlab", help="Which CI to install the sweep job for.")],
-    install: Annotated[Optional[str], typer.Option(help="What the job installs with pip (default: "
-                                                   "gitlease==<this version>).")] = None,
+    install: Annotated[
+        str | None, typer.Option(help="What the job installs with pip (default: gitlease==<this version>).")
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different file.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Write the scheduled sweep job into this repository (.github/workflows/gitlease-sweep.yml, or
     .gitlab/gitlease-sweep.yml included from .gitlab-ci.yml)."""
+
     def body():
         from gitlease.core.repo import Repo
         from gitlease.ops.templates import install as do_install
@@ -109,4 +130,5 @@ def ci_install(
         lines = [f"wrote: {p}" for p in got.written] + [f"up to date: {p}" for p in got.unchanged]
         lines += [f"next: {s}" for s in got.next_steps]
         return {"kind": kind, "written": got.written, "unchanged": got.unchanged, "nextSteps": got.next_steps}, lines
+
     run("ci", as_json, body)

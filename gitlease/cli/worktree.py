@@ -1,7 +1,8 @@
 """``git lease worktree add | list | prune | remove``: worktrees bound to leases (gitlease.worktree.manager)."""
+
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -10,12 +11,15 @@ from gitlease.cli.options import JsonOpt, LeaseArg, RemoteOpt, make_app
 
 app = make_app()
 worktree_app = make_app(help="Worktrees bound to leases: attach, list, prune, remove.")
-app.add_typer(worktree_app, name="worktree",
-              help="Worktrees bound to leases: attach, list, prune, remove (docs/worktrees.md).")
+app.add_typer(
+    worktree_app, name="worktree", help="Worktrees bound to leases: attach, list, prune, remove (docs/worktrees.md)."
+)
 
-BaseOpt = Annotated[Optional[str], typer.Option("--base", help="Start the task branch here "
-                                                "(default: origin/HEAD, else origin/main, else HEAD).")]
-BranchOpt = Annotated[Optional[str], typer.Option("--branch", help="Task branch name (default: lease/LEASE).")]
+BaseOpt = Annotated[
+    str | None,
+    typer.Option("--base", help="Start the task branch here (default: origin/HEAD, else origin/main, else HEAD)."),
+]
+BranchOpt = Annotated[str | None, typer.Option("--branch", help="Task branch name (default: lease/LEASE).")]
 WorkspaceArg = Annotated[str, typer.Argument(help="The worktree's id (its workspace: line), or its path.")]
 
 
@@ -27,27 +31,41 @@ def manager(remote: str | None):
 
 def attached_lines(att) -> list[str]:
     """The lines after 'workspace:' shared with ``acquire --worktree``."""
-    lines = [f"worktree: {att.path}", f"branch: {att.branch} (from {att.base} {att.base_oid[:12]})",
-             f"reused: {'yes' if att.reused else 'no'}"]
+    lines = [
+        f"worktree: {att.path}",
+        f"branch: {att.branch} (from {att.base} {att.base_oid[:12]})",
+        f"reused: {'yes' if att.reused else 'no'}",
+    ]
     lines += [f"not reused: {wid}: {'; '.join(reasons)}" for wid, reasons in att.skipped]
     return lines
 
 
 @worktree_app.command("add")
-def add(lease_id: LeaseArg, base: BaseOpt = None, branch: BranchOpt = None, remote: RemoteOpt = None,
-        as_json: JsonOpt = False) -> None:
+def add(
+    lease_id: LeaseArg,
+    base: BaseOpt = None,
+    branch: BranchOpt = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Attach a worktree to a lease this worktree holds: a clean pool worktree reset to the base, or a new one.
     The lease moves into it (renew and release it there)."""
+
     def body():
         att = manager(remote).add(lease_id, base=base, branch=branch)
-        return att.to_json(), [f"worktree attached: {att.path}", f"workspace: {att.id}",
-                               f"lease: {att.lease_id}"] + attached_lines(att)
+        return att.to_json(), [
+            f"worktree attached: {att.path}",
+            f"workspace: {att.id}",
+            f"lease: {att.lease_id}",
+        ] + attached_lines(att)
+
     run("worktree add", as_json, body)
 
 
 @worktree_app.command("list")
 def list_(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
     """Each worktree with its lease, lease state (active, expired, released, none), cleanliness and age."""
+
     def body():
         entries = manager(remote).list()
         lines = []
@@ -55,18 +73,27 @@ def list_(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
             wt = e.worktree
             clean = "clean" if e.inspection.clean else "dirty: " + "; ".join(e.inspection.reasons())
             age = f"{e.age}s" if e.age is not None else "-"
-            lines.append(f"{wt.id}  {e.state}  lease={e.lease or '-'} ({e.lease_state})  {clean}  age={age}  "
-                         f"{wt.path}")
+            lines.append(f"{wt.id}  {e.state}  lease={e.lease or '-'} ({e.lease_state})  {clean}  age={age}  {wt.path}")
         return {"worktrees": [e.to_json() for e in entries]}, lines or ["no linked worktrees"]
+
     run("worktree list", as_json, body)
 
 
 @worktree_app.command("prune")
-def prune(remove: Annotated[bool, typer.Option("--remove", help="Remove clean worktrees of released or expired "
-                                               "leases (and free pool ones) instead of pooling them.")] = False,
-          remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+def prune(
+    remove: Annotated[
+        bool,
+        typer.Option(
+            "--remove",
+            help="Remove clean worktrees of released or expired leases (and free pool ones) instead of pooling them.",
+        ),
+    ] = False,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Clean worktrees of released or expired leases go back to the pool (or are removed); dirty ones are
     quarantined: kept, unlocked, out of the pool, their changes saved to a ref, and reported."""
+
     def body():
         actions = manager(remote).prune(remove=remove)
         lines = []
@@ -75,16 +102,25 @@ def prune(remove: Annotated[bool, typer.Option("--remove", help="Remove clean wo
             saved = f" -> {a.ref}" if a.ref else ""
             lines.append(f"{a.action}: {a.id}{why}{saved}")
         return {"actions": [a.to_json() for a in actions]}, lines or ["nothing to prune"]
+
     run("worktree prune", as_json, body)
 
 
 @worktree_app.command("remove")
-def remove(workspace: WorkspaceArg,
-           save: Annotated[bool, typer.Option("--save", help="Save uncommitted work (ignored files included) to "
-                                              "a quarantine ref first, then remove.")] = False,
-           remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+def remove(
+    workspace: WorkspaceArg,
+    save: Annotated[
+        bool,
+        typer.Option(
+            "--save", help="Save uncommitted work (ignored files included) to a quarantine ref first, then remove."
+        ),
+    ] = False,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Remove a worktree. Refuses when it has uncommitted work (unless --save) or a live process in it.
     Its lease is not released: it is handed back to the worktree running this command."""
+
     def body():
         wt, ref, handed = manager(remote).remove(workspace, save=save)
         lines = [f"worktree removed: {wt.id} ({wt.path})"]
@@ -93,4 +129,5 @@ def remove(workspace: WorkspaceArg,
         if handed:
             lines.append(f"lease still held, now by this worktree: {handed} (git lease release {handed})")
         return {"workspaceId": wt.id, "path": wt.path, "savedRef": ref, "leasesHandedBack": handed}, lines
+
     run("worktree remove", as_json, body)

@@ -1,9 +1,10 @@
 """Time, injected: the service reads the clock only through a Clock; tests move a FakeClock."""
+
 from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 class Clock:
@@ -53,12 +54,12 @@ class FakeClock(Clock):
 
 def iso(ts: float) -> str:
     """Seconds since the epoch as an RFC 3339 UTC timestamp with second precision."""
-    return datetime.fromtimestamp(int(ts), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_iso(text: str) -> float:
     """Inverse of iso(); raises ValueError on anything else."""
     if not isinstance(text, str) or len(text) != 20 or not text.endswith("Z"):
         raise ValueError(f"not an RFC 3339 UTC timestamp: {text!r}")
-    dt = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    dt = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     return dt.timestamp()

@@ -1,12 +1,13 @@
 """Settings: git config ``lease.*``, then environment, then flags, in that rising order."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from gitlease.enforce.rules import parse_mode
 from gitlease.core.errors import ConfigError
+from gitlease.core.modes import parse_mode
 
 DEFAULT_TTL = 300
 DEFAULT_SKEW = 30
@@ -101,16 +102,17 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         allowed_signers=pick("allowed_signers", "lease.allowedsignersfile") or ".gitlease/allowed_signers",
         workspace=pick("workspace", "lease.workspace"),
         sweep_expired=_bool("lease.sweep.expired", pick("sweep_expired", "lease.sweep.expired"), True),
-        sweep_missed_heartbeats=_bool("lease.sweep.missedHeartbeats",
-                                      pick("sweep_missed_heartbeats", "lease.sweep.missedheartbeats"), True),
-        sweep_dead_holder=_bool("lease.sweep.deadHolder", pick("sweep_dead_holder", "lease.sweep.deadholder"),
-                                True),
-        progress_timeout=_int("lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0,
-                              366 * 86400) or None,
+        sweep_missed_heartbeats=_bool(
+            "lease.sweep.missedHeartbeats", pick("sweep_missed_heartbeats", "lease.sweep.missedheartbeats"), True
+        ),
+        sweep_dead_holder=_bool("lease.sweep.deadHolder", pick("sweep_dead_holder", "lease.sweep.deadholder"), True),
+        progress_timeout=_int(
+            "lease.progressTimeout", pick("progress_timeout", "lease.progresstimeout"), 0, 0, 366 * 86400
+        )
+        or None,
         enforce=parse_mode(pick("enforce", "lease.enforce")),
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
-        renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"),
-                          True),
+        renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
     )
 
 

@@ -2,6 +2,7 @@
 
 Only the CLI and the hook entry turn these into messages and exit codes.
 """
+
 from __future__ import annotations
 
 # Exit codes: the one table (docs/cli.md repeats it).
@@ -47,8 +48,15 @@ class GitError(GitLeaseError):
 
     kind = "git"
 
-    def __init__(self, message: str, *, cmd: list[str] | None = None, returncode: int | None = None,
-                 stdout: str = "", stderr: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        cmd: list[str] | None = None,
+        returncode: int | None = None,
+        stdout: str = "",
+        stderr: str = "",
+    ) -> None:
         super().__init__(message, cmd=cmd, returncode=returncode)
         self.cmd = cmd or []
         self.returncode = returncode

@@ -1,5 +1,6 @@
 """Writing a file so that readers see the old contents or the new, never a part: a unique temporary file in
 the same folder, then ``os.replace``. Standard library only."""
+
 from __future__ import annotations
 
 import json

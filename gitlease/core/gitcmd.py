@@ -2,21 +2,31 @@
 
 Standard library only: hooks import this module.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from gitlease.core.errors import GitError, RemoteUnavailable
 
 # Variables git exports inside hooks that would point a git call at the wrong repository or index.
 _REPO_ENV = {
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_QUARANTINE_PATH", "GIT_EDITOR",
-    "GIT_REFLOG_ACTION", "GIT_INTERNAL_GETTEXT_SH_SCHEME",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+    "GIT_EDITOR",
+    "GIT_REFLOG_ACTION",
+    "GIT_INTERNAL_GETTEXT_SH_SCHEME",
 }
 
 
@@ -52,9 +62,17 @@ class Timeout(RemoteUnavailable):
     kind = "timeout"
 
 
-def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, input: bytes | None = None,
-        timeout: float | None = None, check: bool = True, env: Mapping[str, str] | None = None,
-        keep_repo_env: bool = False, grace: float = 0.0) -> Result:
+def run(
+    args: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    timeout: float | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    keep_repo_env: bool = False,
+    grace: float = 0.0,
+) -> Result:
     """Run ``git *args``. ``check`` raises GitError on a non-zero exit. A timeout kills the whole
     process group (git, ssh, remote helpers) and raises Timeout.
 
@@ -65,9 +83,13 @@ def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, input
     transaction or, its client gone, none of it."""
     cmd = ("git", *args)
     proc = subprocess.Popen(
-        cmd, cwd=cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=clean_env(env, keep_repo=keep_repo_env), start_new_session=timeout is not None,
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env(env, keep_repo=keep_repo_env),
+        start_new_session=timeout is not None,
     )
     try:
         out, err = proc.communicate(input, timeout=timeout)
@@ -87,8 +109,13 @@ def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, input
         raise
     res = Result(cmd, proc.returncode, out, err)
     if check and proc.returncode != 0:
-        raise GitError(f"git {args[0]} failed: {_first_line(res.err) or 'exit ' + str(proc.returncode)}",
-                       cmd=list(cmd), returncode=proc.returncode, stdout=res.out, stderr=res.err)
+        raise GitError(
+            f"git {args[0]} failed: {_first_line(res.err) or 'exit ' + str(proc.returncode)}",
+            cmd=list(cmd),
+            returncode=proc.returncode,
+            stdout=res.out,
+            stderr=res.err,
+        )
     return res
 
 

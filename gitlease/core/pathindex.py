@@ -9,9 +9,11 @@ node of a subtree leads to at least one entry and walking it costs no more than 
 
 Pure: no git, no I/O. Results come in insertion order (oldest entry first), so they are deterministic.
 """
+
 from __future__ import annotations
 
-from typing import Generic, Hashable, Iterable, Iterator, TypeVar
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Generic, TypeVar
 
 from gitlease.core.scope import ROOT
 

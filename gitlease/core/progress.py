@@ -5,6 +5,7 @@ The counter is the number the note reports (the first integer: ``tests 40/120`` 
 when the note or the counter changes: it is when progress was last made, which is what the sweeper's
 stalled-progress rule (``lease.progressTimeout``) measures. Pure: no git, no I/O.
 """
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ The stored bytes are exactly ``canonical(record)``: keys sorted, no insignifican
 A reader refuses any other byte form, so what is signed is what is stored is what is parsed.
 Pure: no git, no I/O.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,12 +43,20 @@ class Owner:
     agent_id: str
     host: str
     pid: int
-    pid_start: int | None = None  # the holder process's start time (clock ticks since boot), so a reused pid is not mistaken for it
+    pid_start: int | None = (
+        None  # the holder process's start time (clock ticks since boot), so a reused pid is not mistaken for it
+    )
     key: str | None = None  # the owner's public key ("ssh-ed25519 AAAA..."), None when unsigned
 
     def to_json(self) -> dict[str, Any]:
-        return {"taskId": self.task_id, "agentId": self.agent_id, "host": self.host, "pid": self.pid,
-                "pidStart": self.pid_start, "key": self.key}
+        return {
+            "taskId": self.task_id,
+            "agentId": self.agent_id,
+            "host": self.host,
+            "pid": self.pid,
+            "pidStart": self.pid_start,
+            "key": self.key,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,29 +118,56 @@ class Record:
     def canonical(self) -> bytes:
         return canonical(self.to_json())
 
-    def next_version(self, now: float, ttl: int | None = None, progress: Progress | None = None) -> "Record":
+    def next_version(self, now: float, ttl: int | None = None, progress: Progress | None = None) -> Record:
         """The record of a renewal: version + 1, a fresh nonce, expiry moved to now + ttl."""
         ttl = self.ttl if ttl is None else ttl
-        return replace(self, version=self.version + 1, renewed_at=iso(now), expires_at=iso(now + ttl), ttl=ttl,
-                       nonce=new_nonce(), progress=progress if progress is not None else self.progress)
+        return replace(
+            self,
+            version=self.version + 1,
+            renewed_at=iso(now),
+            expires_at=iso(now + ttl),
+            ttl=ttl,
+            nonce=new_nonce(),
+            progress=progress if progress is not None else self.progress,
+        )
 
 
-def new_record(*, lease_id: str, repo: str, paths: tuple[str, ...], workspace_id: str, owner: Owner, now: float,
-               ttl: int, renew_every: int | None = None) -> Record:
+def new_record(
+    *,
+    lease_id: str,
+    repo: str,
+    paths: tuple[str, ...],
+    workspace_id: str,
+    owner: Owner,
+    now: float,
+    ttl: int,
+    renew_every: int | None = None,
+) -> Record:
     stamp = iso(now)
-    rec = Record(lease_id=lease_id, repo=repo, paths=paths, workspace_id=workspace_id, owner=owner, version=1,
-                 acquired_at=stamp, renewed_at=stamp, expires_at=iso(now + ttl), ttl=ttl, nonce=new_nonce(),
-                 renew_every=renew_every)
+    rec = Record(
+        lease_id=lease_id,
+        repo=repo,
+        paths=paths,
+        workspace_id=workspace_id,
+        owner=owner,
+        version=1,
+        acquired_at=stamp,
+        renewed_at=stamp,
+        expires_at=iso(now + ttl),
+        ttl=ttl,
+        nonce=new_nonce(),
+        renew_every=renew_every,
+    )
     validate(rec)
     return rec
 
 
 def canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 # ---------------------------------------------------------------------- parsing
+
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -185,8 +221,23 @@ def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], *, option
 def from_json(obj: Any) -> Record:
     if not isinstance(obj, dict):
         raise InvalidRecord("record is not a JSON object")
-    known = {"schema", "leaseId", "repo", "scope", "workspaceId", "owner", "status", "version", "acquiredAt",
-             "renewedAt", "expiresAt", "ttl", "renewEvery", "nonce", "progress"}
+    known = {
+        "schema",
+        "leaseId",
+        "repo",
+        "scope",
+        "workspaceId",
+        "owner",
+        "status",
+        "version",
+        "acquiredAt",
+        "renewedAt",
+        "expiresAt",
+        "ttl",
+        "renewEvery",
+        "nonce",
+        "progress",
+    }
     extra = set(obj) - known
     if extra:
         raise InvalidRecord(f"unknown field {sorted(extra)[0]!r}")
@@ -210,9 +261,14 @@ def from_json(obj: Any) -> Record:
     ow = _get(obj, "owner", dict)
     if set(ow) != {"taskId", "agentId", "host", "pid", "pidStart", "key"}:
         raise InvalidRecord("owner must have exactly taskId, agentId, host, pid, pidStart, key")
-    owner = Owner(task_id=_get(ow, "taskId", str), agent_id=_get(ow, "agentId", str), host=_get(ow, "host", str),
-                  pid=_get(ow, "pid", int), pid_start=_get(ow, "pidStart", int, optional=True),
-                  key=_get(ow, "key", str, optional=True))
+    owner = Owner(
+        task_id=_get(ow, "taskId", str),
+        agent_id=_get(ow, "agentId", str),
+        host=_get(ow, "host", str),
+        pid=_get(ow, "pid", int),
+        pid_start=_get(ow, "pidStart", int, optional=True),
+        key=_get(ow, "key", str, optional=True),
+    )
     pr = _get(obj, "progress", dict, optional=True)
     progress = None
     if pr is not None:
@@ -220,11 +276,21 @@ def from_json(obj: Any) -> Record:
             raise InvalidRecord("progress must have exactly note, counter, at")
         progress = Progress(note=_get(pr, "note", str), counter=_get(pr, "counter", int), at=_get(pr, "at", str))
     rec = Record(
-        schema=schema, lease_id=_get(obj, "leaseId", str), repo=_get(obj, "repo", str), paths=paths,
-        workspace_id=_get(obj, "workspaceId", str), owner=owner, status=_get(obj, "status", str),
-        version=_get(obj, "version", int), acquired_at=_get(obj, "acquiredAt", str),
-        renewed_at=_get(obj, "renewedAt", str), expires_at=_get(obj, "expiresAt", str), ttl=_get(obj, "ttl", int),
-        renew_every=_get(obj, "renewEvery", int, optional=True), nonce=_get(obj, "nonce", str), progress=progress,
+        schema=schema,
+        lease_id=_get(obj, "leaseId", str),
+        repo=_get(obj, "repo", str),
+        paths=paths,
+        workspace_id=_get(obj, "workspaceId", str),
+        owner=owner,
+        status=_get(obj, "status", str),
+        version=_get(obj, "version", int),
+        acquired_at=_get(obj, "acquiredAt", str),
+        renewed_at=_get(obj, "renewedAt", str),
+        expires_at=_get(obj, "expiresAt", str),
+        ttl=_get(obj, "ttl", int),
+        renew_every=_get(obj, "renewEvery", int, optional=True),
+        nonce=_get(obj, "nonce", str),
+        progress=progress,
     )
     validate(rec)
     return rec
@@ -246,8 +312,7 @@ def validate(rec: Record) -> None:
     if not re.fullmatch(r"[0-9a-f]{32}", rec.nonce):
         raise InvalidRecord("bad nonce")
     try:
-        acquired, renewed, expires = (parse_iso(rec.acquired_at), parse_iso(rec.renewed_at),
-                                      parse_iso(rec.expires_at))
+        acquired, renewed, expires = (parse_iso(rec.acquired_at), parse_iso(rec.renewed_at), parse_iso(rec.expires_at))
         if rec.progress is not None:
             parse_iso(rec.progress.at)
     except ValueError:

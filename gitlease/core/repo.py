@@ -1,4 +1,5 @@
 """Where we are: the repository, its git dirs, and its ``lease.*`` configuration (two git calls)."""
+
 from __future__ import annotations
 
 import os
@@ -17,17 +18,33 @@ class Repo:
     config: dict[str, str] = field(default_factory=dict)  # lease.* keys, lower-cased, last value wins
 
     @classmethod
-    def discover(cls, path: str | os.PathLike[str] = ".") -> "Repo":
-        res = gitcmd.run(["rev-parse", "--path-format=absolute", "--is-bare-repository", "--git-dir",
-                          "--git-common-dir", "--show-object-format", "--show-toplevel"], cwd=path, check=False)
+    def discover(cls, path: str | os.PathLike[str] = ".") -> Repo:
+        res = gitcmd.run(
+            [
+                "rev-parse",
+                "--path-format=absolute",
+                "--is-bare-repository",
+                "--git-dir",
+                "--git-common-dir",
+                "--show-object-format",
+                "--show-toplevel",
+            ],
+            cwd=path,
+            check=False,
+        )
         lines = res.out.splitlines()
         if len(lines) < 4:
             raise UsageError(f"not a git repository: {os.path.abspath(path)}")
         bare = lines[0] == "true"
         worktree = None if bare or len(lines) < 5 else lines[4]
         git_dir, common_dir, fmt = lines[1], lines[2], lines[3]
-        return cls(git_dir=git_dir, common_dir=common_dir, worktree=worktree, object_format=fmt,
-                   config=read_lease_config(git_dir))
+        return cls(
+            git_dir=git_dir,
+            common_dir=common_dir,
+            worktree=worktree,
+            object_format=fmt,
+            config=read_lease_config(git_dir),
+        )
 
     @property
     def objects_dir(self) -> str:

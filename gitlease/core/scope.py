@@ -6,9 +6,10 @@ A scope is a normalised path such as ``services/billing`` (covering everything a
 The ref encoding maps one path segment to one ref component, injectively, so that git's own
 directory/file rule on ref names refuses two overlapping scopes (see docs/protocol.md).
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from gitlease.core.errors import ScopeError
 
@@ -95,6 +96,7 @@ def sets_overlap(a: Iterable[str], b: Iterable[str]) -> bool:
 
 # ---------------------------------------------------------------- ref encoding
 
+
 def encode_segment(segment: str) -> str:
     """One path segment as one valid ref component (injective; decode_segment inverts it)."""
     out = []
@@ -103,7 +105,7 @@ def encode_segment(segment: str) -> str:
     for idx, byte in enumerate(raw):
         ch = chr(byte)
         escape = ch not in _SAFE
-        if ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1:idx] == b"."):
+        if ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1 : idx] == b"."):
             escape = True  # no leading '.', no '..', no trailing '.' in a component
         out.append(f"%{byte:02X}" if escape else ch)
     enc = "".join(out)
@@ -121,7 +123,7 @@ def decode_segment(component: str) -> str:
     while i < len(component):
         ch = component[i]
         if ch == "%":
-            hx = component[i + 1:i + 3]
+            hx = component[i + 1 : i + 3]
             if len(hx) != 2 or any(c not in "0123456789ABCDEF" for c in hx):
                 raise ValueError(f"bad escape in ref component {component!r}")
             buf.append(int(hx, 16))

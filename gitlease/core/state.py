@@ -3,14 +3,15 @@ hooks know their leases without a network call. Writes are atomic (temp file + r
 
 Standard library only: the pre-commit hook reads this file.
 """
+
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 from gitlease.core.errors import InvalidRecord
 from gitlease.core.fsutil import write_json
@@ -65,8 +66,10 @@ class HeldState:
                 raise ValueError("unknown layout")
             return {k: Held(**v) for k, v in doc["leases"].items()}
         except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
-            raise InvalidRecord(f"local lease state {self.path} is corrupt (move it aside; the leases "
-                                "on the remote are unaffected and expire on their own)") from None
+            raise InvalidRecord(
+                f"local lease state {self.path} is corrupt (move it aside; the leases "
+                "on the remote are unaffected and expire on their own)"
+            ) from None
 
     def _write(self, held: dict[str, Held]) -> None:
         doc = {"version": VERSION, "leases": {k: asdict(v) for k, v in sorted(held.items())}}

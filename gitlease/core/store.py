@@ -10,10 +10,11 @@ Two stores speak one interface:
 
 The store knows refs and objects, not leases: the service gives it ref updates and reads back bytes.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
@@ -79,8 +80,14 @@ class Store:
     def name(self) -> str:
         raise NotImplementedError
 
-    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
-              extra_refspecs: Sequence[str] = (), run_hooks: bool = False) -> Outcome:
+    def apply(
+        self,
+        updates: Sequence[RefUpdate],
+        *,
+        timeout: float | None = None,
+        extra_refspecs: Sequence[str] = (),
+        run_hooks: bool = False,
+    ) -> Outcome:
         raise NotImplementedError
 
     def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
@@ -127,9 +134,12 @@ class Store:
         if not heads:
             return {}
         stop = sorted(set(exclude) - set(heads))
-        res = gitcmd.run(["rev-list", "--parents", "--stdin"], cwd=self.repo_dir,
-                         input="".join([h + "\n" for h in heads] + [f"^{x}\n" for x in stop]).encode(),
-                         check=False)
+        res = gitcmd.run(
+            ["rev-list", "--parents", "--stdin"],
+            cwd=self.repo_dir,
+            input="".join([h + "\n" for h in heads] + [f"^{x}\n" for x in stop]).encode(),
+            check=False,
+        )
         if res.returncode != 0 and stop:
             return self.parents(heads)
         if res.returncode != 0 and len(heads) > 1:  # one unreadable head: the others still answer
@@ -160,8 +170,7 @@ class Store:
 
     def history(self, oid: str, *, limit: int = 1000) -> list[tuple[str, tuple[str, ...]]]:
         """(commit, parents) from ``oid`` back to the grant, newest first."""
-        res = gitcmd.run(["log", f"--max-count={limit}", "--format=%H %P", oid, "--"], cwd=self.repo_dir,
-                         check=False)
+        res = gitcmd.run(["log", f"--max-count={limit}", "--format=%H %P", oid, "--"], cwd=self.repo_dir, check=False)
         if res.returncode != 0:
             return []
         rows = []
@@ -174,6 +183,7 @@ class Store:
 
 # ---------------------------------------------------------------------------- remote
 
+
 class RemoteStore(Store):
     kind = "remote"
 
@@ -185,12 +195,18 @@ class RemoteStore(Store):
     def name(self) -> str:
         return self.remote
 
-    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
-              extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
+    def apply(
+        self,
+        updates: Sequence[RefUpdate],
+        *,
+        timeout: float | None = None,
+        extra_refspecs: Sequence[str] = (),
+        run_hooks: bool = False,
+        atomic: bool = True,
+    ) -> Outcome:
         argv = push_argv(self.remote, updates, extra_refspecs=extra_refspecs, run_hooks=run_hooks, atomic=atomic)
         try:
-            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False,
-                             grace=PUSH_GRACE)
+            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False, grace=PUSH_GRACE)
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         statuses = parse_push_porcelain(res.out)
@@ -203,8 +219,12 @@ class RemoteStore(Store):
 
     def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
         try:
-            res = gitcmd.run(["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"], cwd=self.repo_dir,
-                             timeout=timeout or self.timeout, check=False)
+            res = gitcmd.run(
+                ["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"],
+                cwd=self.repo_dir,
+                timeout=timeout or self.timeout,
+                check=False,
+            )
         except gitcmd.Timeout as exc:
             raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
         if res.returncode != 0:
@@ -220,8 +240,12 @@ class RemoteStore(Store):
         """``git ls-remote --symref <remote> HEAD``: the branch the remote's HEAD names, and its commit
         (fetched by oid, like lease commits, when it is not local yet)."""
         try:
-            res = gitcmd.run(["ls-remote", "--symref", self.remote, "HEAD"], cwd=self.repo_dir,
-                             timeout=timeout or self.timeout, check=False)
+            res = gitcmd.run(
+                ["ls-remote", "--symref", self.remote, "HEAD"],
+                cwd=self.repo_dir,
+                timeout=timeout or self.timeout,
+                check=False,
+            )
         except gitcmd.Timeout as exc:
             raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
         if res.returncode != 0:
@@ -247,22 +271,52 @@ class RemoteStore(Store):
         if not missing:
             return
         try:
-            res = gitcmd.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
-                              "--no-recurse-submodules", "--stdin", self.remote], cwd=self.repo_dir,
-                             input="".join(o + "\n" for o in missing).encode(),
-                             timeout=timeout or self.timeout, check=False)
+            res = gitcmd.run(
+                [
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--no-write-fetch-head",
+                    "--no-auto-gc",
+                    "--no-recurse-submodules",
+                    "--stdin",
+                    self.remote,
+                ],
+                cwd=self.repo_dir,
+                input="".join(o + "\n" for o in missing).encode(),
+                timeout=timeout or self.timeout,
+                check=False,
+            )
         except gitcmd.Timeout as exc:
             raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
         if res.returncode != 0:
             # A ref moved between ls-remote and fetch (its old object is gone): fetch what is still there.
             for oid in missing:
-                gitcmd.run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
-                            "--no-recurse-submodules", self.remote, oid], cwd=self.repo_dir,
-                           timeout=timeout or self.timeout, check=False)
+                gitcmd.run(
+                    [
+                        "fetch",
+                        "--quiet",
+                        "--no-tags",
+                        "--no-write-fetch-head",
+                        "--no-auto-gc",
+                        "--no-recurse-submodules",
+                        self.remote,
+                        oid,
+                    ],
+                    cwd=self.repo_dir,
+                    timeout=timeout or self.timeout,
+                    check=False,
+                )
 
 
-def push_argv(remote: str, updates: Sequence[RefUpdate], *, extra_refspecs: Sequence[str] = (),
-              run_hooks: bool = False, atomic: bool = True) -> list[str]:
+def push_argv(
+    remote: str,
+    updates: Sequence[RefUpdate],
+    *,
+    extra_refspecs: Sequence[str] = (),
+    run_hooks: bool = False,
+    atomic: bool = True,
+) -> list[str]:
     """The one builder of push arguments. Each ref is pinned to the value we expect; no ``--force``,
     no ``+refspec``, ever (tests assert it)."""
     argv = ["push", "--porcelain", "--no-follow-tags", "--no-signed", "--recurse-submodules=no"]
@@ -291,7 +345,7 @@ def parse_push_porcelain(out: str) -> dict[str, str]:
         spec, _, summary = rest.partition("\t")
         dst = spec.rpartition(":")[2]
         if flag == "!":
-            reason = summary[summary.find("(") + 1:summary.rfind(")")] if "(" in summary else summary
+            reason = summary[summary.find("(") + 1 : summary.rfind(")")] if "(" in summary else summary
             statuses[dst] = "rejected:" + (reason or summary.strip("[] ")).strip()
         elif flag == "=":
             statuses[dst] = "uptodate"
@@ -302,7 +356,7 @@ def parse_push_porcelain(out: str) -> dict[str, str]:
 
 def _last_error(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    ours = [ln[len("remote: "):] for ln in lines if ln.startswith("remote: gitlease:")]
+    ours = [ln[len("remote: ") :] for ln in lines if ln.startswith("remote: gitlease:")]
     if ours:  # a server hook of ours said why (gitlease's pre-receive): that is the reason, not git's summary
         return "; ".join(ours[:3])
     for ln in lines:
@@ -313,6 +367,7 @@ def _last_error(stderr: str) -> str:
 
 # ----------------------------------------------------------------------------- local
 
+
 class LocalStore(Store):
     kind = "local"
 
@@ -320,8 +375,15 @@ class LocalStore(Store):
     def name(self) -> str:
         return "local"
 
-    def apply(self, updates: Sequence[RefUpdate], *, timeout: float | None = None,
-              extra_refspecs: Sequence[str] = (), run_hooks: bool = False, atomic: bool = True) -> Outcome:
+    def apply(
+        self,
+        updates: Sequence[RefUpdate],
+        *,
+        timeout: float | None = None,
+        extra_refspecs: Sequence[str] = (),
+        run_hooks: bool = False,
+        atomic: bool = True,
+    ) -> Outcome:
         if extra_refspecs:
             raise ValueError("the local store does not push branches")
         lines = ["start"]
@@ -334,8 +396,13 @@ class LocalStore(Store):
                 lines.append(f"update {u.ref} {u.new} {u.old}")
         lines += ["prepare", "commit"]
         try:
-            res = gitcmd.run(["update-ref", "--stdin"], cwd=self.repo_dir,
-                             input=("\n".join(lines) + "\n").encode(), timeout=timeout or self.timeout, check=False)
+            res = gitcmd.run(
+                ["update-ref", "--stdin"],
+                cwd=self.repo_dir,
+                input=("\n".join(lines) + "\n").encode(),
+                timeout=timeout or self.timeout,
+                check=False,
+            )
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         if res.returncode == 0:
@@ -349,13 +416,17 @@ class LocalStore(Store):
         res = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=self.repo_dir)
         common = res.out.strip()
         ref = gitcmd.run(["--git-dir", common, "symbolic-ref", "-q", "HEAD"], check=False).out.strip()
-        head = gitcmd.run(["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"],
-                          check=False).out.strip()
+        head = gitcmd.run(
+            ["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"], check=False
+        ).out.strip()
         return (ref or "HEAD", head) if head else None
 
     def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
-        res = gitcmd.run(["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"],
-                         cwd=self.repo_dir, timeout=timeout or self.timeout)
+        res = gitcmd.run(
+            ["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"],
+            cwd=self.repo_dir,
+            timeout=timeout or self.timeout,
+        )
         refs = {}
         for line in res.out.splitlines():
             oid, _, ref = line.partition(" ")
@@ -366,12 +437,17 @@ class LocalStore(Store):
 
 # --------------------------------------------------------------------- cat-file helpers
 
+
 def _batch_check(repo_dir: str, names: Sequence[str]) -> dict[str, tuple[str, int]]:
     """{name: (type, size)} for each object name that exists."""
     if not names:
         return {}
-    res = gitcmd.run(["cat-file", "--batch-check=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
-                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    res = gitcmd.run(
+        ["cat-file", "--batch-check=%(objecttype) %(objectsize) %(rest)"],
+        cwd=repo_dir,
+        input="".join(f"{n} {n}\n" for n in names).encode(),
+        check=False,
+    )
     found: dict[str, tuple[str, int]] = {}
     for line in res.out.splitlines():
         parts = line.split(" ", 2)
@@ -393,14 +469,18 @@ def parse_batch(data: bytes) -> dict[str, tuple[str, bytes]]:
         pos = nl + 1
         if len(header) == 3 and header[1].isdigit():
             size = int(header[1])
-            out[header[2]] = (header[0], data[pos:pos + size])
+            out[header[2]] = (header[0], data[pos : pos + size])
             pos += size + 1
     return out
 
 
 def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
-    res = gitcmd.run(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"], cwd=repo_dir,
-                     input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    res = gitcmd.run(
+        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
+        cwd=repo_dir,
+        input="".join(f"{n} {n}\n" for n in names).encode(),
+        check=False,
+    )
     out = {name: body for name, (_, body) in parse_batch(res.stdout).items()}
     return out
 

@@ -15,16 +15,19 @@ committed, which may be a temporary one). The pre-push path and everything slow 
 
 Only this module and the CLI print or exit.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 
-from gitlease.enforce import rules as enforce
 from gitlease.core.errors import GitLeaseError, InvalidRecord
+from gitlease.enforce import rules as enforce
 
-EMPTY_TREES = ("4b825dc642cb6eb9a060e54bf8d69288fbee4904",
-               "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321")
+EMPTY_TREES = (
+    "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321",
+)
 DEFAULT_SKEW = 30
 
 
@@ -33,8 +36,7 @@ def _git(args, cwd: str | None = None) -> tuple[int, bytes]:
     r, w = os.pipe()
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
-        actions = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, w, 1),
-                   (os.POSIX_SPAWN_DUP2, devnull, 2)]
+        actions = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)]
         argv = ["git", *args] if cwd is None else ["git", "-C", cwd, *args]
         pid = os.posix_spawnp("git", argv, os.environ, file_actions=actions)
     finally:
@@ -66,7 +68,7 @@ def git_dir() -> str:
         with open(dot, encoding="utf-8") as fh:
             first = fh.readline().strip()
         if first.startswith("gitdir: "):
-            return os.path.normpath(os.path.join(os.path.dirname(dot), first[len("gitdir: "):]))
+            return os.path.normpath(os.path.join(os.path.dirname(dot), first[len("gitdir: ") :]))
     except OSError:
         pass
     rc, out = _git(["rev-parse", "--absolute-git-dir"])
@@ -154,8 +156,9 @@ class LocalLookup:
         oids = sorted(oids)
         if not oids:
             return {}
-        res = gitcmd.run(["cat-file", "--batch"], input="".join(f"{o}:lease.json\n" for o in oids).encode(),
-                         check=False)
+        res = gitcmd.run(
+            ["cat-file", "--batch"], input="".join(f"{o}:lease.json\n" for o in oids).encode(), check=False
+        )
         out, data, pos = {}, res.stdout, 0
         for oid in oids:
             nl = data.find(b"\n", pos)
@@ -166,7 +169,7 @@ class LocalLookup:
             if len(header) == 3 and header[1] == b"blob" and header[2].isdigit():
                 size = int(header[2])
                 try:
-                    out[oid] = json.loads(data[pos:pos + size].decode("utf-8"))
+                    out[oid] = json.loads(data[pos : pos + size].decode("utf-8"))
                 except ValueError:
                     out[oid] = None
                 pos += size + 1
@@ -175,8 +178,7 @@ class LocalLookup:
         return out
 
     def __call__(self, paths) -> dict:
-        return enforce.holders_from_refs(paths, self.refs(), self.mine_grants, self.records, self.now,
-                                         skew(self.cfg))
+        return enforce.holders_from_refs(paths, self.refs(), self.mine_grants, self.records, self.now, skew(self.cfg))
 
 
 def pre_commit() -> int:

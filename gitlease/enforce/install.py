@@ -8,6 +8,7 @@ puts it back. Not ``.legacy``: the pre-commit framework moves hooks there itself
 Re-installing is idempotent. The scripts are the files in the top-level ``hooks/`` folder of the source tree
 (installed with the wheel as data files under ``<prefix>/share/gitlease/hooks``).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,10 +48,12 @@ def template_dir() -> str:
     import site
     import sysconfig
 
-    candidates = [os.path.join(package_root(), "hooks"),
-                  os.path.join(sys.prefix, "share", "gitlease", "hooks"),
-                  os.path.join(sysconfig.get_path("data"), "share", "gitlease", "hooks"),
-                  os.path.join(site.USER_BASE or "", "share", "gitlease", "hooks")]
+    candidates = [
+        os.path.join(package_root(), "hooks"),
+        os.path.join(sys.prefix, "share", "gitlease", "hooks"),
+        os.path.join(sysconfig.get_path("data"), "share", "gitlease", "hooks"),
+        os.path.join(site.USER_BASE or "", "share", "gitlease", "hooks"),
+    ]
     for folder in candidates:
         if os.path.isfile(os.path.join(folder, "pre-commit")) and os.path.isfile(os.path.join(folder, "pre-push")):
             return folder
@@ -97,14 +100,17 @@ def install(cwd: str = ".", names=CLIENT_HOOKS, *, python: str | None = None) ->
                 same = fh.read() == data
             if not same:
                 _write(path, data)
-            changes.append(HookChange(name, path, "unchanged" if same else "updated",
-                                      legacy if os.path.lexists(legacy) else None))
+            changes.append(
+                HookChange(name, path, "unchanged" if same else "updated", legacy if os.path.lexists(legacy) else None)
+            )
             continue
         kept = None
         if os.path.lexists(path):
             if os.path.lexists(legacy):
-                raise GitLeaseError(f"cannot install {name}: {path} is not gitlease's hook and {legacy} already "
-                                    "exists; move one of them away first (nothing was changed)")
+                raise GitLeaseError(
+                    f"cannot install {name}: {path} is not gitlease's hook and {legacy} already "
+                    "exists; move one of them away first (nothing was changed)"
+                )
             os.replace(path, legacy)
             kept = legacy
         _write(path, data)

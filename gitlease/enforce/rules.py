@@ -9,38 +9,19 @@ pre-commit hook imports it on every commit. Pure functions plus two small reader
 worktree's ``held.json`` and the service's refs cache), whose layouts this module mirrors from
 ``gitlease/core/state.py`` and ``gitlease/service/leases.py`` (tests check that they agree).
 """
+
 from __future__ import annotations
 
 import os
 
-from gitlease.core.errors import ConfigError, InvalidRecord
+from gitlease.core.errors import InvalidRecord
+from gitlease.core.modes import MODES, effective_mode, parse_mode  # noqa: F401  (re-exported for the hooks)
 
-MODES = ("strict", "others", "warn", "off")
 ROOT = "."
 
 
-# ---------------------------------------------------------------------------------- modes
-
-def parse_mode(value: str | None) -> str | None:
-    """``lease.enforce`` -> one of MODES, or None when unset. Anything else is a ConfigError."""
-    if value is None or value.strip() == "":
-        return None
-    mode = value.strip().lower()
-    if mode not in MODES:
-        raise ConfigError(f"lease.enforce must be one of {', '.join(MODES)}, not {value[:40]!r}")
-    return mode
-
-
-def effective_mode(configured: str | None, holds_any: bool) -> str:
-    """The mode that applies. Unset ``lease.enforce``: ``strict`` in a worktree that holds (or held, and
-    its lease expired) a lease, ``others`` in any other worktree. A worktree attached by gitlease's worktree
-    manager has ``lease.enforce=strict`` in its per-worktree config (``git config --worktree``)."""
-    if configured is not None:
-        return configured
-    return "strict" if holds_any else "others"
-
-
 # --------------------------------------------------------------------------------- paths
+
 
 def contains(outer: str, inner: str) -> bool:
     """Segment-aware containment for normalised paths (the same rule as ``scope.contains``, without
@@ -93,13 +74,15 @@ def zsplit(data: bytes) -> list[str]:
 
 # ---------------------------------------------------------------------------- lease facts
 
+
 class Mine:
     """A lease the checker holds (from held.json, or named to ``verify``), as far as it is known."""
 
     __slots__ = ("lease_id", "paths", "expires_at", "grant", "problem")
 
-    def __init__(self, lease_id: str, paths, expires_at: str, grant: str | None = None,
-                 problem: str | None = None) -> None:
+    def __init__(
+        self, lease_id: str, paths, expires_at: str, grant: str | None = None, problem: str | None = None
+    ) -> None:
         self.lease_id, self.paths, self.expires_at, self.grant = lease_id, tuple(paths), expires_at, grant
         self.problem = problem  # why it no longer counts (lost on the remote, ...), None if fine
 
@@ -112,8 +95,15 @@ class Holder:
 
     __slots__ = ("lease_id", "scope", "task", "agent", "seconds_left", "invalid")
 
-    def __init__(self, lease_id: str, scope: str, task: str | None = None, agent: str | None = None,
-                 seconds_left: int | None = None, invalid: str | None = None) -> None:
+    def __init__(
+        self,
+        lease_id: str,
+        scope: str,
+        task: str | None = None,
+        agent: str | None = None,
+        seconds_left: int | None = None,
+        invalid: str | None = None,
+    ) -> None:
         self.lease_id, self.scope, self.task, self.agent = lease_id, scope, task, agent
         self.seconds_left, self.invalid = seconds_left, invalid
 
@@ -121,13 +111,22 @@ class Holder:
         if self.invalid is not None:
             return f"held by {self.lease_id} (invalid: {self.invalid})"
         left = self.seconds_left
-        when = "" if left is None else (f", {left}s left" if left >= 0 else
-                                        f", expired {-left}s ago, within the skew margin")
+        when = (
+            ""
+            if left is None
+            else (f", {left}s left" if left >= 0 else f", expired {-left}s ago, within the skew margin")
+        )
         return f"held by {self.lease_id} (task={self.task} agent={self.agent}{when})"
 
     def to_json(self) -> dict:
-        return {"leaseId": self.lease_id, "scope": self.scope, "taskId": self.task, "agentId": self.agent,
-                "secondsLeft": self.seconds_left, "invalid": self.invalid}
+        return {
+            "leaseId": self.lease_id,
+            "scope": self.scope,
+            "taskId": self.task,
+            "agentId": self.agent,
+            "secondsLeft": self.seconds_left,
+            "invalid": self.invalid,
+        }
 
 
 class Violation:
@@ -142,8 +141,12 @@ class Violation:
         return f"  {show_path(self.path)}: scope {show_path(self.scope)}, {self.reason}"
 
     def to_json(self) -> dict:
-        return {"path": self.path, "scope": self.scope, "reason": self.reason,
-                "holder": self.holder.to_json() if self.holder else None}
+        return {
+            "path": self.path,
+            "scope": self.scope,
+            "reason": self.reason,
+            "holder": self.holder.to_json() if self.holder else None,
+        }
 
 
 def iso_now(now: float) -> str:
@@ -161,6 +164,7 @@ def expired(expires_at: str, now: float) -> bool:
 
 
 # ----------------------------------------------------------------------------------- check
+
 
 def check(paths, mine, mode: str, now: float, others, who: str = "this worktree") -> list[Violation]:
     """The violations among ``paths``. ``mine``: the checker's leases (Mine); ``others(paths)`` returns
@@ -192,8 +196,9 @@ def check(paths, mine, mode: str, now: float, others, who: str = "this worktree"
                 if stale.problem:
                     out.append(Violation(p, s, f"{who}'s lease {stale.lease_id} {stale.problem}", code=6))
                 else:
-                    out.append(Violation(p, s, f"{who}'s lease {stale.lease_id} expired at "
-                                               f"{stale.expires_at} (local clock)"))
+                    out.append(
+                        Violation(p, s, f"{who}'s lease {stale.lease_id} expired at {stale.expires_at} (local clock)")
+                    )
                 continue
             out.append(Violation(p, suggest_scope(p), f"not leased by {who}"))
         return out
@@ -219,16 +224,26 @@ def exit_code(violations) -> int:
     return 4
 
 
-def refusal(action: str, mode: str, violations, *, warn: bool = False, why: str | None = None,
-            mine: str = "the leases held here", limit: int = 50) -> list[str]:
+def refusal(
+    action: str,
+    mode: str,
+    violations,
+    *,
+    warn: bool = False,
+    why: str | None = None,
+    mine: str = "the leases held here",
+    limit: int = 50,
+) -> list[str]:
     """The lines printed on a refusal (or, in warn mode, a warning). ``action``: commit, push, verify."""
     n = len(violations)
     plural = "s" if n != 1 else ""
-    what = (f"{n} path{plural} outside {mine}" if mode == "strict" else
-            f"{n} path{plural} inside leases held by others")
+    what = f"{n} path{plural} outside {mine}" if mode == "strict" else f"{n} path{plural} inside leases held by others"
     label = why or f"lease.enforce={mode}"
-    head = (f"gitlease: warning (lease.enforce=warn): {action} has {what}" if warn else
-            f"gitlease: {action} refused ({label}): {what}")
+    head = (
+        f"gitlease: warning (lease.enforce=warn): {action} has {what}"
+        if warn
+        else f"gitlease: {action} refused ({label}): {what}"
+    )
     lines = [head] + [v.line() for v in violations[:limit]]
     if n > limit:
         lines.append(f"  ... and {n - limit} more")
@@ -238,6 +253,7 @@ def refusal(action: str, mode: str, violations, *, warn: bool = False, why: str 
 
 
 # ---------------------------------------------------------------------------- local state
+
 
 class _Strict:
     """The settings ``_json.make_scanner`` reads (those of ``json.loads`` with no options)."""
@@ -290,15 +306,17 @@ def load_held(path: str) -> list[Mine]:
         if doc.get("version") != 1 or not isinstance(doc.get("leases"), dict):
             raise ValueError("layout")
         out = []
-        for key, h in doc["leases"].items():
+        for h in doc["leases"].values():
             paths = h["paths"]
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
                 raise ValueError("paths")
             out.append(Mine(str(h["lease_id"]), paths, str(h["expires_at"]), str(h["grant"])))
         return out
     except (ValueError, TypeError, AttributeError, KeyError, UnicodeDecodeError):
-        raise InvalidRecord(f"local lease state {path} is corrupt (move it aside; the leases on the remote "
-                            "are unaffected and expire on their own)") from None
+        raise InvalidRecord(
+            f"local lease state {path} is corrupt (move it aside; the leases on the remote "
+            "are unaffected and expire on their own)"
+        ) from None
 
 
 def common_dir(git_dir: str) -> str:
@@ -344,7 +362,7 @@ def encode_ref_component(segment: str) -> str:
     out = []
     for idx, byte in enumerate(raw):
         ch = chr(byte)
-        escape = ch not in _SAFE or ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1:idx] == b".")
+        escape = ch not in _SAFE or ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1 : idx] == b".")
         out.append(f"%{byte:02X}" if escape else ch)
     enc = "".join(out)
     if enc.endswith(".lock"):

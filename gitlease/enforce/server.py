@@ -17,17 +17,18 @@ It refuses, for the whole push (git applies all or none of a push a pre-receive 
 The pushed objects are still in git's quarantine while this runs: every read of them keeps git's
 environment (``keep_repo_env``), which points at the quarantine.
 """
+
 from __future__ import annotations
 
 import os
 import re
 
-from gitlease.enforce import rules as enforce
 from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
 from gitlease.core.store import ID_PREFIX, NAMESPACE, SCOPE_REF, Blob, parse_batch
+from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
 OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # as verify.OID_RE (not imported: it pulls in the service)
@@ -45,19 +46,28 @@ def read_objects(oids) -> tuple[dict[str, Blob], dict[str, tuple[str, ...]]]:
     if not oids:
         return {}, {}
     names = [n for o in oids for n in (o, f"{o}:{RECORD_FILE}", f"{o}:{SIGNATURE_FILE}")]
-    res = _read(["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
-                input="".join(f"{n} {n}\n" for n in names).encode(), check=False)
+    res = _read(
+        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
+        input="".join(f"{n} {n}\n" for n in names).encode(),
+        check=False,
+    )
     got = parse_batch(res.stdout)
     blobs, parents = {}, {}
     for o in oids:
         kind, body = got.get(o, (None, b""))
-        parents[o] = tuple(line[7:].decode() for line in body.split(b"\n\n", 1)[0].split(b"\n")
-                           if line.startswith(b"parent ")) if kind == "commit" else ()
+        parents[o] = (
+            tuple(line[7:].decode() for line in body.split(b"\n\n", 1)[0].split(b"\n") if line.startswith(b"parent "))
+            if kind == "commit"
+            else ()
+        )
         rec = got.get(f"{o}:{RECORD_FILE}")
         sig = got.get(f"{o}:{SIGNATURE_FILE}")
         problem = None if kind == "commit" and rec and rec[0] == "blob" else "not a lease commit (no lease.json)"
-        blobs[o] = Blob(rec[1] if rec and rec[0] == "blob" and len(rec[1]) <= records.MAX_RECORD_BYTES else None,
-                        sig[1] if sig and sig[0] == "blob" else None, problem)
+        blobs[o] = Blob(
+            rec[1] if rec and rec[0] == "blob" and len(rec[1]) <= records.MAX_RECORD_BYTES else None,
+            sig[1] if sig and sig[0] == "blob" else None,
+            problem,
+        )
     return blobs, parents
 
 
@@ -87,8 +97,12 @@ def _server_trust():
     from gitlease.identity.trust import Trust, _parse
 
     try:
-        config = dict(line.split("\n", 1) for line in gitcmd.zsplit(
-            gitcmd.run(["config", "-z", "--get-regexp", r"^lease\."], check=False, keep_repo_env=True).out))
+        config = dict(
+            line.split("\n", 1)
+            for line in gitcmd.zsplit(
+                gitcmd.run(["config", "-z", "--get-regexp", r"^lease\."], check=False, keep_repo_env=True).out
+            )
+        )
     except ValueError:
         config = {}
     path = resolve(config, env={}).allowed_signers
@@ -118,8 +132,11 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
     from gitlease.core import store
 
     reserved = tuple(getattr(store, "RESERVED", ()))  # e.g. `git lease doctor`'s throw-away probe refs
-    lease = [(o, n, r) for o, n, r in updates if (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))
-             and not (reserved and r.startswith(reserved))]
+    lease = [
+        (o, n, r)
+        for o, n, r in updates
+        if (r == SCOPE_REF or r.startswith(NAMESPACE + "/")) and not (reserved and r.startswith(reserved))
+    ]
     if not lease:
         return []
     problems: list[str] = []
@@ -131,7 +148,7 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
         if ZERO.match(new):
             continue  # a delete: release, or clearing an expired lease (pinned by the pusher)
         if ref.startswith(ID_PREFIX):
-            lid = ref[len(ID_PREFIX):]
+            lid = ref[len(ID_PREFIX) :]
             rec, why = _parse(blobs.get(new))
             if rec is None:
                 problems.append(f"{ref}: invalid record: {why}")
@@ -161,8 +178,7 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
                     problems.append(f"{ref}: a renewal may not change {', '.join(changed)}")
                     continue
                 if rec.renewed_at >= prev.expires_at:
-                    problems.append(f"{ref}: renewed at {rec.renewed_at}, after the lease expired at "
-                                    f"{prev.expires_at}")
+                    problems.append(f"{ref}: renewed at {rec.renewed_at}, after the lease expired at {prev.expires_at}")
                     continue
             sig = signature_problem(blobs[new], rec, prev)
             if sig:
@@ -184,11 +200,14 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
     for oid, paths in scope_creates.items():
         rec, _ = _parse(blobs.get(oid))
         if oid not in id_creates or rec is None:
-            problems.append(f"scope refs {', '.join(sorted(paths))} created without their lease's id ref "
-                            "in the same push")
+            problems.append(
+                f"scope refs {', '.join(sorted(paths))} created without their lease's id ref in the same push"
+            )
         elif set(rec.paths) != paths:
-            problems.append(f"lease {rec.lease_id}: its scope refs must be created together and match its "
-                            f"scope ({' '.join(rec.paths)})")
+            problems.append(
+                f"lease {rec.lease_id}: its scope refs must be created together and match its "
+                f"scope ({' '.join(rec.paths)})"
+            )
     for oid, lid in id_creates.items():
         if oid not in scope_creates:
             problems.append(f"lease {lid}: created without its scope refs")
@@ -203,8 +222,10 @@ def push_claims(cwd: str, new_oids: list[str]) -> set[str]:
         if m:
             claims.add(m.group(1))
     if new_oids:
-        res = _read(["log", "--format=%(trailers:key=Lease,valueonly,separator=%x00)%x00", *new_oids, "--not",
-                     "--all", "--"], check=False)
+        res = _read(
+            ["log", "--format=%(trailers:key=Lease,valueonly,separator=%x00)%x00", *new_oids, "--not", "--all", "--"],
+            check=False,
+        )
         for item in enforce.zsplit(res.stdout):
             if re.fullmatch(r"lease_[0-9a-z]{6,40}", item.strip()):
                 claims.add(item.strip())
@@ -217,8 +238,11 @@ def push_options() -> list[str]:
     count = os.environ.get("GIT_PUSH_OPTION_COUNT", "")
     n = int(count) if count.isascii() and count.isdigit() else 0
     prefix = "GIT_PUSH_OPTION_"
-    found = {int(k[len(prefix):]): v for k, v in os.environ.items()
-             if k.startswith(prefix) and k[len(prefix):].isascii() and k[len(prefix):].isdigit()}
+    found = {
+        int(k[len(prefix) :]): v
+        for k, v in os.environ.items()
+        if k.startswith(prefix) and k[len(prefix) :].isascii() and k[len(prefix) :].isdigit()
+    }
     return [found[i] for i in sorted(found) if i < n]
 
 
@@ -226,11 +250,14 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     """Refusal lines (and notes) for branch and tag updates touching paths leased to someone else."""
     from gitlease.core.config import resolve
     from gitlease.core.repo import Repo
-    from gitlease.service.leases import LeaseService
     from gitlease.enforce.verify import others_lookup
+    from gitlease.service.leases import LeaseService
 
-    news = list(dict.fromkeys(n for o, n, r in updates
-                              if not ZERO.match(n) and not (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))))
+    news = list(
+        dict.fromkeys(
+            n for o, n, r in updates if not ZERO.match(n) and not (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))
+        )
+    )
     if not news:
         return [], []
     repo = Repo.discover(".")
@@ -266,15 +293,26 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         if view and view.valid and view.record and view.state(now, settings.skew) != "expired":
             mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
     check_mode = "strict" if mode == "strict" else "others"
-    violations = enforce.check(paths, mine, check_mode, now,
-                               others_lookup(snap, {m.lease_id for m in mine}, now, settings.skew), who="this push")
+    violations = enforce.check(
+        paths,
+        mine,
+        check_mode,
+        now,
+        others_lookup(snap, {m.lease_id for m in mine}, now, settings.skew),
+        who="this push",
+    )
     if not violations:
         return [], []
-    lines = [ln.removeprefix("gitlease: ") for ln in
-             enforce.refusal("push", check_mode, violations, warn=mode == "warn", why="server",
-                             mine="the leases this push names")]
-    lines[-1] = ("name your lease with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or a "
-                 "'Lease: LEASE_ID' commit trailer; see git lease status")
+    lines = [
+        ln.removeprefix("gitlease: ")
+        for ln in enforce.refusal(
+            "push", check_mode, violations, warn=mode == "warn", why="server", mine="the leases this push names"
+        )
+    ]
+    lines[-1] = (
+        "name your lease with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or a "
+        "'Lease: LEASE_ID' commit trailer; see git lease status"
+    )
     if untrusted is not None:
         lines[-1] = f"no lease claim is honoured until the trust file is fixed: {untrusted}"
     if mode == "warn":
@@ -291,10 +329,15 @@ def parse_receive_lines(data: bytes) -> list[tuple[str, str, str]]:
         if not line:
             continue
         parts = line.split(" ", 2)
-        if len(parts) != 3 or not OID_RE.fullmatch(parts[0]) or not OID_RE.fullmatch(parts[1]) or not \
-                REF_RE.fullmatch(parts[2]):
-            raise UsageError(f"line {number} of the hook's input is not '<old oid> <new oid> "
-                             f"<ref>' ({line[:80]!r}); refusing")
+        if (
+            len(parts) != 3
+            or not OID_RE.fullmatch(parts[0])
+            or not OID_RE.fullmatch(parts[1])
+            or not REF_RE.fullmatch(parts[2])
+        ):
+            raise UsageError(
+                f"line {number} of the hook's input is not '<old oid> <new oid> <ref>' ({line[:80]!r}); refusing"
+            )
         updates.append((parts[0], parts[1], parts[2]))
     return updates
 

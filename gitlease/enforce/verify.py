@@ -6,15 +6,16 @@ an unreachable store or an unreadable record refuses, fail closed) and apply the
 inside a lease the writer holds that is still current on the store, outside every other lease that is not
 expired beyond the skew margin (invalid ones included).
 """
+
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass, field
 
-from gitlease.enforce import rules as enforce
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
+from gitlease.enforce import rules as enforce
 from gitlease.service.leases import LeaseService, Snapshot
 
 ZERO_RE = re.compile(r"^0+$")
@@ -47,6 +48,7 @@ def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
                     out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
                 break
         return out
+
     return lookup
 
 
@@ -68,6 +70,7 @@ def _mine_from_held(svc: LeaseService, snap: Snapshot) -> list[enforce.Mine]:
 
 
 # ------------------------------------------------------------------------------------ pre-push
+
 
 def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     """The pre-push hook. Returns (allowed, lines for stderr, exit code)."""
@@ -103,13 +106,15 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     try:
         snap = svc.snapshot(use_cache=False)
     except RemoteUnavailable as exc:
-        return _refuse_or_warn(warn, f"push refused: cannot read the lease store ({exc.message}); "
-                                     "refusing rather than guessing (fail closed)", exc.exit_code)
+        return _refuse_or_warn(
+            warn,
+            f"push refused: cannot read the lease store ({exc.message}); refusing rather than guessing (fail closed)",
+            exc.exit_code,
+        )
     now = svc.clock.now()
     mine = _mine_from_held(svc, snap)
     usable_ids = {m.lease_id for m in mine if m.problem is None}
-    violations = enforce.check(paths, mine, check_mode, now, others_lookup(snap, usable_ids, now,
-                                                                           settings.skew))
+    violations = enforce.check(paths, mine, check_mode, now, others_lookup(snap, usable_ids, now, settings.skew))
     if not violations:
         return True, [], 0
     lines = enforce.refusal("push", check_mode, violations, warn=warn)
@@ -132,10 +137,17 @@ def parse_push_lines(data: bytes) -> list[tuple[str, str, str, str]]:
         if not line:
             continue
         parts = line.rsplit(" ", 3)
-        if (len(parts) != 4 or not parts[0] or not OID_RE.fullmatch(parts[1]) or not OID_RE.fullmatch(parts[3])
-                or not REF_RE.fullmatch(parts[2])):
-            raise UsageError(f"line {number} of the hook's input is not '<local ref> <local oid> "
-                             f"<remote ref> <remote oid>' ({line[:80]!r}); refusing")
+        if (
+            len(parts) != 4
+            or not parts[0]
+            or not OID_RE.fullmatch(parts[1])
+            or not OID_RE.fullmatch(parts[3])
+            or not REF_RE.fullmatch(parts[2])
+        ):
+            raise UsageError(
+                f"line {number} of the hook's input is not '<local ref> <local oid> "
+                f"<remote ref> <remote oid>' ({line[:80]!r}); refusing"
+            )
         out.append((parts[0], parts[1], parts[2], parts[3]))
     return out
 
@@ -151,6 +163,7 @@ def _exists(cwd: str, oid: str) -> bool:
 
 
 # -------------------------------------------------------------------------------------- verify
+
 
 @dataclass
 class Verdict:
@@ -169,27 +182,40 @@ class Verdict:
         return not self.violations
 
     def to_json(self) -> dict[str, object]:
-        return {"ok": self.ok, "base": self.base, "head": self.head, "commits": self.commits,
-                "paths": self.paths, "leases": self.leases, "foundBy": self.found_by, "mode": self.mode,
-                "violations": [v.to_json() for v in self.violations], "notes": self.notes}
+        return {
+            "ok": self.ok,
+            "base": self.base,
+            "head": self.head,
+            "commits": self.commits,
+            "paths": self.paths,
+            "leases": self.leases,
+            "foundBy": self.found_by,
+            "mode": self.mode,
+            "violations": [v.to_json() for v in self.violations],
+            "notes": self.notes,
+        }
 
 
 def _rev(cwd: str, name: str, what: str) -> str:
-    res = gitcmd.run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=cwd,
-                     check=False)
+    res = gitcmd.run(
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=cwd, check=False
+    )
     if res.returncode != 0:
-        raise UsageError(f"{what} {name!r} is not a commit here (in CI, fetch it first: "
-                         "actions/checkout with fetch-depth: 0)")
+        raise UsageError(
+            f"{what} {name!r} is not a commit here (in CI, fetch it first: actions/checkout with fetch-depth: 0)"
+        )
     return res.out.strip()
 
 
 def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple[list[str], str]:
     """The leases a change says it was made under: ``Lease:`` trailers of its commits, else a lease id in
     the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions)."""
-    res = gitcmd.run(["log", f"--format=%(trailers:key={TRAILER},valueonly,separator=%x00)%x00", head, "--not",
-                      base, "--"], cwd=cwd)
-    ids = sorted({m.group(1) for item in enforce.zsplit(res.stdout) for m in [LEASE_IN_TEXT.fullmatch(item.strip())]
-                  if m})
+    res = gitcmd.run(
+        ["log", f"--format=%(trailers:key={TRAILER},valueonly,separator=%x00)%x00", head, "--not", base, "--"], cwd=cwd
+    )
+    ids = sorted(
+        {m.group(1) for item in enforce.zsplit(res.stdout) for m in [LEASE_IN_TEXT.fullmatch(item.strip())] if m}
+    )
     if ids:
         return ids, "trailer"
     for name in (head_name, os.environ.get("GITHUB_HEAD_REF")):
@@ -199,8 +225,9 @@ def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple
     return [], "none"
 
 
-def verify(svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[str] | None = None,
-           require_lease: bool = False) -> Verdict:
+def verify(
+    svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[str] | None = None, require_lease: bool = False
+) -> Verdict:
     cwd = svc.repo.cwd
     head_oid, base_oid = _rev(cwd, head, "head"), _rev(cwd, base, "base")
     count = gitcmd.run(["rev-list", "--count", head_oid, "--not", base_oid, "--"], cwd=cwd).out.strip()
@@ -210,10 +237,19 @@ def verify(svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[
     else:
         ids, found_by = leases_named(cwd, head_oid, base_oid, None if head == "HEAD" else head)
     if not ids and require_lease:
-        raise UsageError("no lease named: pass --lease ID, or put a 'Lease: lease_...' trailer in the commits, "
-                         "or the lease id in the branch name")
-    verdict = Verdict(base=base, head=head, commits=int(count or 0), paths=paths, leases=ids, found_by=found_by,
-                      mode="strict" if ids else "others")
+        raise UsageError(
+            "no lease named: pass --lease ID, or put a 'Lease: lease_...' trailer in the commits, "
+            "or the lease id in the branch name"
+        )
+    verdict = Verdict(
+        base=base,
+        head=head,
+        commits=int(count or 0),
+        paths=paths,
+        leases=ids,
+        found_by=found_by,
+        mode="strict" if ids else "others",
+    )
     if not paths:
         return verdict
     snap = svc.snapshot(use_cache=False)  # RemoteUnavailable: the caller fails (closed)
@@ -229,16 +265,20 @@ def verify(svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[
         # (signatures, issue 3: once records are signed, the snapshot's views say whether they verify.)
         mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
     usable = {m.lease_id for m in mine if m.problem is None}
-    verdict.violations = enforce.check(paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew),
-                                       who="this change")
+    verdict.violations = enforce.check(
+        paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew), who="this change"
+    )
     return verdict
 
 
 def describe(verdict: Verdict) -> list[str]:
     span = f"{verdict.base}..{verdict.head}"
     n, c = len(verdict.paths), verdict.commits
-    scope = (f"lease {', '.join(verdict.leases)} (from {verdict.found_by})" if verdict.leases else
-             "no lease named: checked against others' leases only")
+    scope = (
+        f"lease {', '.join(verdict.leases)} (from {verdict.found_by})"
+        if verdict.leases
+        else "no lease named: checked against others' leases only"
+    )
     if verdict.ok:
         return [f"verify ok: {n} path{'s' if n != 1 else ''} in {c} commit{'s' if c != 1 else ''} ({span}), {scope}"]
     lines = [f"gitlease: {note}" for note in verdict.notes]

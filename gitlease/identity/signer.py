@@ -1,6 +1,7 @@
 """Who signs lease versions. The service sees only this small interface; SSHSIG lives in sshsig.py and
 ``cryptography`` is imported only when a key is configured (``load_signer``), so it is not a start-up cost of
 unsigned commands."""
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,7 @@ def load_signer(value: str) -> SshSigner:
     from gitlease.core.errors import ConfigError
     from gitlease.identity.sshsig import AgentKey, SigningKey
 
-    literal = value[len("key::"):] if value.startswith("key::") else None
+    literal = value[len("key::") :] if value.startswith("key::") else None
     if literal is None and value.startswith("ssh-"):
         literal = value
     path = os.path.expanduser(value)

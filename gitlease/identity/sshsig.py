@@ -20,12 +20,15 @@ them. Errors: every verification failure is ``InvalidRecord``; every key-file pr
 messages are one line and never carry key material. Passing the wrong Python types or an empty namespace is
 a programming error (``TypeError``/``ValueError``).
 """
+
 from __future__ import annotations
 
 import binascii
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from datetime import UTC
+from typing import TYPE_CHECKING
 
 from gitlease.core.errors import ConfigError, InvalidRecord
 
@@ -34,8 +37,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["KEY_TYPE", "HASH_ALG", "SigningKey", "AgentKey", "generate_key", "sign", "verify",
-           "fingerprint_of", "AllowedSigner", "parse_allowed_signers", "principals_for", "allowed"]
+__all__ = [
+    "KEY_TYPE",
+    "HASH_ALG",
+    "SigningKey",
+    "AgentKey",
+    "generate_key",
+    "sign",
+    "verify",
+    "fingerprint_of",
+    "AllowedSigner",
+    "parse_allowed_signers",
+    "principals_for",
+    "allowed",
+]
 
 KEY_TYPE = "ssh-ed25519"
 HASH_ALG = "sha512"  # what sign() uses (ssh-keygen's default); verify() also takes sha256
@@ -56,6 +71,7 @@ _WS = " \t\r\n"
 
 
 # --- SSH wire encoding (RFC 4251: uint32, string) -------------------------------------------------------------
+
 
 class _Malformed(Exception):
     """Internal: a wire-format problem; callers turn it into InvalidRecord or ConfigError."""
@@ -80,7 +96,7 @@ class _Reader:
         end = self.pos + n
         if end > len(self.buf):
             raise _Malformed(f"truncated {what}")
-        out = self.buf[self.pos:end]
+        out = self.buf[self.pos : end]
         self.pos = end
         return out
 
@@ -91,7 +107,7 @@ class _Reader:
         return self.raw(self.u32(what), what)
 
     def rest(self) -> bytes:
-        out = self.buf[self.pos:]
+        out = self.buf[self.pos :]
         self.pos = len(self.buf)
         return out
 
@@ -115,7 +131,7 @@ def _unb64(text: str) -> bytes:
 
 
 def _wrap(b64: str) -> str:
-    return "\n".join(b64[i:i + _WRAP] for i in range(0, len(b64), _WRAP))
+    return "\n".join(b64[i : i + _WRAP] for i in range(0, len(b64), _WRAP))
 
 
 def _show(value: str | bytes, limit: int = 64) -> str:
@@ -184,6 +200,7 @@ def fingerprint_of(public_key: str) -> str:
 
 
 # --- keys -------------------------------------------------------------------------------------------------
+
 
 class SigningKey:
     """An Ed25519 private key (with its public half and comment). ``repr`` shows only the fingerprint."""
@@ -275,8 +292,10 @@ def _parse_private_file(raw: bytes) -> tuple[bytes, bytes, str]:
         if first.startswith(("ssh-", "ecdsa-", "sk-")):
             raise _KeyProblem("this is a public key; give the private key file")
         if first.startswith("-----BEGIN ") and "PRIVATE KEY" in first:
-            raise _KeyProblem(f"not an OpenSSH-format private key ({first.strip('-').strip()}); "
-                              f"only OpenSSH-format {KEY_TYPE} keys are supported")
+            raise _KeyProblem(
+                f"not an OpenSSH-format private key ({first.strip('-').strip()}); "
+                f"only OpenSSH-format {KEY_TYPE} keys are supported"
+            )
         raise _KeyProblem(f"not an OpenSSH private key (no '{_KEY_BEGIN}' line)")
     try:
         return _parse_private_blob(lines)
@@ -289,7 +308,7 @@ def _parse_private_file(raw: bytes) -> tuple[bytes, bytes, str]:
 def _parse_private_blob(lines: list[str]) -> tuple[bytes, bytes, str]:
     if _KEY_END not in lines:
         raise _Malformed("no END line")
-    blob = _unb64("".join(lines[1:lines.index(_KEY_END)]))
+    blob = _unb64("".join(lines[1 : lines.index(_KEY_END)]))
     r = _Reader(blob)
     if r.raw(len(_KEY_MAGIC), "header") != _KEY_MAGIC:
         raise _Malformed("bad magic")
@@ -304,8 +323,10 @@ def _parse_private_blob(lines: list[str]) -> tuple[bytes, bytes, str]:
     if ktype != _KEY_TYPE_B:
         raise _KeyProblem(f"unsupported key type {_show(ktype)} (only {KEY_TYPE} keys are supported)")
     if cipher != b"none":
-        raise _KeyProblem("key is encrypted with a passphrase; gitlease needs an unencrypted key "
-                          "(remove it with ssh-keygen -p, or make a dedicated key)")
+        raise _KeyProblem(
+            "key is encrypted with a passphrase; gitlease needs an unencrypted key "
+            "(remove it with ssh-keygen -p, or make a dedicated key)"
+        )
     if kdf != b"none":
         raise _Malformed("kdf without cipher")
     pub = _ed25519_pub(public, "public key")
@@ -332,11 +353,19 @@ def _parse_private_blob(lines: list[str]) -> tuple[bytes, bytes, str]:
 def _private_file(seed: bytes, pub: bytes, comment: str) -> bytes:
     """The OpenSSH private key file ssh-keygen writes for an unencrypted ed25519 key."""
     check = os.urandom(4)
-    private = (check + check + _string(_KEY_TYPE_B) + _string(pub) + _string(seed + pub)
-               + _string(comment.encode("utf-8")))
+    private = (
+        check + check + _string(_KEY_TYPE_B) + _string(pub) + _string(seed + pub) + _string(comment.encode("utf-8"))
+    )
     private += bytes(range(1, (-len(private) % 8) + 1))
-    blob = (_KEY_MAGIC + _string(b"none") + _string(b"none") + _string(b"") + _u32(1)
-            + _string(_ed25519_blob(pub)) + _string(private))
+    blob = (
+        _KEY_MAGIC
+        + _string(b"none")
+        + _string(b"none")
+        + _string(b"")
+        + _u32(1)
+        + _string(_ed25519_blob(pub))
+        + _string(private)
+    )
     return f"{_KEY_BEGIN}\n{_wrap(_b64(blob))}\n{_KEY_END}\n".encode("ascii")
 
 
@@ -381,7 +410,7 @@ def _write_new(path: str, content: bytes, mode: int) -> None:
         os.fchmod(fd, mode)  # exact mode, whatever the umask
         view = memoryview(content)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException as exc:
         os.close(fd)
@@ -393,6 +422,7 @@ def _write_new(path: str, content: bytes, mode: int) -> None:
 
 
 # --- signatures -------------------------------------------------------------------------------------------
+
 
 def _check_namespace(namespace: str) -> bytes:
     if not isinstance(namespace, str):
@@ -423,8 +453,15 @@ def sign(key: SigningKey | AgentKey, data: bytes, namespace: str) -> str:
         sig_blob = key._agent_sign(to_sign)
     else:
         sig_blob = _string(_KEY_TYPE_B) + _string(key._private.sign(to_sign))
-    blob = (_SIG_MAGIC + _u32(_SIG_VERSION) + _string(key.public_blob) + _string(ns) + _string(b"")
-            + _string(alg) + _string(sig_blob))
+    blob = (
+        _SIG_MAGIC
+        + _u32(_SIG_VERSION)
+        + _string(key.public_blob)
+        + _string(ns)
+        + _string(b"")
+        + _string(alg)
+        + _string(sig_blob)
+    )
     return f"{_SIG_BEGIN}\n{_wrap(_b64(blob))}\n{_SIG_END}\n"
 
 
@@ -456,11 +493,14 @@ class AgentKey:
         self.path = None
         self.sock = sock if sock is not None else os.environ.get("SSH_AUTH_SOCK", "")
         if not self.sock:
-            raise ConfigError("signing key names a public key, so its private half must be in ssh-agent, but "
-                              "SSH_AUTH_SOCK is not set")
+            raise ConfigError(
+                "signing key names a public key, so its private half must be in ssh-agent, but SSH_AUTH_SOCK is not set"
+            )
         if blob not in self._identities():
-            raise ConfigError(f"signing key {self.fingerprint()} is not in the ssh-agent at {_show_path(self.sock)} "
-                              "(ssh-add it, or set lease.signingKey to the private key file)")
+            raise ConfigError(
+                f"signing key {self.fingerprint()} is not in the ssh-agent at {_show_path(self.sock)} "
+                "(ssh-add it, or set lease.signingKey to the private key file)"
+            )
 
     def public_key(self) -> str:
         return KEY_TYPE + " " + _b64(self.public_blob)
@@ -486,8 +526,9 @@ class AgentKey:
                     raise ConfigError("ssh-agent sent a malformed reply")
                 reply = _recv_exact(s, size)
         except OSError as exc:
-            raise ConfigError(f"cannot talk to ssh-agent at {_show_path(self.sock)}: "
-                              f"{exc.strerror or type(exc).__name__}") from None
+            raise ConfigError(
+                f"cannot talk to ssh-agent at {_show_path(self.sock)}: {exc.strerror or type(exc).__name__}"
+            ) from None
         return reply[0], _Reader(reply[1:])
 
     def _identities(self) -> list[bytes]:
@@ -506,9 +547,10 @@ class AgentKey:
     def _agent_sign(self, data: bytes) -> bytes:
         kind, r = self._request(_AGENTC_SIGN_REQUEST, _string(self.public_blob) + _string(data) + _u32(0))
         if kind != _AGENT_SIGN_RESPONSE:
-            raise ConfigError(f"ssh-agent refused to sign with key {self.fingerprint()}"
-                              + (" (it may need confirmation, or the key was removed)" if kind == _AGENT_FAILURE
-                                 else ""))
+            raise ConfigError(
+                f"ssh-agent refused to sign with key {self.fingerprint()}"
+                + (" (it may need confirmation, or the key was removed)" if kind == _AGENT_FAILURE else "")
+            )
         try:
             sig_blob = r.string("signature")
             s = _Reader(sig_blob)
@@ -613,6 +655,7 @@ def verify(armored: str, data: bytes, namespace: str) -> str:
 
 # --- allowed signers --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class AllowedSigner:
     """One line of an ``allowed_signers`` file.
@@ -668,7 +711,7 @@ def _parse_signer_line(line: str) -> AllowedSigner:
         close = line.find('"', 1)
         if close < 0:
             raise _Malformed("unterminated quote in principals")
-        principals, rest = line[1:close], line[close + 1:]
+        principals, rest = line[1:close], line[close + 1 :]
         if rest and rest[0] not in _WS:
             raise _Malformed("text after the quoted principals")
     else:
@@ -714,7 +757,7 @@ def _options_end(s: str) -> int:
     quoted = False
     i = 0
     while i < len(s) and (quoted or s[i] not in " \t"):
-        if s[i] == "\\" and s[i + 1:i + 2] == '"':
+        if s[i] == "\\" and s[i + 1 : i + 2] == '"':
             i += 1
         elif s[i] == '"':
             quoted = not quoted
@@ -768,12 +811,12 @@ def _apply_options(principals: tuple[str, ...], key: str, opts: str) -> AllowedS
 
 def _dequote(s: str, i: int, name: str) -> tuple[str, int]:
     """A double-quoted option value at s[i] (backslash may escape a quote) and the index after it."""
-    if s[i:i + 1] != '"':
-        raise _Malformed(f'{name} value must be in double quotes')
+    if s[i : i + 1] != '"':
+        raise _Malformed(f"{name} value must be in double quotes")
     i += 1
     out = []
     while i < len(s) and s[i] != '"':
-        if s[i] == "\\" and s[i + 1:i + 2] == '"':
+        if s[i] == "\\" and s[i + 1 : i + 2] == '"':
             i += 1
         out.append(s[i])
         i += 1
@@ -784,7 +827,7 @@ def _dequote(s: str, i: int, name: str) -> tuple[str, int]:
 
 def _parse_time(value: str, name: str) -> datetime:
     """YYYYMMDD, YYYYMMDDHHMM or YYYYMMDDHHMMSS, local time, or UTC with a ``Z``/``UTC`` suffix (OpenSSH)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     digits, utc = value, False
     if len(digits) > 1 and digits[-1] in "Zz":
@@ -794,10 +837,10 @@ def _parse_time(value: str, name: str) -> datetime:
     if len(digits) not in (8, 12, 14) or not (digits.isascii() and digits.isdigit()):
         raise _Malformed(f"invalid {name} time {_show(value)} (expected YYYYMMDD[HHMM[SS]][Z])")
     parts = [int(digits[:4]), int(digits[4:6]), int(digits[6:8])]
-    parts += [int(digits[j:j + 2]) for j in range(8, len(digits), 2)]
+    parts += [int(digits[j : j + 2]) for j in range(8, len(digits), 2)]
     try:
         if utc:
-            return datetime(*parts, tzinfo=timezone.utc)
+            return datetime(*parts, tzinfo=UTC)
         return datetime(*parts).astimezone()
     except (ValueError, OverflowError, OSError):
         raise _Malformed(f"invalid {name} time {_show(value)}") from None
@@ -805,12 +848,12 @@ def _parse_time(value: str, name: str) -> datetime:
 
 def _verify_time(when: datetime | float | int | None) -> datetime:
     """``when`` as an aware datetime in whole seconds (naive = local time; numbers = Unix time; None = now)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if when is None:
-        when = datetime.now(timezone.utc)
+        when = datetime.now(UTC)
     elif isinstance(when, (int, float)) and not isinstance(when, bool):
-        when = datetime.fromtimestamp(when, timezone.utc)
+        when = datetime.fromtimestamp(when, UTC)
     elif not isinstance(when, datetime):
         raise TypeError("when must be a datetime, a Unix time or None")
     elif when.tzinfo is None:
@@ -826,30 +869,47 @@ def _canonical_key(key: str) -> str | None:
     return key.split()[0] + " " + _b64(blob)
 
 
-def principals_for(signers: Iterable[AllowedSigner], key: str, namespace: str,
-                   when: datetime | float | int | None = None) -> list[str]:
+def principals_for(
+    signers: Iterable[AllowedSigner], key: str, namespace: str, when: datetime | float | int | None = None
+) -> list[str]:
     """The principal patterns of every entry that lists ``key`` (plain, not cert-authority), allows
     ``namespace`` and is valid at ``when`` (default now), in file order without repeats."""
     wanted = _canonical_key(key)
     now = _verify_time(when)
     out: list[str] = []
     for s in signers:
-        if (wanted is not None and not s.cert_authority and s.key == wanted and s.allows_namespace(namespace)
-                and s.valid_at(now)):
+        if (
+            wanted is not None
+            and not s.cert_authority
+            and s.key == wanted
+            and s.allows_namespace(namespace)
+            and s.valid_at(now)
+        ):
             out.extend(p for p in s.principals if p not in out)
     return out
 
 
-def allowed(signers: Iterable[AllowedSigner], principal: str, key: str, namespace: str,
-            when: datetime | float | int | None = None) -> bool:
+def allowed(
+    signers: Iterable[AllowedSigner],
+    principal: str,
+    key: str,
+    namespace: str,
+    when: datetime | float | int | None = None,
+) -> bool:
     """Whether some entry matches ``principal`` (OpenSSH pattern list), lists ``key``, allows ``namespace`` and
     is valid at ``when`` (default now): what ``ssh-keygen -Y verify -I principal -n namespace`` checks."""
     wanted = _canonical_key(key)
     if wanted is None:
         return False
     now = _verify_time(when)
-    return any(not s.cert_authority and s.key == wanted and s.matches_principal(principal)
-               and s.allows_namespace(namespace) and s.valid_at(now) for s in signers)
+    return any(
+        not s.cert_authority
+        and s.key == wanted
+        and s.matches_principal(principal)
+        and s.allows_namespace(namespace)
+        and s.valid_at(now)
+        for s in signers
+    )
 
 
 # --- OpenSSH pattern matching (match.c) -------------------------------------------------------------------

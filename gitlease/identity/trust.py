@@ -15,6 +15,7 @@
 Pure apart from ``load_trust`` (which reads through the store) and ``Seen``/``TrustCache`` (small JSON files in
 the common git dir). ``cryptography`` is only imported by sshsig when a signature is actually checked.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,14 +25,14 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from gitlease.core import record as records
-from gitlease.identity import sshsig
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.fsutil import write_json
+from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
 
 MAX_CHAIN = 100_000  # versions walked per lease; a longer history is reported, not walked
@@ -39,6 +40,7 @@ VERIFIED, UNSIGNED, UNTRUSTED, INVALID = "verified", "unsigned", "untrusted", "i
 
 
 # ------------------------------------------------------------------------------------------- trust file
+
 
 @dataclass(frozen=True)
 class Trust:
@@ -75,14 +77,13 @@ class Trust:
         return bool(self.signed and key and sshsig.allowed(self.signers or (), agent, key, NAMESPACE, when=when))
 
     # --------------------------------------------------------------------------- versions
-    def check_version(self, rec: records.Record, data: bytes, sig: bytes | None, when: float) -> "VersionCheck":
+    def check_version(self, rec: records.Record, data: bytes, sig: bytes | None, when: float) -> VersionCheck:
         v = rec.version
         if sig is None:
             if rec.owner.key is not None:
                 return VersionCheck(v, INVALID, problem=f"v{v} names an owner key but carries no signature")
             if self.signed:
-                return VersionCheck(v, INVALID, problem=f"v{v} is unsigned, but this store is signed "
-                                                        f"({self.source})")
+                return VersionCheck(v, INVALID, problem=f"v{v} is unsigned, but this store is signed ({self.source})")
             return VersionCheck(v, UNSIGNED)
         try:
             key = sshsig.verify(sig, data, NAMESPACE)
@@ -90,20 +91,38 @@ class Trust:
             return VersionCheck(v, INVALID, problem=f"v{v}: {exc}")
         fp = sshsig.fingerprint_of(key)
         if _key_words(rec.owner.key) != key:
-            return VersionCheck(v, INVALID, key, fp, problem=f"v{v} is signed by key {fp}, not by the owner key "
-                                                             "its record names (forged or replaced)")
+            return VersionCheck(
+                v,
+                INVALID,
+                key,
+                fp,
+                problem=f"v{v} is signed by key {fp}, not by the owner key its record names (forged or replaced)",
+            )
         if not self.signed:
             return VersionCheck(v, UNTRUSTED, key, fp)
         if not sshsig.allowed(self.signers or (), rec.owner.agent_id, key, NAMESPACE, when=when):
-            return VersionCheck(v, INVALID, key, fp, problem=f"v{v}: key {fp} is not trusted for agent "
-                                                             f"{rec.owner.agent_id!r} (namespace {NAMESPACE}, "
-                                                             f"{self.source})")
+            return VersionCheck(
+                v,
+                INVALID,
+                key,
+                fp,
+                problem=f"v{v}: key {fp} is not trusted for agent "
+                f"{rec.owner.agent_id!r} (namespace {NAMESPACE}, "
+                f"{self.source})",
+            )
         return VersionCheck(v, VERIFIED, key, fp, rec.owner.agent_id)
 
-    def check_chain(self, lease_id: str, head: str, grant: str | None, parents: Mapping[str, Sequence[str]],
-                    blobs: Mapping[str, object], when: float,
-                    known: Mapping[str, records.Record] | None = None,
-                    memo: "ChainMemo | None" = None) -> "ChainCheck":
+    def check_chain(
+        self,
+        lease_id: str,
+        head: str,
+        grant: str | None,
+        parents: Mapping[str, Sequence[str]],
+        blobs: Mapping[str, object],
+        when: float,
+        known: Mapping[str, records.Record] | None = None,
+        memo: ChainMemo | None = None,
+    ) -> ChainCheck:
         """Check the history of one lease from ``head`` (its id ref, or the grant) back to version 1.
 
         ``parents``: commit -> parents (``Store.parents``); ``blobs``: commit -> ``store.Blob``; ``known``:
@@ -179,7 +198,7 @@ class Trust:
         return out
 
     @staticmethod
-    def _chain_rules(lease_id: str, out: "ChainCheck") -> None:
+    def _chain_rules(lease_id: str, out: ChainCheck) -> None:
         """Versions strictly advance from 1; what a renewal never changes stays; one key signs them all."""
         hist = [(h.oid, h.record) for h in out.versions]
         root_oid, root = hist[-1]
@@ -190,19 +209,28 @@ class Trust:
         for (newer_oid, newer), (_, older) in zip(hist, hist[1:]):
             assert newer is not None and older is not None
             if newer.version != older.version + 1:
-                out.problems.append(f"replay: v{newer.version} ({newer_oid[:12]}) follows v{older.version}; "
-                                    "versions must advance by one")
+                out.problems.append(
+                    f"replay: v{newer.version} ({newer_oid[:12]}) follows v{older.version}; "
+                    "versions must advance by one"
+                )
         for oid, rec in hist:
             assert rec is not None
             if rec.lease_id != lease_id:
                 out.problems.append(f"version {oid[:12]} names lease {rec.lease_id}")
             if (rec.owner, rec.paths, rec.acquired_at, rec.repo, rec.workspace_id) != (
-                    root.owner, root.paths, root.acquired_at, root.repo, root.workspace_id):
+                root.owner,
+                root.paths,
+                root.acquired_at,
+                root.repo,
+                root.workspace_id,
+            ):
                 out.problems.append(f"v{rec.version} changes the owner, scope or grant fields of v1")
         for h in out.versions[:-1]:
             if h.check.key is not None and h.check.key != root_key:
-                out.problems.append(f"v{h.check.version} is signed by {h.check.fingerprint}, not by the key that "
-                                    f"signed v1 ({out.versions[-1].check.fingerprint}): owner binding broken")
+                out.problems.append(
+                    f"v{h.check.version} is signed by {h.check.fingerprint}, not by the key that "
+                    f"signed v1 ({out.versions[-1].check.fingerprint}): owner binding broken"
+                )
         # keep the first few, in order, without repeats
         seen: list[str] = []
         for p in out.problems:
@@ -326,14 +354,17 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
     if trust.admin_principals(key, when):
         return None
     if admin_only:
-        return (f"{doc.get('action')} by rule {doc.get('rule')!r} needs a {ADMIN_NAMESPACE} key, and key {fp} "
-                f"is not one ({trust.source})")
+        return (
+            f"{doc.get('action')} by rule {doc.get('rule')!r} needs a {ADMIN_NAMESPACE} key, and key {fp} "
+            f"is not one ({trust.source})"
+        )
     if not trust.trusted_for(str(doc.get("by")), key, when):
         return f"key {fp} is not trusted for writer {doc.get('by')!r} ({trust.source})"
     return None
 
 
 # --------------------------------------------------------------------------------------------- loading
+
 
 def load_trust(store, path: str, *, cache_dir: str, required: bool, offline: bool = False) -> Trust:
     """Read the allowed-signers file. ``path`` relative: a file in the store's default branch (the remote's
@@ -348,8 +379,9 @@ def load_trust(store, path: str, *, cache_dir: str, required: bool, offline: boo
     if os.path.isabs(expanded):
         return _from_local_file(expanded, required)
     if offline:
-        return cache.load() or Trust(None, "trust unknown: the store is unreachable and no trust file was read "
-                                           "from it before")
+        return cache.load() or Trust(
+            None, "trust unknown: the store is unreachable and no trust file was read from it before"
+        )
     try:
         head = store.default_head()
     except RemoteUnavailable:
@@ -360,21 +392,26 @@ def load_trust(store, path: str, *, cache_dir: str, required: bool, offline: boo
     where = f"the default branch of {store.name}"
     if head is None:
         data = None
-        where = (f"the default branch of {store.name}, which has no commits (or the remote's HEAD names a branch "
-                 "that does not exist: set the host's default branch, or `git symbolic-ref HEAD refs/heads/main` "
-                 "in a bare repository)")
+        where = (
+            f"the default branch of {store.name}, which has no commits (or the remote's HEAD names a branch "
+            "that does not exist: set the host's default branch, or `git symbolic-ref HEAD refs/heads/main` "
+            "in a bare repository)"
+        )
         source = f"{path} (not found: {where})"
     else:
         branch, commit = head
-        short = branch[len("refs/heads/"):] if branch.startswith("refs/heads/") else branch
+        short = branch[len("refs/heads/") :] if branch.startswith("refs/heads/") else branch
         where = f"{short} ({commit[:12]}) of {store.name}"
         data = store.file_at(commit, path)
         source = f"{path} on {where}" if data is not None else f"no trust file ({path} not on {where})"
     if data is None:
         if required:
-            raise InvalidRecord(f"lease.signingKey is set but there is no trust file: {path} is not on {where}; "
-                                "commit an allowed_signers file there (git lease keygen prints its line), "
-                                "or unset lease.signingKey", trustFile=path)
+            raise InvalidRecord(
+                f"lease.signingKey is set but there is no trust file: {path} is not on {where}; "
+                "commit an allowed_signers file there (git lease keygen prints its line), "
+                "or unset lease.signingKey",
+                trustFile=path,
+            )
         trust = Trust(None, source)
     else:
         trust = Trust(_parse(data, f"{path} on {where}"), source)
@@ -388,8 +425,9 @@ def _from_local_file(path: str, required: bool) -> Trust:
             data = fh.read(sshsig_limit() + 1)
     except FileNotFoundError:
         if required:
-            raise InvalidRecord(f"lease.signingKey is set but the trust file {path} does not exist",
-                                trustFile=path) from None
+            raise InvalidRecord(
+                f"lease.signingKey is set but the trust file {path} does not exist", trustFile=path
+            ) from None
         return Trust(None, f"no trust file ({path} does not exist)")
     except OSError as exc:
         raise InvalidRecord(f"trust file {path} cannot be read: {exc.strerror}", trustFile=path) from None
@@ -432,8 +470,7 @@ class TrustCache:
         self.path = _cache_name(folder, "trust", store_name)
 
     def save(self, trust: Trust, data: bytes | None) -> None:
-        _write_json(self.path, {"source": trust.source,
-                                "text": data.decode("utf-8") if data is not None else None})
+        _write_json(self.path, {"source": trust.source, "text": data.decode("utf-8") if data is not None else None})
 
     def load(self) -> Trust | None:
         try:
@@ -452,6 +489,7 @@ class TrustCache:
 
 
 # ---------------------------------------------------------------------------------------- replay memory
+
 
 class Seen:
     """Newest version of each lease this machine has seen on a store (in the common git dir, shared by all
@@ -476,20 +514,26 @@ class Seen:
             return {}
         out: dict[str, dict[str, object]] = {}
         for k, v in items:
-            if (isinstance(v, dict) and isinstance(v.get("v"), int) and isinstance(v.get("oid"), str)
-                    and isinstance(v.get("exp"), (int, float)) and isinstance(v.get("gone", False), bool)):
+            if (
+                isinstance(v, dict)
+                and isinstance(v.get("v"), int)
+                and isinstance(v.get("oid"), str)
+                and isinstance(v.get("exp"), (int, float))
+                and isinstance(v.get("gone", False), bool)
+            ):
                 out[str(k)] = dict(v)
         return out
 
     @staticmethod
-    def replay_problem(before: Mapping[str, Mapping[str, object]], lease_id: str, version: int,
-                       oid: str) -> str | None:
+    def replay_problem(before: Mapping[str, Mapping[str, object]], lease_id: str, version: int, oid: str) -> str | None:
         prev = before.get(lease_id)
         if not prev:
             return None
         if prev.get("gone"):
-            return (f"replay: lease {lease_id} reappeared after it was seen gone (released or cleared); "
-                    "lease ids are never reused")
+            return (
+                f"replay: lease {lease_id} reappeared after it was seen gone (released or cleared); "
+                "lease ids are never reused"
+            )
         pv = prev["v"]
         if version < pv:  # type: ignore[operator]
             return f"replay: the id ref moved back to v{version} after v{pv} was seen"
@@ -497,8 +541,9 @@ class Seen:
             return f"replay: v{version} is now {oid[:12]}, but {str(prev.get('oid'))[:12]} was seen as v{version}"
         return None
 
-    def update(self, before: Mapping[str, object], listed: Iterable[tuple[str, int, str, float]],
-               present: set[str], now: float) -> None:
+    def update(
+        self, before: Mapping[str, object], listed: Iterable[tuple[str, int, str, float]], present: set[str], now: float
+    ) -> None:
         """Merge what one complete listing saw: (lease id, version, oid, expires) of each valid lease, and the
         set of every lease id present. A lease remembered *before* the listing began and absent from it is
         marked gone (one first seen by a later read is not: our listing may predate it)."""

@@ -21,6 +21,7 @@ Protocol: one JSON object per line over a unix socket (``socket_path()``: a 0700
 ``state`` (held | lost | dropped | unknown), ``expiresAt``, ``version``, ``error``; a refusal has ``kind``
 (errors.py) and ``error``.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,8 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from gitlease.core import errors
 from gitlease.core import record as records
@@ -86,16 +87,31 @@ class Registration:
 
     def to_json(self) -> dict:
         from gitlease.core.clock import iso
-        return {"lease": self.lease_id, "state": self.state, "expiresAt": iso(self.expires),
-                "version": self.version, "error": self.error, "repo": self.repo, "pid": self.pid}
+
+        return {
+            "lease": self.lease_id,
+            "state": self.state,
+            "expiresAt": iso(self.expires),
+            "version": self.version,
+            "error": self.error,
+            "repo": self.repo,
+            "pid": self.pid,
+        }
 
 
 class Agent:
     """The renewal logic, without the socket: ``tick()`` runs one round. Clock injected."""
 
-    def __init__(self, open_service: Callable[[str], object], *, clock: Clock = SYSTEM,
-                 fraction: float = DEFAULT_FRACTION, margin: float = DEFAULT_MARGIN, idle: float = DEFAULT_IDLE,
-                 alive: Callable[[int, int | None], bool] | None = None) -> None:
+    def __init__(
+        self,
+        open_service: Callable[[str], object],
+        *,
+        clock: Clock = SYSTEM,
+        fraction: float = DEFAULT_FRACTION,
+        margin: float = DEFAULT_MARGIN,
+        idle: float = DEFAULT_IDLE,
+        alive: Callable[[int, int | None], bool] | None = None,
+    ) -> None:
         if not 0 < fraction < 1:
             raise UsageError("the renewal fraction must be between 0 and 1")
         self.open_service = open_service
@@ -125,8 +141,18 @@ class Agent:
         h = svc._held(lease_id)  # NotHeld if that worktree does not hold it
         rec = records.parse(h.record.encode("utf-8"))
         from gitlease.service.leases import process_start
-        reg = Registration(lease_id, repo, remote, pid, process_start(pid) if pid else None, rec.expires, rec.ttl,
-                           rec.renew_every, rec.version)
+
+        reg = Registration(
+            lease_id,
+            repo,
+            remote,
+            pid,
+            process_start(pid) if pid else None,
+            rec.expires,
+            rec.ttl,
+            rec.renew_every,
+            rec.version,
+        )
         with self.lock:
             self.regs[lease_id] = reg
         return reg
@@ -158,8 +184,9 @@ class Agent:
         changes = {k: who[k] for k in ("agent", "task", "workspace") if who.get(k)}
         if all(getattr(base.settings, k) == v for k, v in changes.items()):
             return base
-        return LeaseService(base.repo, dc_replace(base.settings, **changes), store=base.store, clock=base.clock,
-                            signer=base.signer)
+        return LeaseService(
+            base.repo, dc_replace(base.settings, **changes), store=base.store, clock=base.clock, signer=base.signer
+        )
 
     def _ready_piggyback(self, svc, exclude: set[str]):
         """Prepared renewals of the held leases that share ``svc``'s push and are due soon."""
@@ -194,8 +221,18 @@ class Agent:
                         reg.progress = None
         self.piggybacked += len(done)
 
-    def acquire(self, repo: str, remote: str | None, scope, *, pid: int = 0, ttl: int | None = None,
-                renew_every: int | None = None, replace: str | None = None, who: dict | None = None):
+    def acquire(
+        self,
+        repo: str,
+        remote: str | None,
+        scope,
+        *,
+        pid: int = 0,
+        ttl: int | None = None,
+        renew_every: int | None = None,
+        replace: str | None = None,
+        who: dict | None = None,
+    ):
         """The holder's acquire (``LeaseService.acquire``), with due renewals in the same push; the new lease
         is registered for ``pid``. Returns (Acquired, Registration)."""
         svc = self._holder_service(repo, remote, who)
@@ -205,8 +242,14 @@ class Agent:
             items = self._ready_piggyback(svc, {replace} if replace else set())
             landed: bool | None = None
             try:
-                got = svc.acquire(scope, ttl=ttl, holder_pid=pid, renew_every=renew_every, replace=replace,
-                                  piggyback=[it.update for it in items])
+                got = svc.acquire(
+                    scope,
+                    ttl=ttl,
+                    holder_pid=pid,
+                    renew_every=renew_every,
+                    replace=replace,
+                    piggyback=[it.update for it in items],
+                )
                 landed = got.piggybacked
             finally:
                 self._finish_piggyback(items, landed)
@@ -247,8 +290,11 @@ class Agent:
         # A round renews every lease once one is due (within GATHER), so all leases of this agent share one
         # phase: one push per store per renewal interval, however many leases and whenever they were acquired
         # (a lease acquired since the last round is renewed early, never late).
-        due = held if any(now + min(GATHER, r.interval(self.fraction) / 4) >= r.due_at(self.fraction)
-                          for r in held) else []
+        due = (
+            held
+            if any(now + min(GATHER, r.interval(self.fraction) / 4) >= r.due_at(self.fraction) for r in held)
+            else []
+        )
         if due:
             sent = {r.lease_id: r.progress for r in due}
             results = renew_many([(self._service(r.repo, r.remote), r.lease_id, r.progress) for r in due])
@@ -297,6 +343,7 @@ class Agent:
 
 def _process_alive(pid: int, start: int | None) -> bool:
     from gitlease.service.leases import process_start
+
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -307,6 +354,7 @@ def _process_alive(pid: int, start: int | None) -> bool:
 
 
 # ---------------------------------------------------------------------------- the socket
+
 
 def _peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -350,7 +398,7 @@ def serve(agent: Agent, path: str, *, stop: threading.Event | None = None, round
         while not stop.is_set():
             try:
                 conn, _ = srv.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             threading.Thread(target=_handle, args=(agent, conn), daemon=True).start()
     finally:
@@ -383,17 +431,30 @@ def _answer(agent: Agent, req: dict) -> dict:
     if op == "ping":
         return {"ok": True, "pid": os.getpid(), "leases": len(agent.regs)}
     if op == "register":
-        return dict(agent.register(req["repo"], req["lease"], int(req.get("pid") or 0), req.get("remote")).to_json(),
-                    ok=True)
+        return dict(
+            agent.register(req["repo"], req["lease"], int(req.get("pid") or 0), req.get("remote")).to_json(), ok=True
+        )
     if op in ("status", "unregister"):
         reg = agent.status(req["lease"], req.get("progress")) if op == "status" else agent.unregister(req["lease"])
         return dict(reg.to_json(), ok=True) if reg else {"ok": True, "lease": req["lease"], "state": "unknown"}
     if op == "acquire":
-        got, reg = agent.acquire(req["repo"], req.get("remote"), list(req["scope"]), pid=int(req.get("pid") or 0),
-                                 ttl=req.get("ttl"), renew_every=req.get("renewEvery"), replace=req.get("replace"),
-                                 who=req.get("who"))
-        return dict(reg.to_json(), ok=True, oid=got.oid, record=got.record.canonical().decode("utf-8"),
-                    cleared=list(got.cleared))
+        got, reg = agent.acquire(
+            req["repo"],
+            req.get("remote"),
+            list(req["scope"]),
+            pid=int(req.get("pid") or 0),
+            ttl=req.get("ttl"),
+            renew_every=req.get("renewEvery"),
+            replace=req.get("replace"),
+            who=req.get("who"),
+        )
+        return dict(
+            reg.to_json(),
+            ok=True,
+            oid=got.oid,
+            record=got.record.canonical().decode("utf-8"),
+            cleared=list(got.cleared),
+        )
     if op == "release":
         agent.release(req["repo"], req.get("remote"), req["lease"], who=req.get("who"))
         return {"ok": True, "lease": req["lease"], "state": "released"}
@@ -404,8 +465,7 @@ def _answer(agent: Agent, req: dict) -> dict:
     raise ValueError(f"unknown op {op!r}")
 
 
-KINDS = {cls.kind: cls for cls in vars(errors).values()
-         if isinstance(cls, type) and issubclass(cls, GitLeaseError)}
+KINDS = {cls.kind: cls for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, GitLeaseError)}
 KINDS[AgentRefused.kind] = AgentRefused
 
 
@@ -416,6 +476,7 @@ def raise_refusal(ans: dict) -> None:
 
 
 # ---------------------------------------------------------------------------- the client
+
 
 class AgentUnreachable(ConnectionError):
     """Nothing answers on the socket: the request was not sent."""
@@ -468,9 +529,15 @@ class AgentClient:
         if self.available():
             return True
         env = dict(os.environ, GITLEASE_AGENT_SOCKET=self.path)
-        subprocess.Popen([sys.executable, "-m", "gitlease.liveness.agent", "--socket", self.path, "--idle", str(idle)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True, env=env, close_fds=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "gitlease.liveness.agent", "--socket", self.path, "--idle", str(idle)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            close_fds=True,
+        )
         deadline = clock.monotonic() + wait
         while clock.monotonic() < deadline:
             if self.available():
@@ -480,7 +547,8 @@ class AgentClient:
 
 
 def _open_service(repo: str, remote: str | None):
-    from gitlease import open_service
+    from gitlease.service.factory import open_service
+
     return open_service(repo, remote=remote)
 
 

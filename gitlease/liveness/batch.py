@@ -12,12 +12,14 @@ the agent and a holder that fell back to renewing itself never race each other i
 ``prepare`` / ``finish``: the same renewals made ready to ride in another push (the agent piggybacks them on an
 acquire or a release, gitlease/liveness/agent.py).
 """
+
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, Sequence
+from typing import IO
 
 from gitlease.core import record as records
 from gitlease.core.errors import GitLeaseError, LeaseLost, RemoteUnavailable
@@ -119,8 +121,9 @@ def _settle(it: _Item, out) -> object:
         it.svc._update_held(it.lease_id, it.record, it.update.new)
         return Renewed(it.lease_id, it.record, it.update.new)
     it.svc._forget(it.lease_id)
-    return LeaseLost(f"lease lost or replaced: {it.lease_id} is no longer at the version this worktree wrote "
-                     "(stop writing)")
+    return LeaseLost(
+        f"lease lost or replaced: {it.lease_id} is no longer at the version this worktree wrote (stop writing)"
+    )
 
 
 def _lock(item: _Item) -> None:
@@ -131,8 +134,7 @@ def _lock(item: _Item) -> None:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.close()
-        raise Busy(f"lease {item.lease_id} is being renewed or released by its holder; skipped this time") \
-            from None
+        raise Busy(f"lease {item.lease_id} is being renewed or released by its holder; skipped this time") from None
     item.lock = fh
 
 
@@ -155,8 +157,10 @@ def _prepare(item: _Item, ttl: int | None, id_ref) -> None:
     now = svc.clock.now()
     if now >= current.expires:
         svc._forget(item.lease_id)
-        raise LeaseLost(f"lease {item.lease_id} expired at {current.expires_at}; renewal after expiry is "
-                        "refused (stop writing and acquire again)")
+        raise LeaseLost(
+            f"lease {item.lease_id} expired at {current.expires_at}; renewal after expiry is "
+            "refused (stop writing and acquire again)"
+        )
     prog = next_progress(item.progress, current.progress, now) if item.progress is not None else None
     nxt = current.next_version(now, ttl=ttl, progress=prog)
     records.validate(nxt)
@@ -183,7 +187,8 @@ def _per_lease(pusher, group: list[_Item], out: Outcome) -> dict[str, object]:
                 _mark_pending(it)
                 verdicts[it.lease_id] = RemoteUnavailable(
                     f"outcome of the renewal of {it.lease_id} unknown ({out.message or 'no answer'}) and the "
-                    f"store cannot be re-read ({exc})")
+                    f"store cannot be re-read ({exc})"
+                )
             return verdicts
         for it in unclear:
             landed = refs.get(it.update.ref) == it.update.new

@@ -14,14 +14,15 @@ when the agent is gone.
   itself this once. An agent that does not answer, or no longer knows the lease: the holder renews itself
   from then on (``fallen``), within the same attempt's budget, so no deadline is missed.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from gitlease.core import record as records
-from gitlease.liveness.agent import AgentClient, AgentNoAnswer, AgentRefused, AgentUnreachable, raise_refusal
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import LeaseLost, RemoteUnavailable
+from gitlease.liveness.agent import AgentClient, AgentNoAnswer, AgentRefused, AgentUnreachable, raise_refusal
 from gitlease.liveness.heartbeat import MIN_ATTEMPT, Attempt, Timing
 
 
@@ -41,8 +42,14 @@ class AgentLink:
         self.log = log or (lambda line: None)
 
     @classmethod
-    def connect(cls, svc, renew_agent: bool | None = None, *, client: AgentClient | None = None,
-                log: Callable[[str], None] | None = None) -> "AgentLink | None":
+    def connect(
+        cls,
+        svc,
+        renew_agent: bool | None = None,
+        *,
+        client: AgentClient | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> AgentLink | None:
         if not wanted(svc, renew_agent):
             return None
         client = client or AgentClient()
@@ -64,14 +71,22 @@ class AgentLink:
         return max(self.client.timeout, float(self.svc.settings.timeout) * 4)
 
     def _call(self, op: str, **kw) -> dict:
-        ans = self.client.request(op, timeout=self._long(), repo=self.svc.repo.cwd,
-                                  remote=self.svc.settings.remote, who=self._who(), **kw)
+        ans = self.client.request(
+            op, timeout=self._long(), repo=self.svc.repo.cwd, remote=self.svc.settings.remote, who=self._who(), **kw
+        )
         if not ans.get("ok"):
             raise_refusal(ans)
         return ans
 
-    def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
-                renew_every: int | None = None, replace: str | None = None):
+    def acquire(
+        self,
+        raw_scopes: Sequence[str],
+        *,
+        ttl: int | None = None,
+        holder_pid: int = 0,
+        renew_every: int | None = None,
+        replace: str | None = None,
+    ):
         """``LeaseService.acquire`` through the agent (due renewals ride along); by itself when the agent is
         gone or refuses."""
         from gitlease.core import scope as scopes
@@ -80,8 +95,9 @@ class AgentLink:
         before = set(self.svc.held_here())
         kw = dict(ttl=ttl, holder_pid=holder_pid, renew_every=renew_every, replace=replace)
         try:
-            ans = self._call("acquire", scope=list(raw_scopes), pid=holder_pid, ttl=ttl, renewEvery=renew_every,
-                             replace=replace)
+            ans = self._call(
+                "acquire", scope=list(raw_scopes), pid=holder_pid, ttl=ttl, renewEvery=renew_every, replace=replace
+            )
         except (AgentUnreachable, AgentRefused):
             return self.svc.acquire(raw_scopes, **kw)
         except AgentNoAnswer:  # it may have acquired: adopt what it wrote into this worktree's held state
@@ -90,8 +106,9 @@ class AgentLink:
                 if lid not in before and set(h.paths) == paths:
                     return Acquired(lid, records.parse(h.record.encode("utf-8")), h.current)
             return self.svc.acquire(raw_scopes, **kw)
-        return Acquired(ans["lease"], records.parse(ans["record"].encode("utf-8")), ans["oid"],
-                        tuple(ans.get("cleared") or ()))
+        return Acquired(
+            ans["lease"], records.parse(ans["record"].encode("utf-8")), ans["oid"], tuple(ans.get("cleared") or ())
+        )
 
     def release(self, lease_id: str) -> None:
         """``LeaseService.release`` through the agent; by itself when the agent is gone."""
@@ -114,13 +131,19 @@ class AgentLink:
 
     def register(self, lease_id: str, pid: int) -> bool:
         try:
-            ans = self.client.request("register", timeout=self._long(), repo=self.svc.repo.cwd,
-                                      remote=self.svc.settings.remote, lease=lease_id, pid=pid)
+            ans = self.client.request(
+                "register",
+                timeout=self._long(),
+                repo=self.svc.repo.cwd,
+                remote=self.svc.settings.remote,
+                lease=lease_id,
+                pid=pid,
+            )
         except OSError:
             return False
         return bool(ans.get("ok"))
 
-    def attempt(self, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt) -> "AgentAttempt":
+    def attempt(self, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt) -> AgentAttempt:
         return AgentAttempt(self, lease_id, timing, expires, self_attempt)
 
 
@@ -140,18 +163,28 @@ class AgentAttempt:
         clock = self.link.svc.clock
         start = clock.monotonic()
         try:
-            ans = self.link.client.request("status", timeout=max(0.05, min(self.link.client.timeout, budget / 4)),
-                                           lease=self.lease_id, progress=progress)
+            ans = self.link.client.request(
+                "status",
+                timeout=max(0.05, min(self.link.client.timeout, budget / 4)),
+                lease=self.lease_id,
+                progress=progress,
+            )
         except OSError as exc:
             return self._fall_back(f"it does not answer ({exc})", budget - (clock.monotonic() - start), progress)
         left = budget - (clock.monotonic() - start)
         state = ans.get("state")
         if state == "lost":
-            raise LeaseLost(f"lease lost: {self.lease_id}: {ans.get('error') or 'the renewal agent reports it lost'}"
-                            " (stop writing)", leaseId=self.lease_id)
+            raise LeaseLost(
+                f"lease lost: {self.lease_id}: {ans.get('error') or 'the renewal agent reports it lost'}"
+                " (stop writing)",
+                leaseId=self.lease_id,
+            )
         if not ans.get("ok") or state != "held":
-            return self._fall_back(f"it does not renew {self.lease_id} ({state or 'error'}: "
-                                   f"{ans.get('error') or 'unknown lease'})", left, progress)
+            return self._fall_back(
+                f"it does not renew {self.lease_id} ({state or 'error'}: {ans.get('error') or 'unknown lease'})",
+                left,
+                progress,
+            )
         expires = max(self.expires, parse_iso(ans["expiresAt"]))
         if expires > self.expires:
             self.expires = expires

@@ -11,11 +11,12 @@ request timeout and the grace period do not fit in the TTL.
 Time is injected: the loop reads ``clock.monotonic()`` and waits through ``wait(stop_event, seconds)``; a test
 passes a FakeClock and drives the whole schedule without sleeping. Standard library only.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import GitLeaseError, LeaseLost, UsageError
@@ -41,8 +42,9 @@ class Timing:
     margin: float = MARGIN
 
     @classmethod
-    def for_ttl(cls, ttl: float, *, renew_every: float | None = None, timeout: float | None = None,
-                grace: float | None = None) -> "Timing":
+    def for_ttl(
+        cls, ttl: float, *, renew_every: float | None = None, timeout: float | None = None, grace: float | None = None
+    ) -> Timing:
         """Defaults that fit: renew every third of the TTL; request timeout a sixth of it, at most 30 s;
         grace a tenth, at most 10 s. Explicit values are taken as given. Then ``check``."""
         renew = renew_every if renew_every is not None else ttl / 3
@@ -58,8 +60,11 @@ class Timing:
         return self.ttl - self.grace - self.margin
 
     def check(self) -> None:
-        for name, value in (("--ttl", self.ttl), ("--renew-every", self.renew_every), ("request timeout",
-                            self.timeout)):
+        for name, value in (
+            ("--ttl", self.ttl),
+            ("--renew-every", self.renew_every),
+            ("request timeout", self.timeout),
+        ):
             if value <= 0:
                 raise UsageError(f"{name} must be positive, not {value:g}")
         if self.grace < 0:
@@ -69,7 +74,8 @@ class Timing:
             raise UsageError(
                 f"timings do not fit the TTL: renew every {_s(self.renew_every)}s + request timeout "
                 f"{_s(self.timeout)}s + grace {_s(self.grace)}s + margin {_s(self.margin)}s = {_s(need)}s, which "
-                f"must be less than the TTL ({_s(self.ttl)}s); renew more often, lower the timeout, or raise --ttl")
+                f"must be less than the TTL ({_s(self.ttl)}s); renew more often, lower the timeout, or raise --ttl"
+            )
 
 
 def _s(seconds: float) -> str:
@@ -92,6 +98,7 @@ def waiter_for(clock: Clock) -> Callable[[threading.Event, float], bool]:
             return True
         clock.sleep(max(0.0, seconds))
         return stop.is_set()
+
     return fake_wait
 
 
@@ -225,9 +232,11 @@ class Heartbeat:
 def service_attempt(svc, lease_id: str, *, ttl: int | None = None) -> Attempt:
     """An Attempt that renews ``lease_id`` with ``svc`` (a LeaseService used by this heartbeat alone): the lock
     wait and each of the renewal's git calls get a quarter of the budget, so the whole attempt ends within it."""
+
     def attempt(budget: float, progress: str | None) -> float:
         svc.store.timeout = max(0.1, budget / CALLS_PER_RENEWAL)
         return svc.renew(lease_id, ttl=ttl, progress=progress).record.expires
+
     return attempt
 
 

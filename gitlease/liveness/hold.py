@@ -18,13 +18,15 @@ and the release go through it (due renewals of other local leases ride in the sa
 asks it for the lease's state instead of pushing; if the agent dies the heartbeat renews by itself
 (gitlease/liveness/delegate.py). ``renew_agent=False`` (or git config ``lease.renewAgent false``) renews by itself only.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from gitlease.core.errors import GitLeaseError, LeaseLost
 from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
@@ -49,8 +51,9 @@ class Lease:
     def check(self) -> None:
         """Raise LeaseLost (exit code 6) once the lease is lost."""
         if self.heartbeat.lost.is_set():
-            raise LeaseLost(f"lease lost: {self.lease_id}: {self.heartbeat.reason} (stop writing)",
-                            leaseId=self.lease_id)
+            raise LeaseLost(
+                f"lease lost: {self.lease_id}: {self.heartbeat.reason} (stop writing)", leaseId=self.lease_id
+            )
 
     def progress(self, note: str) -> None:
         """A progress note ("tests 40/120") sent with the next renewal."""
@@ -64,16 +67,30 @@ def _timing(settings, ttl: int, renew_every: float | None, timeout: float | None
 
 
 @contextlib.contextmanager
-def hold(repo: str = ".", scope: Sequence[str] = (), *, ttl: int | None = None, renew_every: float | None = None,
-         wait: float | None = None, remote: str | None = None, grace: float | None = None,
-         timeout: float | None = None, on_lost: Callable[[str], None] | None = None, clock=None, signer=None,
-         service=None, renew_agent: bool | None = None, agent_client=None, **flags: Any) -> Iterator[Lease]:
+def hold(
+    repo: str = ".",
+    scope: Sequence[str] = (),
+    *,
+    ttl: int | None = None,
+    renew_every: float | None = None,
+    wait: float | None = None,
+    remote: str | None = None,
+    grace: float | None = None,
+    timeout: float | None = None,
+    on_lost: Callable[[str], None] | None = None,
+    clock=None,
+    signer=None,
+    service=None,
+    renew_agent: bool | None = None,
+    agent_client=None,
+    **flags: Any,
+) -> Iterator[Lease]:
     """Acquire ``scope`` in ``repo`` (waiting up to ``wait`` seconds while it is held), renew it in a
     background thread, release it when the block ends. ``service``: an existing LeaseService (tests).
     ``renew_agent``: renew through the per-host agent (default: git config ``lease.renewAgent``, true; never
     for leases in the repository's own refs); ``agent_client``: an AgentClient (default: the usual socket)."""
-    from gitlease import open_service
     from gitlease.liveness.delegate import AgentLink
+    from gitlease.service.factory import open_service
     from gitlease.service.leases import LeaseService
 
     svc = service or open_service(repo, remote=remote, clock=clock, signer=signer, **flags)

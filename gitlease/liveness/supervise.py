@@ -11,6 +11,7 @@ Two backstops for a supervisor that cannot act (docs/limits.md): the direct chil
 the group when the supervisor dies or misses a deadline (frozen by SIGSTOP, stuck). SIGINT, SIGTERM and SIGHUP
 sent to the supervisor are forwarded to the group. The module prints nothing: ``log`` receives its messages.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from gitlease.core.errors import GitLeaseError, UsageError
 from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
@@ -102,9 +103,21 @@ def group_alive(pgid: int) -> bool:
 
 
 class Supervisor:
-    def __init__(self, svc, lease_id: str, expires: float, timing: Timing, argv: Sequence[str], *,
-                 release: bool = True, env: dict[str, str] | None = None, watchdog: bool = True,
-                 log: Callable[[str], None] = lambda line: None, cwd: str | None = None, link=None) -> None:
+    def __init__(
+        self,
+        svc,
+        lease_id: str,
+        expires: float,
+        timing: Timing,
+        argv: Sequence[str],
+        *,
+        release: bool = True,
+        env: dict[str, str] | None = None,
+        watchdog: bool = True,
+        log: Callable[[str], None] = lambda line: None,
+        cwd: str | None = None,
+        link=None,
+    ) -> None:
         from gitlease.service.leases import LeaseService
 
         if not argv:
@@ -117,8 +130,14 @@ class Supervisor:
         attempt = service_attempt(beat_svc, lease_id)
         self.link = link  # gitlease.liveness.delegate.AgentLink: renew through the per-host agent
         self.agent_attempt = link.attempt(lease_id, timing, expires, attempt) if link else None
-        self.heartbeat = Heartbeat(self.agent_attempt or attempt, timing, expires, clock=svc.clock,
-                                   on_lost=self._on_lost, on_renewed=self._on_renewed)
+        self.heartbeat = Heartbeat(
+            self.agent_attempt or attempt,
+            timing,
+            expires,
+            clock=svc.clock,
+            on_lost=self._on_lost,
+            on_renewed=self._on_renewed,
+        )
         self.child: _Child | None = None
         self.watchdog: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Lock()
@@ -169,8 +188,9 @@ class Supervisor:
     def run(self) -> RunResult:
         hb = self.heartbeat
         if self.svc.clock.monotonic() >= hb.deadline:
-            raise GitLeaseError(f"lease {self.lease_id} is too close to its expiry to start a command under it; "
-                                "renew it first")
+            raise GitLeaseError(
+                f"lease {self.lease_id} is too close to its expiry to start a command under it; renew it first"
+            )
         previous = {sig: signal.getsignal(sig) for sig in FORWARDED}
         for sig in FORWARDED:
             signal.signal(sig, self._forward)
@@ -181,9 +201,19 @@ class Supervisor:
                 if self.use_watchdog:  # armed with its first deadline before the command may start
                     first = hb.expiry - self.timing.grace - self.timing.margin / 2
                     self.watchdog = subprocess.Popen(
-                        [sys.executable, "-m", "gitlease.liveness.watchdog", str(pid), f"{self.timing.grace:g}",
-                         f"{first:.3f}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                        stderr=subprocess.DEVNULL, start_new_session=True)
+                        [
+                            sys.executable,
+                            "-m",
+                            "gitlease.liveness.watchdog",
+                            str(pid),
+                            f"{self.timing.grace:g}",
+                            f"{first:.3f}",
+                        ],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
                 os.write(gate, b"g")
             finally:
                 os.close(gate)

@@ -8,11 +8,13 @@ end the wait at once: writes fail closed.
 
 Time is injected (``clock.monotonic`` and ``clock.sleep``): a test moves a FakeClock and never sleeps.
 """
+
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import HeldError
@@ -26,14 +28,22 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Equal jitter: between half and all of the exponential step, so waiters spread out."""
-        step = min(self.cap, self.first * self.factor ** attempt)
+        step = min(self.cap, self.first * self.factor**attempt)
         return rng.uniform(step / 2, step)
 
 
-def acquire_wait(svc, raw_scopes: Sequence[str], *, wait: float, clock: Clock | None = None,
-                 backoff: Backoff = Backoff(), rng: random.Random | None = None,
-                 on_wait: Callable[[HeldError, float], None] | None = None,
-                 acquire: Callable[..., Any] | None = None, **acquire_args: Any):
+def acquire_wait(
+    svc,
+    raw_scopes: Sequence[str],
+    *,
+    wait: float,
+    clock: Clock | None = None,
+    backoff: Backoff = Backoff(),
+    rng: random.Random | None = None,
+    on_wait: Callable[[HeldError, float], None] | None = None,
+    acquire: Callable[..., Any] | None = None,
+    **acquire_args: Any,
+):
     """``svc.acquire(raw_scopes, **acquire_args)``, retried until it succeeds or ``wait`` seconds have passed
     (then the last HeldError is raised). ``on_wait(refusal, seconds)`` is told before each pause. ``acquire``:
     another function with acquire's signature to retry (the worktree manager's: lease, then worktree)."""

@@ -14,6 +14,7 @@ expire even when the supervisor is SIGKILLed or frozen (SIGSTOP). CLOCK_MONOTONI
 the two processes agree on deadlines. It writes ``fired`` on stdout when it stopped the group. Standard library
 only, and it imports nothing of gitlease: it must start fast and depend on nothing that can fail.
 """
+
 from __future__ import annotations
 
 import os

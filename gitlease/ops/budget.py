@@ -7,12 +7,14 @@ bound: an idle agent renews nothing):
 * per-lease (what gitlease does today): an acquire and a release per task, ``2 * N * T / 60`` pushes a minute,
   plus one renewal push per lease per interval, ``N * 60 / R``;
 * batched (``git lease agent`` renews every lease of a host in one push; ``acquire --replace`` puts a worker's
-  release and its next acquire in one push), ``N * T / 60``, plus one renewal push per host per interval for all its leases, ``min(H, N) * 60 / R``.
+  release and its next acquire in one push), ``N * T / 60``, plus one renewal push per host per interval for
+  all its leases, ``min(H, N) * 60 / R``.
 
 The largest fleet that fits under a host's limit L (pushes a minute; GitHub recommends at most 6 per
 repository) is ``floor(L / (2T/60 + 60/R))`` agents per-lease, and ``floor((L - 60H/R) / (T/60))`` agents on
 H hosts batched (unbounded when T is 0, none when the hosts' renewals alone exceed L).
 """
+
 from __future__ import annotations
 
 import math
@@ -57,9 +59,15 @@ class Model:
         return self.total / self.limit
 
     def to_json(self) -> dict[str, object]:
-        return {"label": self.label, "acquireRelease": round(self.acquire_release, 4),
-                "renewals": round(self.renewals, 4), "total": round(self.total, 4), "fits": self.fits,
-                "shareOfLimit": round(self.share, 4), "maxAgents": self.max_agents}
+        return {
+            "label": self.label,
+            "acquireRelease": round(self.acquire_release, 4),
+            "renewals": round(self.renewals, 4),
+            "total": round(self.total, 4),
+            "fits": self.fits,
+            "shareOfLimit": round(self.share, 4),
+            "maxAgents": self.max_agents,
+        }
 
 
 @dataclass(frozen=True)
@@ -74,36 +82,44 @@ class Budget:
         fleet["renewEvery"] = self.fleet.interval
         fleet.pop("renew_every")
         fleet["tasksPerHour"] = fleet.pop("tasks_per_hour")
-        return {"fleet": fleet, "limit": self.limit, "perLease": self.per_lease.to_json(),
-                "batched": self.batched.to_json()}
+        return {
+            "fleet": fleet,
+            "limit": self.limit,
+            "perLease": self.per_lease.to_json(),
+            "batched": self.batched.to_json(),
+        }
 
     def lines(self) -> list[str]:
         f = self.fleet
-        out = [f"fleet: {f.agents} agents on {f.hosts} host{'s' if f.hosts != 1 else ''}, ttl {f.ttl}s, renewal "
-               f"every {f.interval:g}s, {f.tasks_per_hour:g} tasks per agent per hour",
-               f"host limit: {self.limit:g} pushes/min"]
+        out = [
+            f"fleet: {f.agents} agents on {f.hosts} host{'s' if f.hosts != 1 else ''}, ttl {f.ttl}s, renewal "
+            f"every {f.interval:g}s, {f.tasks_per_hour:g} tasks per agent per hour",
+            f"host limit: {self.limit:g} pushes/min",
+        ]
         on_hosts = f"agents on {f.hosts} host{'s' if f.hosts != 1 else ''}"
         for model, fleet_text in ((self.per_lease, "agents"), (self.batched, on_hosts)):
             verdict = "fits" if model.fits else "OVER the limit"
             most = "no limit from this model" if model.max_agents is None else f"{model.max_agents} {fleet_text}"
-            out += [f"{model.label}:",
-                    f"  {model.total:.2f} pushes/min = {model.acquire_release:.2f} acquire/release + "
-                    f"{model.renewals:.2f} renewals: {verdict} ({model.share:.0%} of {self.limit:g}/min)",
-                    f"  largest fleet that fits: {most}"]
+            out += [
+                f"{model.label}:",
+                f"  {model.total:.2f} pushes/min = {model.acquire_release:.2f} acquire/release + "
+                f"{model.renewals:.2f} renewals: {verdict} ({model.share:.0%} of {self.limit:g}/min)",
+                f"  largest fleet that fits: {most}",
+            ]
         return out
 
 
 PER_LEASE = "per-lease renewals (what gitlease does today)"
-BATCHED = ("batched (git lease agent: one renewal push per host; acquire --replace: release + next "
-           "acquire in one push)")
+BATCHED = "batched (git lease agent: one renewal push per host; acquire --replace: release + next acquire in one push)"
 
 
 def plan(fleet: Fleet, limit: float = GITHUB_PUSHES_PER_MINUTE) -> Budget:
     _validate(fleet, limit)
     r = fleet.interval
     per_task = 2 * fleet.tasks_per_hour / 60  # pushes a minute per busy agent, for acquire + release
-    per_lease = Model(PER_LEASE, fleet.agents * per_task, fleet.agents * 60 / r, limit,
-                      math.floor(limit / (per_task + 60 / r) + 1e-9))
+    per_lease = Model(
+        PER_LEASE, fleet.agents * per_task, fleet.agents * 60 / r, limit, math.floor(limit / (per_task + 60 / r) + 1e-9)
+    )
     per_task = fleet.tasks_per_hour / 60  # batched: release + next acquire in one push
     host_renewals = 60 * fleet.hosts / r
     if host_renewals > limit + 1e-9:
@@ -124,8 +140,9 @@ def _validate(fleet: Fleet, limit: float) -> None:
     if fleet.ttl < 1:
         raise UsageError("--ttl must be at least 1 second")
     if fleet.renew_every is not None and not 0 < fleet.renew_every < fleet.ttl:
-        raise UsageError(f"--renew-every must be shorter than the TTL ({fleet.ttl}s), or leases expire between "
-                         "renewals")
+        raise UsageError(
+            f"--renew-every must be shorter than the TTL ({fleet.ttl}s), or leases expire between renewals"
+        )
     if fleet.tasks_per_hour < 0:
         raise UsageError("--tasks-per-hour must be 0 or more")
     if not limit > 0:

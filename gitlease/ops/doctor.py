@@ -24,6 +24,7 @@ The probe refs are deleted in a ``finally`` (also on failure and on interrupt); 
 was killed before it could clean up are deleted by the next run once they are older than ``STALE_AFTER``.
 Every push is built by ``store.push_argv`` (pinned, never forced). Library code: it reports, the CLI prints.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,13 +32,14 @@ import re
 import secrets
 import shlex
 import shutil
-import stat
 import signal
+import stat
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from gitlease.core import gitcmd
 from gitlease.core.clock import SYSTEM, Clock
@@ -45,8 +47,18 @@ from gitlease.core.config import Settings
 from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
 from gitlease.core.objects import ObjectWriter
 from gitlease.core.repo import Repo
-from gitlease.core.store import (NAMESPACE, RESERVED, Outcome, RefUpdate, RemoteStore, Store, _last_error, open_store,
-                    parse_push_porcelain, push_argv)
+from gitlease.core.store import (
+    NAMESPACE,
+    RESERVED,
+    Outcome,
+    RefUpdate,
+    RemoteStore,
+    Store,
+    _last_error,
+    open_store,
+    parse_push_porcelain,
+    push_argv,
+)
 
 DOCTOR_PREFIX = RESERVED[0]  # store.list_refs skips it: probes never block a lease
 STALE_AFTER = 900  # seconds: a doctor run's refs older than this are leftovers of a run that was killed
@@ -97,11 +109,17 @@ class Report:
         return [c for c in self.checks if c.status == FAIL]
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "store": self.store, "url": self.url, "probeRefs": self.run,
-                "checks": [c.to_json() for c in self.checks]}
+        return {
+            "ok": self.ok,
+            "store": self.store,
+            "url": self.url,
+            "probeRefs": self.run,
+            "checks": [c.to_json() for c in self.checks],
+        }
 
 
 # ------------------------------------------------------------------------------- pure helpers
+
 
 def parse_git_version(text: str) -> tuple[int, ...] | None:
     """``git version 2.39.5`` (also ``2.39.5.windows.1``, ``2.39.5 (Apple Git-143)``) -> (2, 39, 5)."""
@@ -139,14 +157,14 @@ def http_date_offset(trace: str, sent: float, received: float) -> tuple[float, f
 
 
 def run_name(now: float, nonce: str) -> str:
-    return datetime.fromtimestamp(int(now), tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + nonce
+    return datetime.fromtimestamp(int(now), tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + nonce
 
 
 def run_started(name: str) -> float | None:
     m = _RUN_NAME.match(name)
     if not m:
         return None
-    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def is_gitlease_hook(text: str) -> bool:
@@ -156,11 +174,13 @@ def is_gitlease_hook(text: str) -> bool:
 
 # ------------------------------------------------------------------------------------- doctor
 
+
 class Doctor:
     """Runs the checks in order, handing each to ``on_check`` as it completes (the CLI prints it)."""
 
-    def __init__(self, repo: Repo, settings: Settings, *, clock: Clock = SYSTEM,
-                 on_check: Callable[[Check], None] | None = None) -> None:
+    def __init__(
+        self, repo: Repo, settings: Settings, *, clock: Clock = SYSTEM, on_check: Callable[[Check], None] | None = None
+    ) -> None:
         self.repo = repo
         self.settings = settings
         self.clock = clock
@@ -213,8 +233,12 @@ class Doctor:
         if version is None or version[:2] < MIN_GIT:
             self._add("git-version", FAIL, f"git {shown}: gitlease needs git {need} or newer", version=shown)
         elif version[:2] < TESTED_GIT:
-            self._add("git-version", WARN, f"git {shown}: works from {need}, tested on "
-                      f"{'.'.join(map(str, TESTED_GIT))}", version=shown)
+            self._add(
+                "git-version",
+                WARN,
+                f"git {shown}: works from {need}, tested on {'.'.join(map(str, TESTED_GIT))}",
+                version=shown,
+            )
         else:
             self._add("git-version", PASS, f"git {shown} (gitlease needs {need} or newer)", version=shown)
 
@@ -244,8 +268,13 @@ class Doctor:
         """A fresh, unique commit for a probe ref (unique objects: see the same-object trap in git-facts)."""
         body = f"gitlease doctor probe {label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
         tree = self.objects.tree({"doctor.txt": self.objects.blob(body)})
-        return self.objects.commit(tree, (), "gitlease doctor <doctor@gitlease.invalid>", int(self.clock.now()),
-                                   f"gitlease doctor probe {label}")
+        return self.objects.commit(
+            tree,
+            (),
+            "gitlease doctor <doctor@gitlease.invalid>",
+            int(self.clock.now()),
+            f"gitlease doctor probe {label}",
+        )
 
     def _ref(self, name: str) -> str:
         return f"{self.run}/{name}"
@@ -254,8 +283,12 @@ class Doctor:
         """Refs matching ``pattern`` on the store, read now (raises RemoteUnavailable)."""
         if isinstance(self.store, RemoteStore):
             try:
-                res = gitcmd.run(["ls-remote", "--refs", self.remote, pattern], cwd=self.repo.cwd,
-                                 timeout=self.settings.timeout, check=False)
+                res = gitcmd.run(
+                    ["ls-remote", "--refs", self.remote, pattern],
+                    cwd=self.repo.cwd,
+                    timeout=self.settings.timeout,
+                    check=False,
+                )
             except gitcmd.Timeout as exc:
                 raise RemoteUnavailable(str(exc)) from None
             if res.returncode != 0:
@@ -272,8 +305,14 @@ class Doctor:
                 out[ref] = oid
         return out
 
-    def _push(self, updates: Sequence[RefUpdate], *, atomic: bool, env: dict[str, str] | None = None,
-              hooks_dir: str | None = None) -> Outcome:
+    def _push(
+        self,
+        updates: Sequence[RefUpdate],
+        *,
+        atomic: bool,
+        env: dict[str, str] | None = None,
+        hooks_dir: str | None = None,
+    ) -> Outcome:
         """A push built by ``push_argv`` with a trace environment or our own hooks folder (the store's
         ``apply`` takes neither). The remote store only."""
         argv = push_argv(self.remote, updates, atomic=atomic, run_hooks=hooks_dir is not None)
@@ -303,8 +342,12 @@ class Doctor:
         skip_rest = self._skip_probes
 
         x = {n: self._commit(n) for n in ("probe", "df", "dir-leaf", "cas")}
-        created = {self._ref("probe"): x["probe"], self._ref("df"): x["df"],
-                   self._ref("dir/leaf"): x["dir-leaf"], self._ref("cas"): x["cas"]}
+        created = {
+            self._ref("probe"): x["probe"],
+            self._ref("df"): x["df"],
+            self._ref("dir/leaf"): x["dir-leaf"],
+            self._ref("cas"): x["cas"],
+        }
         first = [RefUpdate(ref, oid, None) for ref, oid in created.items()]
 
         # 1. custom refs accepted (non-atomic: we do not know yet whether the remote does atomic).
@@ -335,44 +378,64 @@ class Doctor:
         missing = [r for r in created if listed.get(r) != created[r]]
         if refused or missing:
             why = next(iter(refused.values()), "rejected").split(":", 1)[-1] if refused else "not listed"
-            self._add("custom-refs", FAIL, f"refs under {NAMESPACE}/ are refused or hidden ({why}): "
-                      "use another remote (lease.remote) or allow the namespace", refused=refused,
-                      missing=missing)
+            self._add(
+                "custom-refs",
+                FAIL,
+                f"refs under {NAMESPACE}/ are refused or hidden ({why}): "
+                "use another remote (lease.remote) or allow the namespace",
+                refused=refused,
+                missing=missing,
+            )
             return skip_rest("custom refs are refused")
-        self._add("custom-refs", PASS, f"refs under {NAMESPACE}/ can be created and are listed",
-                  refs=len(created))
+        self._add("custom-refs", PASS, f"refs under {NAMESPACE}/ can be created and are listed", refs=len(created))
 
         # 2. atomic advertised
         atomic = True
         if not remote:
             self._add("atomic-advertised", PASS, "local store: update-ref transactions are all-or-nothing")
         elif caps is None:
-            self._add("atomic-advertised", WARN, "could not read the capability advertisement from the packet "
-                      "trace; the next check tries an --atomic push")
+            self._add(
+                "atomic-advertised",
+                WARN,
+                "could not read the capability advertisement from the packet "
+                "trace; the next check tries an --atomic push",
+            )
         elif "atomic" in caps:
             self._add("atomic-advertised", PASS, "receive-pack advertises 'atomic'", capabilities=caps)
         else:
             atomic = self._atomic = False
-            self._add("atomic-advertised", FAIL, "receive-pack does not advertise 'atomic': every lease write "
-                      "is an --atomic push (on your own server: receive.advertiseAtomic=true)",
-                      capabilities=caps)
+            self._add(
+                "atomic-advertised",
+                FAIL,
+                "receive-pack does not advertise 'atomic': every lease write "
+                "is an --atomic push (on your own server: receive.advertiseAtomic=true)",
+                capabilities=caps,
+            )
 
         # 3. directory/file rule, both directions, each ref on its own.
         sub, parent = self._ref("df/sub"), self._ref("dir")
-        out = self._apply_each([RefUpdate(sub, self._commit("df-sub"), None),
-                                RefUpdate(parent, self._commit("dir"), None)])
+        out = self._apply_each(
+            [RefUpdate(sub, self._commit("df-sub"), None), RefUpdate(parent, self._commit("dir"), None)]
+        )
         after = self._list(self.run + "/*")
         wrong = [r for r in (sub, parent) if r in after]
         df_ok = not wrong and not out.ambiguous
         if df_ok:
-            self._add("dir-file", PASS, "an overlapping create is refused (X/sub while X exists, and X while "
-                      "X/leaf exists)")
+            self._add(
+                "dir-file", PASS, "an overlapping create is refused (X/sub while X exists, and X while X/leaf exists)"
+            )
         elif out.ambiguous and not wrong:
             self._add("dir-file", WARN, f"could not tell: {out.message or 'no verdict'}")
         else:
-            self._add("dir-file", FAIL, "the server accepted an overlapping ref ("
-                      + ", ".join(r[len(self.run) + 1:] for r in wrong) + "): overlapping leases would not be "
-                      "refused", accepted=wrong)
+            self._add(
+                "dir-file",
+                FAIL,
+                "the server accepted an overlapping ref ("
+                + ", ".join(r[len(self.run) + 1 :] for r in wrong)
+                + "): overlapping leases would not be "
+                "refused",
+                accepted=wrong,
+            )
 
         # 4. atomic honoured: one good create + one create the server must refuse (D/F), atomically.
         if not atomic:
@@ -389,9 +452,13 @@ class Doctor:
             elif out.ambiguous and good not in after:
                 self._add("atomic-honoured", WARN, f"could not tell: {out.message or 'no verdict'}")
             else:
-                self._add("atomic-honoured", FAIL, "an atomic push with one refused ref still wrote "
-                          + ", ".join(r[len(self.run) + 1:] for r in (good, bad) if r in after)
-                          + ": lease writes would not be all-or-nothing")
+                self._add(
+                    "atomic-honoured",
+                    FAIL,
+                    "an atomic push with one refused ref still wrote "
+                    + ", ".join(r[len(self.run) + 1 :] for r in (good, bad) if r in after)
+                    + ": lease writes would not be all-or-nothing",
+                )
 
         # 5. compare-and-swap on a stale expectation.
         self._probe_cas(x["cas"], atomic)
@@ -400,8 +467,13 @@ class Doctor:
         ttl = self.settings.ttl
         msg = f"read {read_ms:.0f} ms, {'push' if remote else 'write'} {push_ms:.0f} ms"
         if push_ms > ttl * 100:  # more than a tenth of the TTL
-            self._add("latency", WARN, msg + f": slow against lease.ttl={ttl}s (renewals may not land in time)",
-                      readMs=round(read_ms, 1), pushMs=round(push_ms, 1))
+            self._add(
+                "latency",
+                WARN,
+                msg + f": slow against lease.ttl={ttl}s (renewals may not land in time)",
+                readMs=round(read_ms, 1),
+                pushMs=round(push_ms, 1),
+            )
         else:
             self._add("latency", PASS, msg, readMs=round(read_ms, 1), pushMs=round(push_ms, 1))
 
@@ -423,8 +495,10 @@ class Doctor:
         os.makedirs(hooks, exist_ok=True)
         marker = os.path.join(hooks, "moved")
         nested = ["git", *push_argv(self.remote, [RefUpdate(ref, theirs, old)], atomic=atomic)]
-        script = (f"#!/bin/sh\ncat >/dev/null\n{shlex.join(nested)} >/dev/null 2>&1\n"
-                  f"echo $? > {shlex.quote(marker)}\nexit 0\n")
+        script = (
+            f"#!/bin/sh\ncat >/dev/null\n{shlex.join(nested)} >/dev/null 2>&1\n"
+            f"echo $? > {shlex.quote(marker)}\nexit 0\n"
+        )
         hook = os.path.join(hooks, "pre-push")
         with open(hook, "w") as fh:
             fh.write(script)
@@ -443,19 +517,29 @@ class Doctor:
             out = self.store.apply([RefUpdate(ref, mine, old)], atomic=atomic)
             now = self._list(ref).get(ref)
             if not out.ok and now == theirs:
-                self._add("compare-and-swap", WARN, "a stale expectation is refused, but only the client-side "
-                          "check could be tested (the probe hook did not run)")
+                self._add(
+                    "compare-and-swap",
+                    WARN,
+                    "a stale expectation is refused, but only the client-side "
+                    "check could be tested (the probe hook did not run)",
+                )
             else:
                 self._add("compare-and-swap", FAIL, "an update expecting a stale value was not refused")
             return
         if not out.ok and now == theirs:
-            self._add("compare-and-swap", PASS, "the server refused an update whose expected value went stale "
-                      "after the client read it")
+            self._add(
+                "compare-and-swap",
+                PASS,
+                "the server refused an update whose expected value went stale after the client read it",
+            )
         elif out.ambiguous and now == theirs:
             self._add("compare-and-swap", WARN, f"could not tell: {out.message or 'no verdict'}")
         else:
-            self._add("compare-and-swap", FAIL, "the server accepted an update whose expected value was stale: "
-                      "two holders could both win a lease")
+            self._add(
+                "compare-and-swap",
+                FAIL,
+                "the server accepted an update whose expected value was stale: two holders could both win a lease",
+            )
 
     # ------------------------------------------------------------------------------- clean-up
     def _delete(self, refs: dict[str, str]) -> Outcome:
@@ -475,7 +559,7 @@ class Doctor:
         now = self.clock.now()
         stale = {}
         for ref, oid in refs.items():
-            started = run_started(ref[len(DOCTOR_PREFIX):].split("/", 1)[0])
+            started = run_started(ref[len(DOCTOR_PREFIX) :].split("/", 1)[0])
             if started is None or now - started > STALE_AFTER:
                 stale[ref] = oid
         if stale:
@@ -504,30 +588,48 @@ class Doctor:
             out = self._delete(refs) if refs else Outcome(ok=True)
             left = self._list(self.run + "/*")
         except RemoteUnavailable as exc:
-            self._add("cleanup", FAIL, f"could not remove the probe refs under {self.run}/ ({exc}); the next "
-                      f"doctor run removes them once they are {STALE_AFTER // 60} minutes old")
+            self._add(
+                "cleanup",
+                FAIL,
+                f"could not remove the probe refs under {self.run}/ ({exc}); the next "
+                f"doctor run removes them once they are {STALE_AFTER // 60} minutes old",
+            )
             return
         if tested:
             if not left and out.ok:
                 self._add("deletes", PASS, f"{len(refs)} probe refs deleted, each pinned to its value")
             else:
-                self._add("deletes", FAIL, f"{len(left)} of {len(refs)} probe refs could not be deleted "
-                          f"({out.message or 'refused'}): leases could not be released", left=sorted(left))
+                self._add(
+                    "deletes",
+                    FAIL,
+                    f"{len(left)} of {len(refs)} probe refs could not be deleted "
+                    f"({out.message or 'refused'}): leases could not be released",
+                    left=sorted(left),
+                )
         extra = f"; removed {self._leftovers} left by an interrupted earlier run" if self._leftovers else ""
         if left:
-            self._add("cleanup", FAIL, f"{len(left)} probe refs left; remove them by hand: "
-                      + " ".join(sorted(left)) + extra, left=sorted(left))
+            self._add(
+                "cleanup",
+                FAIL,
+                f"{len(left)} probe refs left; remove them by hand: " + " ".join(sorted(left)) + extra,
+                left=sorted(left),
+            )
         else:
-            self._add("cleanup", PASS, f"no probe refs left on {self.store.name}" + extra,
-                      removedLeftovers=self._leftovers)
+            self._add(
+                "cleanup", PASS, f"no probe refs left on {self.store.name}" + extra, removedLeftovers=self._leftovers
+            )
 
     # --------------------------------------------------------------------------- trust file, clock
     def check_trust_file(self) -> None:
         path = self.settings.allowed_signers
         if isinstance(self.store, RemoteStore):
             try:
-                res = gitcmd.run(["ls-remote", "--symref", self.remote, "HEAD"], cwd=self.repo.cwd,
-                                 timeout=self.settings.timeout, check=False)
+                res = gitcmd.run(
+                    ["ls-remote", "--symref", self.remote, "HEAD"],
+                    cwd=self.repo.cwd,
+                    timeout=self.settings.timeout,
+                    check=False,
+                )
             except gitcmd.Timeout:
                 self._add("trust-file", WARN, "could not read the remote's default branch (timeout)")
                 return
@@ -540,8 +642,11 @@ class Doctor:
                     oid = left
             where = f"the remote's default branch ({(branch or 'HEAD').removeprefix('refs/heads/')})"
             if oid is None:
-                self._add("trust-file", WARN, f"the remote has no default branch, so no trust file ({path}): "
-                          "leases stay unsigned")
+                self._add(
+                    "trust-file",
+                    WARN,
+                    f"the remote has no default branch, so no trust file ({path}): leases stay unsigned",
+                )
                 return
             try:
                 self.store.ensure_objects([oid])
@@ -552,13 +657,17 @@ class Doctor:
             oid, where = "HEAD", "HEAD"
         res = gitcmd.run(["cat-file", "blob", f"{oid}:{path}"], cwd=self.repo.cwd, check=False)
         if res.returncode != 0:
-            signed = " (lease.signingKey is set: signed leases cannot be verified)" if self.settings.signing_key \
+            signed = (
+                " (lease.signingKey is set: signed leases cannot be verified)"
+                if self.settings.signing_key
                 else ": leases stay unsigned"
+            )
             self._add("trust-file", WARN, f"no trust file {path} on {where}{signed}", path=path)
             return
         entries = [ln for ln in res.out.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-        self._add("trust-file", PASS, f"{path} found on {where} ({len(entries)} signers)", path=path,
-                  signers=len(entries))
+        self._add(
+            "trust-file", PASS, f"{path} found on {where} ({len(entries)} signers)", path=path, signers=len(entries)
+        )
 
     def check_clock(self) -> None:
         if not isinstance(self.store, RemoteStore):
@@ -567,15 +676,24 @@ class Doctor:
         url = self.url or self.remote
         if not url.startswith(("http://", "https://")):
             scheme = url.split("://", 1)[0] + "://" if "://" in url else "ssh"
-            self._add("clock", SKIP, f"cannot be told over {scheme} (no clock in the protocol); keep clocks in "
-                      f"sync with NTP (lease.skew={self.settings.skew}s)")
+            self._add(
+                "clock",
+                SKIP,
+                f"cannot be told over {scheme} (no clock in the protocol); keep clocks in "
+                f"sync with NTP (lease.skew={self.settings.skew}s)",
+            )
             return
         trace = os.path.join(self._tmp or ".", "curl.trace")
         env = {"GIT_TRACE_CURL": trace, "GIT_TRACE_CURL_NO_DATA": "1", "GIT_TRACE_REDACT": "1"}
         sent = self.clock.now()
         try:
-            gitcmd.run(["ls-remote", "--refs", self.remote, self.run + "/*"], cwd=self.repo.cwd,
-                       timeout=self.settings.timeout, check=False, env=env)
+            gitcmd.run(
+                ["ls-remote", "--refs", self.remote, self.run + "/*"],
+                cwd=self.repo.cwd,
+                timeout=self.settings.timeout,
+                check=False,
+                env=env,
+            )
         except gitcmd.Timeout:
             self._add("clock", WARN, "could not be told: the remote did not answer")
             return
@@ -592,8 +710,13 @@ class Doctor:
         skew = self.settings.skew
         msg = f"offset against the remote {offset:+.1f} s (±{error:.1f} s, from its HTTP Date header)"
         if abs(offset) - error > skew / 2:
-            self._add("clock", WARN, msg + f": more than half of lease.skew={skew}s; sync this clock (NTP)",
-                      offsetSeconds=round(offset, 2), uncertaintySeconds=round(error, 2))
+            self._add(
+                "clock",
+                WARN,
+                msg + f": more than half of lease.skew={skew}s; sync this clock (NTP)",
+                offsetSeconds=round(offset, 2),
+                uncertaintySeconds=round(error, 2),
+            )
         else:
             self._add("clock", PASS, msg, offsetSeconds=round(offset, 2), uncertaintySeconds=round(error, 2))
 
@@ -603,7 +726,7 @@ class Doctor:
         res = gitcmd.run(["worktree", "list", "--porcelain", "-z"], cwd=self.repo.cwd, check=False)
         for item in gitcmd.zsplit(res.out):
             if item.startswith("worktree "):
-                path = item[len("worktree "):]
+                path = item[len("worktree ") :]
                 if os.path.isdir(path) and os.path.realpath(path) not in map(os.path.realpath, worktrees):
                     worktrees.append(path)
         missing: dict[str, list[str]] = {}
@@ -618,16 +741,25 @@ class Doctor:
         n = len(worktrees)
         where = f"{n} worktree{'s' if n != 1 else ''}"
         if not missing:
-            self._add("hooks", PASS, f"{' and '.join(HOOK_NAMES)} installed, reachable from {where}",
-                      hooksDirs=sorted(dirs))
+            self._add(
+                "hooks", PASS, f"{' and '.join(HOOK_NAMES)} installed, reachable from {where}", hooksDirs=sorted(dirs)
+            )
         elif all(len(v) == n for v in missing.values()) and len(missing) == len(HOOK_NAMES):
-            self._add("hooks", WARN, "gitlease hooks not installed (git lease install-hooks): leases are "
-                      "not checked on commit and push", hooksDirs=sorted(dirs))
+            self._add(
+                "hooks",
+                WARN,
+                "gitlease hooks not installed (git lease install-hooks): leases are not checked on commit and push",
+                hooksDirs=sorted(dirs),
+            )
         else:
             parts = [f"{name} missing in {len(wts)} of {n} worktrees" for name, wts in missing.items()]
-            self._add("hooks", WARN, "gitlease hooks incomplete: " + "; ".join(parts)
-                      + " (a relative core.hooksPath resolves per worktree)", missing=missing,
-                      hooksDirs=sorted(dirs))
+            self._add(
+                "hooks",
+                WARN,
+                "gitlease hooks incomplete: " + "; ".join(parts) + " (a relative core.hooksPath resolves per worktree)",
+                missing=missing,
+                hooksDirs=sorted(dirs),
+            )
 
     def check_signing_key(self) -> None:
         key = self.settings.signing_key
@@ -646,8 +778,11 @@ class Doctor:
             return
         mode = stat.S_IMODE(os.stat(path).st_mode)
         if mode & 0o077:
-            self._add("signing-key", WARN, f"{key} is readable by others (mode {mode:o}); ssh-keygen refuses "
-                      "such keys: chmod 600")
+            self._add(
+                "signing-key",
+                WARN,
+                f"{key} is readable by others (mode {mode:o}); ssh-keygen refuses such keys: chmod 600",
+            )
             return
         self._add("signing-key", PASS, f"{key} readable, private to this user")
 
@@ -662,11 +797,22 @@ def _hook_installed(path: str) -> bool:
         return False
 
 
-def diagnose(repo: Repo, settings: Settings, *, clock: Clock = SYSTEM,
-             on_check: Callable[[Check], None] | None = None) -> Report:
+def diagnose(
+    repo: Repo, settings: Settings, *, clock: Clock = SYSTEM, on_check: Callable[[Check], None] | None = None
+) -> Report:
     """Run every check; the report's ``ok`` is false when any check failed."""
     return Doctor(repo, settings, clock=clock, on_check=on_check).diagnose()
 
 
-__all__ = ["Check", "Report", "Doctor", "DoctorFailed", "diagnose", "advertised_capabilities",
-           "http_date_offset", "parse_git_version", "DOCTOR_PREFIX", "STALE_AFTER"]
+__all__ = [
+    "Check",
+    "Report",
+    "Doctor",
+    "DoctorFailed",
+    "diagnose",
+    "advertised_capabilities",
+    "http_date_offset",
+    "parse_git_version",
+    "DOCTOR_PREFIX",
+    "STALE_AFTER",
+]

@@ -12,12 +12,13 @@ Steps, each reported as a ``Step(name, status, detail)`` with status ``set`` | `
 Running it again changes nothing (every step ``unchanged``). Questions are decided by ``decide(question)``:
 the CLI asks on a terminal, answers yes with ``--yes``, and skips otherwise.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from gitlease.core import gitcmd
 from gitlease.core.errors import ConfigError, GitLeaseError, UsageError
@@ -47,9 +48,18 @@ def _set(repo: Repo, key: str, value: str) -> None:
     gitcmd.run(["config", key, value], cwd=repo.cwd)
 
 
-def init(path: str = ".", *, remote: str | None = None, lease_repo: str | None = None, agent: str | None = None,
-         key: str | None = None, sign: bool | None = None, hooks: bool = True, ci: str | None = None,
-         decide: Callable[[str], bool] = lambda q: False) -> list[Step]:
+def init(
+    path: str = ".",
+    *,
+    remote: str | None = None,
+    lease_repo: str | None = None,
+    agent: str | None = None,
+    key: str | None = None,
+    sign: bool | None = None,
+    hooks: bool = True,
+    ci: str | None = None,
+    decide: Callable[[str], bool] = lambda q: False,
+) -> list[Step]:
     if remote and lease_repo:
         raise UsageError("give --remote or --lease-repo, not both (--lease-repo is a remote of its own)")
     repo = Repo.discover(path)
@@ -73,15 +83,22 @@ def _store(repo: Repo, remote: str | None, *, dedicated: bool) -> list[Step]:
     if remote is None:
         if current:
             return [Step("remote", "unchanged", f"lease.remote = {current}")]
-        return [Step("remote", "unchanged", "no lease.remote: this repository's own refs (one machine); "
-                                            "--remote origin shares leases through a remote")]
+        return [
+            Step(
+                "remote",
+                "unchanged",
+                "no lease.remote: this repository's own refs (one machine); "
+                "--remote origin shares leases through a remote",
+            )
+        ]
     if current == remote:
         return [Step("remote", "unchanged", f"lease.remote = {remote}")]
     if not dedicated and "://" not in remote and not remote.startswith(("/", ".")) and ":" not in remote:
         known = gitcmd.run(["remote"], cwd=repo.cwd).out.split()
         if remote not in known:
-            raise UsageError(f"no git remote named {remote!r} (known: {', '.join(known) or 'none'}); give a "
-                             "remote name or a URL")
+            raise UsageError(
+                f"no git remote named {remote!r} (known: {', '.join(known) or 'none'}); give a remote name or a URL"
+            )
     _set(repo, "lease.remote", remote)
     what = "a dedicated lease repository" if dedicated else "the code's remote"
     return [Step("remote", "set", f"lease.remote = {remote} ({what})")]
@@ -95,16 +112,17 @@ def _agent(repo: Repo, agent: str | None) -> tuple[str, Step]:
         return current, Step("agent", "unchanged", f"lease.agent = {current}")
     who = agent or resolve(repo.config).agent
     if not re.match(r"^[A-Za-z0-9._@+=:/-]{1,200}$", who):
-        raise UsageError(f"agent id {who!r} cannot be an allowed_signers principal: use letters, digits and "
-                         ". _ @ + = : / - only (--agent ID)")
+        raise UsageError(
+            f"agent id {who!r} cannot be an allowed_signers principal: use letters, digits and "
+            ". _ @ + = : / - only (--agent ID)"
+        )
     if current == who:
         return who, Step("agent", "unchanged", f"lease.agent = {who}")
     _set(repo, "lease.agent", who)
     return who, Step("agent", "set", f"lease.agent = {who}")
 
 
-def _key(repo: Repo, who: str, key: str | None, want: bool,
-         decide: Callable[[str], bool]) -> tuple[Step, str | None]:
+def _key(repo: Repo, who: str, key: str | None, want: bool, decide: Callable[[str], bool]) -> tuple[Step, str | None]:
     from gitlease.identity.signer import load_signer
 
     current = _config(repo, "lease.signingKey")
@@ -123,8 +141,7 @@ def _key(repo: Repo, who: str, key: str | None, want: bool,
     if os.path.exists(path):
         signer = load_signer(path)
         _set(repo, "lease.signingKey", path)
-        return Step("key", "set", f"lease.signingKey = {path} (existing key, {signer.fingerprint})"), \
-            signer.public_key
+        return Step("key", "set", f"lease.signingKey = {path} (existing key, {signer.fingerprint})"), signer.public_key
     if not decide(f"create an Ed25519 signing key for {who} at {path}?"):
         return Step("key", "skipped", f"no key (re-run with --yes to create {path}, or --key PATH)"), None
     from gitlease.identity.sshsig import generate_key
@@ -132,16 +149,15 @@ def _key(repo: Repo, who: str, key: str | None, want: bool,
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     made = generate_key(path, comment=who)
     _set(repo, "lease.signingKey", path)
-    return Step("key", "set", f"created {path} ({made.fingerprint()}); lease.signingKey = {path}"), \
-        made.public_key()
+    return Step("key", "set", f"created {path} ({made.fingerprint()}); lease.signingKey = {path}"), made.public_key()
 
 
 def _trust(repo: Repo, who: str, public: str, decide: Callable[[str], bool]) -> Step:
     rel = _config(repo, "lease.allowedSignersFile") or TRUST_DEFAULT
     if os.path.isabs(rel):
-        return Step("trust", "todo", f"add this line to {rel}: {who} namespaces=\"gitlease\" {public}")
+        return Step("trust", "todo", f'add this line to {rel}: {who} namespaces="gitlease" {public}')
     if repo.worktree is None:
-        return Step("trust", "todo", f"add to {rel} on the default branch: {who} namespaces=\"gitlease\" {public}")
+        return Step("trust", "todo", f'add to {rel} on the default branch: {who} namespaces="gitlease" {public}')
     file = os.path.join(repo.worktree, rel)
     words = public.split()[:2]
     text = ""
@@ -151,8 +167,11 @@ def _trust(repo: Repo, who: str, public: str, decide: Callable[[str], bool]) -> 
     for line in text.splitlines():
         parts = line.split()
         if parts and parts[0] == who and " ".join(words) in line:
-            return Step("trust", "unchanged", f"{rel} allows {who}'s key (commit it to the default branch, "
-                                              "through review, if it is not there yet)")
+            return Step(
+                "trust",
+                "unchanged",
+                f"{rel} allows {who}'s key (commit it to the default branch, through review, if it is not there yet)",
+            )
     line = f'{who} namespaces="gitlease" {" ".join(words)}'
     if not decide(f"add {who}'s key to {rel}?"):
         return Step("trust", "todo", f"add this line to {rel} on the default branch: {line}")
@@ -161,8 +180,12 @@ def _trust(repo: Repo, who: str, public: str, decide: Callable[[str], bool]) -> 
         if text and not text.endswith("\n"):
             fh.write("\n")
         fh.write(line + "\n")
-    return Step("trust", "set", f"added to {rel}: {line}; commit it to the default branch through review "
-                                f"(git add {rel} && git commit): readers trust only what is there")
+    return Step(
+        "trust",
+        "set",
+        f"added to {rel}: {line}; commit it to the default branch through review "
+        f"(git add {rel} && git commit): readers trust only what is there",
+    )
 
 
 def _hooks(repo: Repo) -> Step:
@@ -174,8 +197,11 @@ def _hooks(repo: Repo) -> Step:
         return Step("hooks", "todo", exc.message)
     if all(c.action == "unchanged" for c in changes):
         return Step("hooks", "unchanged", ", ".join(c.name for c in changes) + " installed")
-    return Step("hooks", "set", "; ".join(f"{c.name} {c.action}" + (f" (kept {c.legacy} and chained)" if c.legacy
-                                                                     else "") for c in changes))
+    return Step(
+        "hooks",
+        "set",
+        "; ".join(f"{c.name} {c.action}" + (f" (kept {c.legacy} and chained)" if c.legacy else "") for c in changes),
+    )
 
 
 def _ci(repo: Repo, ci: str | None) -> Step:

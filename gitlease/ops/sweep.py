@@ -15,12 +15,14 @@ Every reclaim is ``LeaseService.reclaim``: one atomic transaction deleting exact
 versions read and appending the audit entry. A lease that changed in between survives; the sweep says so
 and moves on. The module prints nothing; the CLI renders its results.
 """
+
 from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from gitlease.core.clock import iso, parse_iso
 from gitlease.core.errors import Forbidden, GitLeaseError
@@ -58,8 +60,15 @@ class SweepResult:
         return f"failed: {head}: {self.detail}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"leaseId": self.lease_id, "owner": self.owner, "rule": self.rule, "reason": self.reason,
-                "outcome": self.outcome, "detail": self.detail, "audit": self.audit}
+        return {
+            "leaseId": self.lease_id,
+            "owner": self.owner,
+            "rule": self.rule,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "audit": self.audit,
+        }
 
 
 @dataclass
@@ -76,6 +85,7 @@ class Sweep:
 
 # ---------------------------------------------------------------------------------- rules
 
+
 def proc_available() -> bool:
     """The dead-holder rule needs /proc (Linux); elsewhere it never fires."""
     return process_start(os.getpid()) is not None
@@ -84,11 +94,16 @@ def proc_available() -> bool:
 EXPIRY_RULES = ("expired", "half-deleted")  # rules about expired leases: any trusted agent may apply them
 
 
-def judge(view: LeaseView, now: float, settings, *, host: str,
-          proc_start: Callable[[int], int | None] | None = process_start) -> Verdict | None:
+def judge(
+    view: LeaseView, now: float, settings, *, host: str, proc_start: Callable[[int], int | None] | None = process_start
+) -> Verdict | None:
     """Why ``view`` may be reclaimed now, or None. ``proc_start`` None: the dead-holder rule is unavailable."""
-    if view.record is not None and view.problems == [HALF_DELETED] and settings.sweep_expired \
-            and now > view.record.expires + settings.skew:
+    if (
+        view.record is not None
+        and view.problems == [HALF_DELETED]
+        and settings.sweep_expired
+        and now > view.record.expires + settings.skew
+    ):
         # Only an id ref is left (a server killed while it deleted the lease's refs): it is invalid, so it
         # blocks its paths, but it grants nothing (no scope refs) and has expired: reclaim it like an expired one.
         return Verdict("half-deleted", f"expired={int(now - view.record.expires)}s scope-refs=none")
@@ -105,8 +120,9 @@ def judge(view: LeaseView, now: float, settings, *, host: str,
     if settings.sweep_missed_heartbeats and rec.renew_every:
         silent = now - rec.renewed
         if silent > 2 * rec.renew_every + skew:
-            return Verdict("missed-heartbeats",
-                           f"missed-heartbeats={int(silent // rec.renew_every)} silent={int(silent)}s")
+            return Verdict(
+                "missed-heartbeats", f"missed-heartbeats={int(silent // rec.renew_every)} silent={int(silent)}s"
+            )
     if settings.progress_timeout and rec.progress is not None:
         stalled = now - parse_iso(rec.progress.at)
         if stalled > settings.progress_timeout + skew:
@@ -116,11 +132,18 @@ def judge(view: LeaseView, now: float, settings, *, host: str,
 
 # -------------------------------------------------------------------------------- sweeper
 
+
 class Sweeper:
     """``before_reclaim(view, verdict)`` is a seam for tests: it runs between the read and the write."""
 
-    def __init__(self, service: LeaseService, *, before_reclaim: Callable[[LeaseView, Verdict], None] | None = None,
-                 host: str | None = None, rotate: bool = True) -> None:
+    def __init__(
+        self,
+        service: LeaseService,
+        *,
+        before_reclaim: Callable[[LeaseView, Verdict], None] | None = None,
+        host: str | None = None,
+        rotate: bool = True,
+    ) -> None:
         self.service = service
         self.before_reclaim = before_reclaim
         self.host = host or os.uname().nodename
@@ -131,8 +154,11 @@ class Sweeper:
         snap = svc.snapshot(use_cache=False)
         now = svc.clock.now()
         proc = process_start if proc_available() else None
-        stale = [(v, verdict) for v in snap.leases
-                 if (verdict := judge(v, now, svc.settings, host=self.host, proc_start=proc)) is not None]
+        stale = [
+            (v, verdict)
+            for v in snap.leases
+            if (verdict := judge(v, now, svc.settings, host=self.host, proc_start=proc)) is not None
+        ]
         if self.rotate and stale:
             k = random.randrange(len(stale))
             stale = stale[k:] + stale[:k]
@@ -161,8 +187,9 @@ class Sweeper:
             results.append(res)
         return Sweep(results, len(snap.leases), now, dry_run)
 
-    def _reclaim(self, view: LeaseView, verdict: Verdict, *, action: str,
-                 by: str) -> tuple[SweepResult, dict[str, str] | None]:
+    def _reclaim(
+        self, view: LeaseView, verdict: Verdict, *, action: str, by: str
+    ) -> tuple[SweepResult, dict[str, str] | None]:
         if self.before_reclaim:
             self.before_reclaim(view, verdict)
         got = self.service.reclaim(view, action=action, rule=verdict.rule, reason=verdict.reason, by=by)
@@ -192,13 +219,15 @@ def _lost(view: LeaseView, verdict: Verdict, refs: dict[str, str]) -> SweepResul
     return _result(view, verdict, "gone")
 
 
-def _result(view: LeaseView, verdict: Verdict, outcome: str, *, detail: str = "",
-            audit: str | None = None) -> SweepResult:
+def _result(
+    view: LeaseView, verdict: Verdict, outcome: str, *, detail: str = "", audit: str | None = None
+) -> SweepResult:
     owner = view.record.owner.task_id if view.record else "?"
     return SweepResult(view.lease_id, owner, verdict.rule, verdict.reason, outcome, detail, audit)
 
 
 # ------------------------------------------------------------------------------------ log
+
 
 @dataclass(frozen=True)
 class LogEvent:
@@ -220,17 +249,26 @@ class LogEvent:
         return f"{self.at}  {self.event:<13} {self.lease_id}  {ver}  by={self.by}  {self.detail}".rstrip() + mark + bad
 
     def to_json(self) -> dict[str, Any]:
-        return {"at": self.at, "event": self.event, "leaseId": self.lease_id, "version": self.version,
-                "by": self.by, "detail": self.detail, "source": self.source, "oid": self.oid, "signed": self.signed,
-                "problem": self.problem}
+        return {
+            "at": self.at,
+            "event": self.event,
+            "leaseId": self.lease_id,
+            "version": self.version,
+            "by": self.by,
+            "detail": self.detail,
+            "source": self.source,
+            "oid": self.oid,
+            "signed": self.signed,
+            "problem": self.problem,
+        }
 
 
 def history(service: LeaseService, *, since: float | None = None, lease_id: str | None = None) -> list[LogEvent]:
     """The audit log merged with lease history: every version (acquire = v1, renew = vN) of each lease the
     store still holds, and of each lease an audit entry kept reachable. A lease released by its holder leaves
     nothing behind (its refs are gone and nothing points at its versions)."""
-    from gitlease.service.audit import read_log
     from gitlease.identity.trust import check_audit_entry
+    from gitlease.service.audit import read_log
 
     store = service.store
     trust = service.trust()
@@ -246,19 +284,53 @@ def history(service: LeaseService, *, since: float | None = None, lease_id: str 
             continue
         seen.add(oid)
         if rec.version == 1:
-            events.append(LogEvent(rec.acquired_at, "acquire", rec.lease_id, 1, rec.owner.agent_id,
-                                   f"task={rec.owner.task_id} scope={','.join(rec.paths)} ttl={rec.ttl}s",
-                                   "lease", oid, signed, problem))
+            events.append(
+                LogEvent(
+                    rec.acquired_at,
+                    "acquire",
+                    rec.lease_id,
+                    1,
+                    rec.owner.agent_id,
+                    f"task={rec.owner.task_id} scope={','.join(rec.paths)} ttl={rec.ttl}s",
+                    "lease",
+                    oid,
+                    signed,
+                    problem,
+                )
+            )
         else:
             note = f" progress={rec.progress.counter}" if rec.progress else ""
-            events.append(LogEvent(rec.renewed_at, "renew", rec.lease_id, rec.version, rec.owner.agent_id,
-                                   f"expiresAt={rec.expires_at}{note}", "lease", oid, signed, problem))
+            events.append(
+                LogEvent(
+                    rec.renewed_at,
+                    "renew",
+                    rec.lease_id,
+                    rec.version,
+                    rec.owner.agent_id,
+                    f"expiresAt={rec.expires_at}{note}",
+                    "lease",
+                    oid,
+                    signed,
+                    problem,
+                )
+            )
     for e in entries:
         d = e.doc
-        events.append(LogEvent(e.at or "?", str(d.get("action") or "?"), str(d.get("leaseId") or "?"),
-                               d.get("version") if isinstance(d.get("version"), int) else None, str(d.get("by") or "?"),
-                               f"{d.get('reason') or ''} owner={(d.get('owner') or {}).get('taskId', '?')} "
-                               f"writer={d.get('writer')} seq={d.get('seq')}", "audit", e.oid, e.signed, e.problem))
+        events.append(
+            LogEvent(
+                e.at or "?",
+                str(d.get("action") or "?"),
+                str(d.get("leaseId") or "?"),
+                d.get("version") if isinstance(d.get("version"), int) else None,
+                str(d.get("by") or "?"),
+                f"{d.get('reason') or ''} owner={(d.get('owner') or {}).get('taskId', '?')} "
+                f"writer={d.get('writer')} seq={d.get('seq')}",
+                "audit",
+                e.oid,
+                e.signed,
+                e.problem,
+            )
+        )
     if since is not None:
         cut = iso(since)
         events = [ev for ev in events if ev.at >= cut]

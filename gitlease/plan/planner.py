@@ -19,11 +19,13 @@ of its paths and the size of its answer, not the number of leases. ``plan_queue`
 ``LeaseService`` for queue workers; ``start_tasks`` takes one lease per task and reports each refusal (another
 agent may take a scope between the read and the write: the lease store's compare-and-swap decides).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from gitlease.core import scope as scopes
 from gitlease.core.errors import GitLeaseError, HeldError, UsageError
@@ -64,15 +66,25 @@ class Plan:
     tasks: dict[str, Task] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"start": list(self.start), "blocked": [b.to_json() for b in self.blocked],
-                "deferred": list(self.deferred),
-                "scopes": {tid: list(t.scope) for tid, t in self.tasks.items()}}
+        return {
+            "start": list(self.start),
+            "blocked": [b.to_json() for b in self.blocked],
+            "deferred": list(self.deferred),
+            "scopes": {tid: list(t.scope) for tid, t in self.tasks.items()},
+        }
 
 
 # ------------------------------------------------------------------------------ tasks
 
-def make_task(tid: str, *, scope: Iterable[str] | None = None, paths: Iterable[str] | None = None,
-              granularity: Granularity | str | None = None, tree: RepoTree | None = None) -> Task:
+
+def make_task(
+    tid: str,
+    *,
+    scope: Iterable[str] | None = None,
+    paths: Iterable[str] | None = None,
+    granularity: Granularity | str | None = None,
+    tree: RepoTree | None = None,
+) -> Task:
     """A task from an explicit scope, or from paths through suggestion (``tree`` needed for package/auto)."""
     if scope is not None:
         return Task(tid, scopes.normalize_all(scope), tuple(paths or ()), suggested=False)
@@ -82,8 +94,13 @@ def make_task(tid: str, *, scope: Iterable[str] | None = None, paths: Iterable[s
     return Task(tid, suggest(ps, granularity, tree or RepoTree.from_paths(())), ps, suggested=True)
 
 
-def parse_tasks(lines: Iterable[str], *, granularity: Granularity | str | None = None,
-                tree: RepoTree | None = None, source: str = "tasks") -> list[Task]:
+def parse_tasks(
+    lines: Iterable[str],
+    *,
+    granularity: Granularity | str | None = None,
+    tree: RepoTree | None = None,
+    source: str = "tasks",
+) -> list[Task]:
     """JSON lines ``{"id", "scope": [...]}`` or ``{"id", "paths": [...]}`` (blank lines and ``#`` comments are
     skipped). Raises UsageError naming the line for anything malformed, an invalid scope, or a repeated id."""
     gran = granularity if isinstance(granularity, Granularity) else parse_granularity(granularity)
@@ -99,21 +116,21 @@ def parse_tasks(lines: Iterable[str], *, granularity: Granularity | str | None =
         except ValueError as exc:
             raise UsageError(f"{where}: not JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
-            raise UsageError(f"{where}: expected an object with \"id\" and \"scope\" or \"paths\"")
+            raise UsageError(f'{where}: expected an object with "id" and "scope" or "paths"')
         tid = obj.get("id")
         if isinstance(tid, int) and not isinstance(tid, bool):
             tid = str(tid)
         if not isinstance(tid, str) or not tid:
-            raise UsageError(f"{where}: \"id\" must be a non-empty string")
+            raise UsageError(f'{where}: "id" must be a non-empty string')
         if tid in seen:
             raise UsageError(f"{where}: task id {tid!r} appears twice")
         seen.add(tid)
         sc, ps = obj.get("scope"), obj.get("paths")
         for name, val in (("scope", sc), ("paths", ps)):
             if val is not None and (not isinstance(val, list) or not all(isinstance(x, str) for x in val)):
-                raise UsageError(f"{where}: \"{name}\" must be a list of strings")
+                raise UsageError(f'{where}: "{name}" must be a list of strings')
         if sc is None and ps is None:
-            raise UsageError(f"{where}: task {tid!r} has neither \"scope\" nor \"paths\"")
+            raise UsageError(f'{where}: task {tid!r} has neither "scope" nor "paths"')
         try:
             out.append(make_task(tid, scope=sc if sc is not None else None, paths=ps, granularity=gran, tree=tree))
         except UsageError as exc:
@@ -123,8 +140,8 @@ def parse_tasks(lines: Iterable[str], *, granularity: Granularity | str | None =
 
 # ---------------------------------------------------------------------------- planning
 
-def plan(tasks: Sequence[Task], leases: Iterable[tuple[str, Sequence[str]]], *,
-         limit: int | None = None) -> Plan:
+
+def plan(tasks: Sequence[Task], leases: Iterable[tuple[str, Sequence[str]]], *, limit: int | None = None) -> Plan:
     """Decide which tasks start now. ``leases``: (lease id, paths) of every *blocking* lease (see
     ``blocking_leases``). ``limit``: stop once that many tasks can start (the rest are ``deferred``); the
     decisions made up to there are the same as without a limit."""
@@ -162,6 +179,7 @@ def blocking_leases(snapshot, now: float, skew: int) -> list[tuple[str, tuple[st
 
 # -------------------------------------------------------------------- with a lease service
 
+
 def plan_queue(service, tasks: Sequence[Task], *, limit: int | None = None):
     """Plan against the store's leases as they are now (a fresh read; an unreachable store raises: a stale
     listing could start tasks that are blocked). Returns (Plan, Snapshot)."""
@@ -184,8 +202,15 @@ class StartResult:
         return self.lease_id is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "ok": self.ok, "leaseId": self.lease_id, "error": self.error, "kind": self.kind,
-                "blockers": list(self.blockers), "workspaceId": self.workspace}
+        return {
+            "id": self.id,
+            "ok": self.ok,
+            "leaseId": self.lease_id,
+            "error": self.error,
+            "kind": self.kind,
+            "blockers": list(self.blockers),
+            "workspaceId": self.workspace,
+        }
 
 
 def start_tasks(service, the_plan: Plan, n: int, *, ttl: int | None = None) -> list[StartResult]:
@@ -201,13 +226,19 @@ def start_tasks(service, the_plan: Plan, n: int, *, ttl: int | None = None) -> l
         if taken >= n:
             break
         task = the_plan.tasks[tid]
-        svc = LeaseService(service.repo, replace(service.settings, task=tid), store=service.store,
-                           clock=service.clock, signer=service.signer)
+        svc = LeaseService(
+            service.repo,
+            replace(service.settings, task=tid),
+            store=service.store,
+            clock=service.clock,
+            signer=service.signer,
+        )
         try:
             got = svc.acquire(task.scope, ttl=ttl)
         except GitLeaseError as exc:
-            blockers = tuple(str(b.get("leaseId")) for b in exc.details.get("blockers", []) or []
-                             if isinstance(b, dict))
+            blockers = tuple(
+                str(b.get("leaseId")) for b in exc.details.get("blockers", []) or [] if isinstance(b, dict)
+            )
             results.append(StartResult(tid, error=exc.message, kind=exc.kind, blockers=blockers))
             if not isinstance(exc, HeldError):
                 break
@@ -217,5 +248,15 @@ def start_tasks(service, the_plan: Plan, n: int, *, ttl: int | None = None) -> l
     return results
 
 
-__all__ = ["Task", "Blocked", "Plan", "StartResult", "make_task", "parse_tasks", "plan", "blocking_leases",
-           "plan_queue", "start_tasks"]
+__all__ = [
+    "Task",
+    "Blocked",
+    "Plan",
+    "StartResult",
+    "make_task",
+    "parse_tasks",
+    "plan",
+    "blocking_leases",
+    "plan_queue",
+    "start_tasks",
+]

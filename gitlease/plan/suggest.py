@@ -19,10 +19,11 @@ Granularities (``parse_granularity`` reads them from the command line):
 The tree comes from one ``git ls-tree -r --name-only -z HEAD`` (``read_tree``), never a walk of the worktree:
 what the repository holds, not what happens to be on disk. Pure apart from ``read_tree``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from gitlease.core import scope as scopes
 from gitlease.core.errors import UsageError
@@ -66,7 +67,7 @@ class RepoTree:
     packages: frozenset[str] = frozenset()
 
     @classmethod
-    def from_paths(cls, paths: Iterable[str]) -> "RepoTree":
+    def from_paths(cls, paths: Iterable[str]) -> RepoTree:
         files = frozenset(paths)
         dirs: dict[str, list[int]] = {scopes.ROOT: [0, 0]}
         packages = set()
@@ -97,8 +98,9 @@ def read_tree(repo_dir: str, rev: str = "HEAD", *, timeout: float | None = 30.0)
     """The tree of ``rev`` (empty in a repository without commits), from one ``git ls-tree``."""
     from gitlease.core import gitcmd
 
-    res = gitcmd.run(["ls-tree", "-r", "--name-only", "-z", "--full-tree", rev], cwd=repo_dir, check=False,
-                     timeout=timeout)
+    res = gitcmd.run(
+        ["ls-tree", "-r", "--name-only", "-z", "--full-tree", rev], cwd=repo_dir, check=False, timeout=timeout
+    )
     if res.returncode != 0:
         probe = gitcmd.run(["rev-parse", "--verify", "-q", rev + "^{tree}"], cwd=repo_dir, check=False)
         if probe.returncode != 0:
@@ -119,7 +121,7 @@ def suggest_one(path: str, gran: Granularity, tree: RepoTree) -> str:
     is_dir = path in tree.dirs and path not in tree.files
     if gran.kind == "depth":
         segs = path.split("/")
-        return "/".join(segs[:gran.depth]) if len(segs) > gran.depth else path
+        return "/".join(segs[: gran.depth]) if len(segs) > gran.depth else path
     if gran.kind == "dir":
         return path if is_dir else _parent(path)
     if gran.kind == "package":
@@ -130,8 +132,13 @@ def suggest_one(path: str, gran: Granularity, tree: RepoTree) -> str:
         return path
     folder = _parent(path)
     counts = tree.dirs.get(folder)
-    if (counts is not None and folder != scopes.ROOT and folder not in tree.packages and counts[1] == 0
-            and counts[0] <= AUTO_MAX_DIR_ENTRIES):
+    if (
+        counts is not None
+        and folder != scopes.ROOT
+        and folder not in tree.packages
+        and counts[1] == 0
+        and counts[0] <= AUTO_MAX_DIR_ENTRIES
+    ):
         return folder
     return path
 
@@ -143,5 +150,14 @@ def suggest(paths: Iterable[str], gran: Granularity | str | None, tree: RepoTree
     return scopes.minimize(suggest_one(p, g, tree) for p in normal)
 
 
-__all__ = ["Granularity", "RepoTree", "parse_granularity", "read_tree", "suggest", "suggest_one",
-           "PACKAGE_MARKERS", "DEFAULT_GRANULARITY", "AUTO_MAX_DIR_ENTRIES"]
+__all__ = [
+    "Granularity",
+    "RepoTree",
+    "parse_granularity",
+    "read_tree",
+    "suggest",
+    "suggest_one",
+    "PACKAGE_MARKERS",
+    "DEFAULT_GRANULARITY",
+    "AUTO_MAX_DIR_ENTRIES",
+]

@@ -13,13 +13,15 @@ id do contend, and the loser re-reads its head and tries again while the lease r
 
 Standard library only; no lease semantics (the service builds the entry's fields).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import random
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from gitlease.core import gitcmd
 from gitlease.core.clock import iso
@@ -27,8 +29,8 @@ from gitlease.core.errors import GitLeaseError, RemoteUnavailable
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
 from gitlease.core.scope import encode_segment
-from gitlease.identity.signer import Signer
 from gitlease.core.store import Outcome, RefUpdate, Store, _batch_check, _batch_contents, _last_error
+from gitlease.identity.signer import Signer
 
 AUDIT_NAMESPACE = "refs/leases-audit"
 AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
@@ -69,8 +71,9 @@ class AuditEntry:
         return str(self.doc.get("at") or "")
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.doc, oid=self.oid, ref=self.ref, signed=self.signed, problem=self.problem,
-                    pointer=self.pointer)
+        return dict(
+            self.doc, oid=self.oid, ref=self.ref, signed=self.signed, problem=self.problem, pointer=self.pointer
+        )
 
 
 @dataclass
@@ -90,8 +93,9 @@ class Appended:
 
 
 class AuditLog:
-    def __init__(self, store: Store, objects: ObjectWriter, signer: Signer, clock, *, writer: str,
-                 host: str | None = None) -> None:
+    def __init__(
+        self, store: Store, objects: ObjectWriter, signer: Signer, clock, *, writer: str, host: str | None = None
+    ) -> None:
         self.store = store
         self.objects = objects
         self.signer = signer
@@ -118,12 +122,20 @@ class AuditLog:
             seq = len(_chain(self.store.repo_dir, oid)[0])
         return oid, seq
 
-    def _entry_commit(self, fields: dict[str, Any], parent: str | None, seq: int,
-                      pointer: str | None) -> tuple[str, dict[str, Any]]:
+    def _entry_commit(
+        self, fields: dict[str, Any], parent: str | None, seq: int, pointer: str | None
+    ) -> tuple[str, dict[str, Any]]:
         doc = dict(fields)
-        doc.update(schema=SCHEMA, writer=self.writer, seq=seq, prev=parent, at=iso(self.clock.now()),
-                   nonce=os.urandom(16).hex(),
-                   key=self.signer.public_key, signing="sshsig" if self.signer.public_key else "unsigned")
+        doc.update(
+            schema=SCHEMA,
+            writer=self.writer,
+            seq=seq,
+            prev=parent,
+            at=iso(self.clock.now()),
+            nonce=os.urandom(16).hex(),
+            key=self.signer.public_key,
+            signing="sshsig" if self.signer.public_key else "unsigned",
+        )
         data = canonical(doc)
         sig = self.signer.sign(data)
         if sig is None and self.signer.public_key:
@@ -132,14 +144,18 @@ class AuditLog:
         if sig is not None:
             files[ENTRY_SIG] = self.objects.blob(sig)
         parents = tuple(p for p in (parent, pointer) if p)
-        msg = (f"{doc.get('action')} {doc.get('leaseId')} v{doc.get('version')}: {doc.get('reason')}\n\n"
-               f"by: {doc.get('by')}\nseq: {seq}")
-        oid = self.objects.commit(self.objects.tree(files), parents, ident_for(str(doc.get("by")), self.host),
-                                  int(self.clock.now()), msg)
+        msg = (
+            f"{doc.get('action')} {doc.get('leaseId')} v{doc.get('version')}: {doc.get('reason')}\n\n"
+            f"by: {doc.get('by')}\nseq: {seq}"
+        )
+        oid = self.objects.commit(
+            self.objects.tree(files), parents, ident_for(str(doc.get("by")), self.host), int(self.clock.now()), msg
+        )
         return oid, doc
 
-    def append_with(self, deletes: Sequence[RefUpdate], fields: dict[str, Any], *,
-                    pointer: str | None = None) -> Appended:
+    def append_with(
+        self, deletes: Sequence[RefUpdate], fields: dict[str, Any], *, pointer: str | None = None
+    ) -> Appended:
         """Apply ``deletes`` (CAS deletes at the values read) and append one entry, in ONE atomic transaction."""
         if pointer and not _is_commit(self.store.repo_dir, pointer):
             pointer = None
@@ -177,8 +193,10 @@ class AuditLog:
         try:
             now = list_audit_refs(self.store, self.ref).get(self.ref)
         except RemoteUnavailable as exc:
-            raise RemoteUnavailable(f"outcome of the reclaim unknown: {out.message or 'no answer'}; and the store "
-                                    f"cannot be re-read ({exc}); nothing is assumed") from None
+            raise RemoteUnavailable(
+                f"outcome of the reclaim unknown: {out.message or 'no answer'}; and the store "
+                f"cannot be re-read ({exc}); nothing is assumed"
+            ) from None
         return Outcome(ok=now == mine.new, message=out.message)
 
     # -------------------------------------------------------------------------- reading
@@ -218,18 +236,22 @@ def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
     """{audit ref: oid}, all writers (or just ``only``)."""
     pattern = only or AUDIT_PREFIX + "*"
     if store.kind == "remote":
-        remote = getattr(store, "remote")
+        remote = store.remote
         try:
-            res = gitcmd.run(["ls-remote", "--refs", remote, pattern], cwd=store.repo_dir, timeout=store.timeout,
-                             check=False)
+            res = gitcmd.run(
+                ["ls-remote", "--refs", remote, pattern], cwd=store.repo_dir, timeout=store.timeout, check=False
+            )
         except gitcmd.Timeout as exc:
             raise RemoteUnavailable(f"lease remote {remote!r} did not answer: {exc}") from None
         if res.returncode != 0:
             raise RemoteUnavailable(f"cannot read lease remote {remote!r}: {_last_error(res.err)}")
         sep = "\t"
     else:
-        res = gitcmd.run(["for-each-ref", "--format=%(objectname) %(refname)", only or AUDIT_PREFIX],
-                         cwd=store.repo_dir, timeout=store.timeout)
+        res = gitcmd.run(
+            ["for-each-ref", "--format=%(objectname) %(refname)", only or AUDIT_PREFIX],
+            cwd=store.repo_dir,
+            timeout=store.timeout,
+        )
         sep = " "
     refs: dict[str, str] = {}
     for line in res.out.splitlines():
@@ -242,8 +264,9 @@ def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
 def _chain(repo_dir: str, head: str):
     """A writer's entries, newest first: from ``head`` along each entry's ``prev`` (its first parent; the
     first entry has none, and its only parent, if any, is the lease version it reclaimed). One walk, one read."""
-    res = gitcmd.run(["log", "--first-parent", f"--max-count={MAX_ENTRIES}", "--format=%H %P", head, "--"],
-                     cwd=repo_dir, check=False)
+    res = gitcmd.run(
+        ["log", "--first-parent", f"--max-count={MAX_ENTRIES}", "--format=%H %P", head, "--"], cwd=repo_dir, check=False
+    )
     parents: dict[str, tuple[str, ...]] = {}
     for line in res.out.splitlines():
         parts = line.split()
@@ -294,5 +317,13 @@ def _is_commit(repo_dir: str, oid: str) -> bool:
     return _batch_check(repo_dir, [oid]).get(oid, ("", 0))[0] == "commit"
 
 
-__all__ = ["AuditLog", "AuditEntry", "Appended", "AUDIT_PREFIX", "audit_ref", "writer_id", "read_log",
-           "list_audit_refs"]
+__all__ = [
+    "AuditLog",
+    "AuditEntry",
+    "Appended",
+    "AUDIT_PREFIX",
+    "audit_ref",
+    "writer_id",
+    "read_log",
+    "list_audit_refs",
+]

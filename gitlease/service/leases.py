@@ -4,6 +4,7 @@ It owns the protocol (docs/protocol.md): which refs a lease has, how each change
 transaction, how ambiguous outcomes are resolved by re-reading, and when an expired blocker may be cleared.
 It prints nothing and never exits; the CLI renders what it returns.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,28 +12,47 @@ import fcntl
 import functools
 import json
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import Settings
-from gitlease.core.errors import (Forbidden, GitLeaseError, HeldError, InvalidRecord, LeaseLost, NotHeld, PushRejected,
-                     RemoteUnavailable, UsageError)
+from gitlease.core.errors import (
+    Forbidden,
+    GitLeaseError,
+    HeldError,
+    InvalidRecord,
+    LeaseLost,
+    NotHeld,
+    PushRejected,
+    RemoteUnavailable,
+    UsageError,
+)
 from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Owner, Record
 from gitlease.core.repo import Repo
-from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 from gitlease.core.state import Held, HeldState
-from gitlease.core.store import (ID_PREFIX, SCOPE_REF, Blob, Outcome, RefUpdate, RemoteStore, Store, open_store,
-                    same_remote)
+from gitlease.core.store import (
+    ID_PREFIX,
+    SCOPE_REF,
+    Blob,
+    Outcome,
+    RefUpdate,
+    RemoteStore,
+    Store,
+    open_store,
+    same_remote,
+)
+from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 
 if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
-    from gitlease.service.audit import Appended, AuditLog
     from gitlease.identity.trust import ChainCheck, Trust
+    from gitlease.service.audit import Appended, AuditLog
 
 INVALID = "invalid"  # trust.INVALID
 
@@ -41,6 +61,7 @@ HALF_DELETED = "lease has no scope refs (partially deleted)"  # only its id ref 
 
 
 # ------------------------------------------------------------------------------ ref names
+
 
 def id_ref(lease_id: str) -> str:
     return ID_PREFIX + lease_id
@@ -57,13 +78,14 @@ def path_of_scope_ref(ref: str) -> str:
         return scopes.ROOT
     if not ref.startswith(SCOPE_REF + "/"):
         raise ValueError(ref)
-    path = scopes.from_ref_suffix(ref[len(SCOPE_REF) + 1:])
+    path = scopes.from_ref_suffix(ref[len(SCOPE_REF) + 1 :])
     if scopes.normalize(path) != path:
         raise ValueError(ref)
     return path
 
 
 # --------------------------------------------------------------------------------- views
+
 
 @dataclass
 class LeaseView:
@@ -175,9 +197,17 @@ class HistoryEntry:
 
 # ------------------------------------------------------------------------------- service
 
+
 class LeaseService:
-    def __init__(self, repo: Repo, settings: Settings, *, store: Store | None = None, clock: Clock = SYSTEM,
-                 signer: Signer = UNSIGNED) -> None:
+    def __init__(
+        self,
+        repo: Repo,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        clock: Clock = SYSTEM,
+        signer: Signer = UNSIGNED,
+    ) -> None:
         self.repo = repo
         self.settings = settings
         self.store = store or open_store(repo.cwd, settings.remote, timeout=settings.timeout)
@@ -192,8 +222,14 @@ class LeaseService:
         data = rec.canonical()
         sig = self.signer.sign(data)
         msg = f"{action} {rec.lease_id} v{rec.version}\n\nscope: {' '.join(rec.paths)}\nexpires: {rec.expires_at}"
-        return self.objects.lease_commit(data, sig, (parent,) if parent else (), ident_for(rec.owner.agent_id,
-                                         rec.owner.host), int(self.clock.now()), msg)
+        return self.objects.lease_commit(
+            data,
+            sig,
+            (parent,) if parent else (),
+            ident_for(rec.owner.agent_id, rec.owner.host),
+            int(self.clock.now()),
+            msg,
+        )
 
     def _repo_name(self) -> str:
         if self.settings.repo_name:
@@ -215,8 +251,13 @@ class LeaseService:
             return self._trust
         from gitlease.identity.trust import load_trust
 
-        trust = load_trust(self.store, self.settings.allowed_signers, cache_dir=self.repo.shared_dir(),
-                           required=self.signer.public_key is not None, offline=offline)
+        trust = load_trust(
+            self.store,
+            self.settings.allowed_signers,
+            cache_dir=self.repo.shared_dir(),
+            required=self.signer.public_key is not None,
+            offline=offline,
+        )
         if not offline:
             self._trust = trust
         return trust
@@ -231,17 +272,24 @@ class LeaseService:
         key = self.signer.public_key
         if key is None:
             if trust.signed:
-                raise Forbidden(f"{action} needs a {ADMIN_NAMESPACE} key: this store is signed ({trust.source}) "
-                                "and lease.signingKey is not set")
+                raise Forbidden(
+                    f"{action} needs a {ADMIN_NAMESPACE} key: this store is signed ({trust.source}) "
+                    "and lease.signingKey is not set"
+                )
             return f"unsigned:{self.settings.agent}"
         principals = trust.admin_principals(key, self.clock.now())
         if not principals:
-            raise Forbidden(f"{action} needs a {ADMIN_NAMESPACE} key: key {self.signer.fingerprint} is not allowed "
-                            f"namespace {ADMIN_NAMESPACE} in {trust.source}")
+            raise Forbidden(
+                f"{action} needs a {ADMIN_NAMESPACE} key: key {self.signer.fingerprint} is not allowed "
+                f"namespace {ADMIN_NAMESPACE} in {trust.source}"
+            )
         from gitlease.identity.sshsig import allowed
 
-        name = self.settings.agent if allowed(trust.signers or (), self.settings.agent, key, ADMIN_NAMESPACE,
-                                              when=self.clock.now()) else principals[0]
+        name = (
+            self.settings.agent
+            if allowed(trust.signers or (), self.settings.agent, key, ADMIN_NAMESPACE, when=self.clock.now())
+            else principals[0]
+        )
         return f"{name} ({self.signer.fingerprint})"
 
     def _require_owner_key(self, rec: Record, action: str) -> None:
@@ -250,18 +298,30 @@ class LeaseService:
         if rec.owner.key == self.signer.public_key:
             return
         if rec.owner.key is None:
-            raise Forbidden(f"cannot {action} {rec.lease_id}: it was acquired unsigned, and lease.signingKey is "
-                            "now set (unset it to renew or release this lease)")
+            raise Forbidden(
+                f"cannot {action} {rec.lease_id}: it was acquired unsigned, and lease.signingKey is "
+                "now set (unset it to renew or release this lease)"
+            )
         from gitlease.identity.sshsig import fingerprint_of
 
         mine = self.signer.fingerprint or "no key (lease.signingKey is not set)"
-        raise Forbidden(f"cannot {action} {rec.lease_id}: it is owned by key {fingerprint_of(rec.owner.key)}, "
-                        f"and this client signs with {mine}")
+        raise Forbidden(
+            f"cannot {action} {rec.lease_id}: it is owned by key {fingerprint_of(rec.owner.key)}, "
+            f"and this client signs with {mine}"
+        )
 
     # ------------------------------------------------------------------------- acquire
-    def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
-                renew_every: int | None = None, workspace: str | None = None,
-                replace: str | None = None, piggyback: Sequence[RefUpdate] = ()) -> Acquired:
+    def acquire(
+        self,
+        raw_scopes: Sequence[str],
+        *,
+        ttl: int | None = None,
+        holder_pid: int = 0,
+        renew_every: int | None = None,
+        workspace: str | None = None,
+        replace: str | None = None,
+        piggyback: Sequence[RefUpdate] = (),
+    ) -> Acquired:
         """One push creating the lease's refs. ``replace``: a lease this worktree holds, released in the same
         atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
         overlap; otherwise, or when the combined push is refused, it is released first on its own.
@@ -279,21 +339,33 @@ class LeaseService:
                 self.release(replace)  # git refuses a delete and an overlapping create in one push
             else:
                 release_with = [RefUpdate(id_ref(replace), None, h.current)] + [
-                    RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
+                    RefUpdate(scope_ref(p), None, h.grant) for p in h.paths
+                ]
         cleared: list[str] = []
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         for _attempt in range(ACQUIRE_ATTEMPTS):
             now = self.clock.now()
-            owner = Owner(task_id=self.settings.task, agent_id=self.settings.agent, host=os.uname().nodename,
-                          pid=holder_pid, pid_start=process_start(holder_pid) if holder_pid else None,
-                          key=self.signer.public_key)
-            rec = records.new_record(lease_id=records.new_lease_id(now), repo=self._repo_name(), paths=paths,
-                                     workspace_id=workspace or self._workspace(), owner=owner, now=now, ttl=ttl,
-                                     renew_every=renew_every)
+            owner = Owner(
+                task_id=self.settings.task,
+                agent_id=self.settings.agent,
+                host=os.uname().nodename,
+                pid=holder_pid,
+                pid_start=process_start(holder_pid) if holder_pid else None,
+                key=self.signer.public_key,
+            )
+            rec = records.new_record(
+                lease_id=records.new_lease_id(now),
+                repo=self._repo_name(),
+                paths=paths,
+                workspace_id=workspace or self._workspace(),
+                owner=owner,
+                now=now,
+                ttl=ttl,
+                renew_every=renew_every,
+            )
             oid = self._write_version(rec, None, "acquire")
-            updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None)
-                                                                       for p in paths]
+            updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
             out = self.store.apply(updates + release_with + list(piggyback))
             if out.ambiguous:
                 out = self._resolve(updates + release_with + list(piggyback), out)
@@ -318,14 +390,20 @@ class LeaseService:
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
-                raise GitLeaseError(f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}")
+                raise GitLeaseError(
+                    f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
+                )
             snap = self.snapshot(use_cache=False)
             now = self.clock.now()
             attempts[rec.lease_id] = (rec, oid)
             for lid, (arec, aoid) in attempts.items():
                 mine = snap.find(lid)
-                if mine is not None and mine.current_oid == aoid and mine.grant_oid == aoid and \
-                        set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}:
+                if (
+                    mine is not None
+                    and mine.current_oid == aoid
+                    and mine.grant_oid == aoid
+                    and set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}
+                ):
                     # a push of ours landed after all (it timed out, or its answer was lost, and the server
                     # committed it later): lease ids and objects are unique to each attempt, so it is ours
                     self._remember(arec, aoid, aoid)
@@ -338,8 +416,10 @@ class LeaseService:
                 if self._clear(b):
                     cleared.append(b.lease_id)
             # nothing blocks any more (released meanwhile, or cleared): try again with a new version
-        raise GitLeaseError(f"could not acquire {' '.join(paths)}: "
-                            f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}")
+        raise GitLeaseError(
+            f"could not acquire {' '.join(paths)}: "
+            f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
+        )
 
     def _clear(self, view: LeaseView) -> bool:
         """CAS-delete exactly the refs of an expired lease, at the values we read, with its audit entry."""
@@ -362,11 +442,21 @@ class LeaseService:
         which version, why, when) in ONE atomic transaction: never a reclaim without its record. A lease that
         changed since it was read (renewed, released, reclaimed by another) makes it all fail: ``changed``."""
         rec = view.record
-        fields = {"action": action, "rule": rule, "reason": reason, "by": by or self.settings.agent,
-                  "leaseId": view.lease_id, "version": rec.version if rec else None, "oid": view.current_oid,
-                  "grant": view.grant_oid, "refs": view.refs(), "paths": list(view.paths),
-                  "owner": rec.owner.to_json() if rec else None, "expiresAt": rec.expires_at if rec else None,
-                  "valid": view.valid}
+        fields = {
+            "action": action,
+            "rule": rule,
+            "reason": reason,
+            "by": by or self.settings.agent,
+            "leaseId": view.lease_id,
+            "version": rec.version if rec else None,
+            "oid": view.current_oid,
+            "grant": view.grant_oid,
+            "refs": view.refs(),
+            "paths": list(view.paths),
+            "owner": rec.owner.to_json() if rec else None,
+            "expiresAt": rec.expires_at if rec else None,
+            "valid": view.valid,
+        }
         deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
         return self.audit.append_with(deletes, fields, pointer=view.current_oid or view.grant_oid)
 
@@ -376,17 +466,29 @@ class LeaseService:
         try:
             refs = self.store.list_refs()
         except RemoteUnavailable as exc:
-            raise RemoteUnavailable(f"outcome of the {what} unknown: {out.message or 'no answer'}; and the store "
-                                    f"cannot be re-read ({exc}); nothing is assumed") from None
+            raise RemoteUnavailable(
+                f"outcome of the {what} unknown: {out.message or 'no answer'}; and the store "
+                f"cannot be re-read ({exc}); nothing is assumed"
+            ) from None
         landed = all(refs.get(u.ref) == u.new for u in updates)
-        return Outcome(ok=landed, statuses={u.ref: "ok" if refs.get(u.ref) == u.new else "rejected:not landed"
-                                            for u in updates}, message=out.message)
+        return Outcome(
+            ok=landed,
+            statuses={u.ref: "ok" if refs.get(u.ref) == u.new else "rejected:not landed" for u in updates},
+            message=out.message,
+        )
 
     def _remember(self, rec: Record, oid: str, grant: str) -> None:
         with self.held.locked() as held:
-            held[rec.lease_id] = Held(lease_id=rec.lease_id, store=self.store.name, current=oid, grant=grant,
-                                      record=rec.canonical().decode("utf-8"), paths=list(rec.paths),
-                                      expires_at=rec.expires_at, version=rec.version)
+            held[rec.lease_id] = Held(
+                lease_id=rec.lease_id,
+                store=self.store.name,
+                current=oid,
+                grant=grant,
+                record=rec.canonical().decode("utf-8"),
+                paths=list(rec.paths),
+                expires_at=rec.expires_at,
+                version=rec.version,
+            )
 
     # --------------------------------------------------------------------------- renew
     def _held(self, lease_id: str) -> Held:
@@ -397,8 +499,9 @@ class LeaseService:
             raise NotHeld(f"lease {lease_id} is held on store {h.store!r}, not {self.store.name!r}")
         return h
 
-    def renew(self, lease_id: str, *, ttl: int | None = None, progress: str | None = None,
-              extra_refspecs: Sequence[str] = ()) -> Renewed:
+    def renew(
+        self, lease_id: str, *, ttl: int | None = None, progress: str | None = None, extra_refspecs: Sequence[str] = ()
+    ) -> Renewed:
         """A new version on the id ref, CAS-pinned to the one this worktree wrote. ``extra_refspecs`` (a remote
         store only) are pushed in the same atomic push: see ``push_fenced``. Renewals of one lease in one
         worktree (a heartbeat and a fenced push of its command) take turns, so they never race each other."""
@@ -417,13 +520,13 @@ class LeaseService:
                     break
                 except BlockingIOError:
                     if self.clock.monotonic() >= give_up:
-                        raise RemoteUnavailable(f"another renewal of {lease_id} in this worktree did not "
-                                                "finish in time") from None
+                        raise RemoteUnavailable(
+                            f"another renewal of {lease_id} in this worktree did not finish in time"
+                        ) from None
                     self.clock.sleep(0.02)
             yield
 
-    def _renew(self, lease_id: str, *, ttl: int | None, progress: str | None,
-               extra_refspecs: Sequence[str]) -> Renewed:
+    def _renew(self, lease_id: str, *, ttl: int | None, progress: str | None, extra_refspecs: Sequence[str]) -> Renewed:
         h = self._held(lease_id)
         if h.pending:
             h = self._settle_pending(h)
@@ -432,8 +535,10 @@ class LeaseService:
         now = self.clock.now()
         if now >= current.expires:
             self._forget(lease_id)
-            raise LeaseLost(f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
-                            "(stop writing and acquire again)")
+            raise LeaseLost(
+                f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
+                "(stop writing and acquire again)"
+            )
         prog = next_progress(progress, current.progress, now) if progress is not None else None
         nxt = current.next_version(now, ttl=ttl, progress=prog)
         records.validate(nxt)
@@ -453,27 +558,34 @@ class LeaseService:
             self._update_held(lease_id, nxt, oid)
             return Renewed(lease_id, nxt, oid)
         if extra_refspecs and self.store.list_refs().get(update.ref) == h.current:
-            raise PushRejected(f"push rejected, nothing landed: {_branch_refusal(out, update.ref)}; the lease "
-                               f"{lease_id} is still held (not renewed)", statuses=out.statuses)
+            raise PushRejected(
+                f"push rejected, nothing landed: {_branch_refusal(out, update.ref)}; the lease "
+                f"{lease_id} is still held (not renewed)",
+                statuses=out.statuses,
+            )
         self._forget(lease_id)
-        raise LeaseLost(f"lease lost or replaced: {lease_id} is no longer at the version this worktree wrote "
-                        "(stop writing)")
+        raise LeaseLost(
+            f"lease lost or replaced: {lease_id} is no longer at the version this worktree wrote (stop writing)"
+        )
 
-    def push_fenced(self, lease_id: str, remote: str, refspecs: Sequence[str], *,
-                    ttl: int | None = None) -> Renewed:
+    def push_fenced(self, lease_id: str, remote: str, refspecs: Sequence[str], *, ttl: int | None = None) -> Renewed:
         """Push ``refspecs`` (branches; never ``+``) and renew ``lease_id`` in ONE atomic push to the lease
         store, so the branches land only if the lease is still at the version this worktree wrote: a holder
         whose lease was taken over cannot land its commits (docs/protocol.md, "Fenced pushes").
 
         Only when the lease store is the remote pushed to; anything else is refused (UsageError)."""
         if not isinstance(self.store, RemoteStore):
-            raise UsageError("a fenced push needs the lease store on the remote you push to, but leases are "
-                             "in this repository's own refs (no lease.remote); set lease.remote to that remote, "
-                             "or use 'git lease renew' and then 'git push' (not fenced)")
+            raise UsageError(
+                "a fenced push needs the lease store on the remote you push to, but leases are "
+                "in this repository's own refs (no lease.remote); set lease.remote to that remote, "
+                "or use 'git lease renew' and then 'git push' (not fenced)"
+            )
         if not same_remote(self.repo.cwd, self.store.remote, remote):
-            raise UsageError(f"a fenced push needs the lease store and the branch on one remote, but leases are "
-                             f"on {self.store.remote!r} and the branch goes to {remote!r}; push to "
-                             f"{self.store.remote!r}, or use 'git lease renew' and then 'git push' (not fenced)")
+            raise UsageError(
+                f"a fenced push needs the lease store and the branch on one remote, but leases are "
+                f"on {self.store.remote!r} and the branch goes to {remote!r}; push to "
+                f"{self.store.remote!r}, or use 'git lease renew' and then 'git push' (not fenced)"
+            )
         for spec in refspecs:
             if spec.startswith("+") or spec.startswith(":") or ":" not in spec:
                 raise UsageError(f"refspec {spec!r}: a fenced push takes src:dst, without '+' and no deletes")
@@ -497,8 +609,12 @@ class LeaseService:
         with self.held.locked() as held:
             if lease_id in held:
                 h = held[lease_id]
-                h.current, h.record, h.version, h.expires_at = oid, rec.canonical().decode("utf-8"), rec.version, \
-                    rec.expires_at
+                h.current, h.record, h.version, h.expires_at = (
+                    oid,
+                    rec.canonical().decode("utf-8"),
+                    rec.version,
+                    rec.expires_at,
+                )
                 h.pending = h.pending_record = None
 
     def _forget(self, lease_id: str) -> None:
@@ -519,7 +635,8 @@ class LeaseService:
         if h.pending:
             h = self._settle_pending(h)
         updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
-            RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
+            RefUpdate(scope_ref(p), None, h.grant) for p in h.paths
+        ]
         out = self.store.apply(updates + piggyback)
         if out.ambiguous:
             out = self._resolve(updates + piggyback, out, what="release")
@@ -562,19 +679,28 @@ class LeaseService:
             trust = self.trust(offline=True)
             views = build_views(refs, blobs)
             self._verify(views, blobs, trust, before)
-            return Snapshot(views, fetched_at, stale=True, error=str(exc), trust=trust.describe(),
-                            signed_store=trust.signed)
+            return Snapshot(
+                views, fetched_at, stale=True, error=str(exc), trust=trust.describe(), signed_store=trust.signed
+            )
         cache.save(refs, fetched_at)
         trust = self.trust()
         views = build_views(refs, blobs)
         self._verify(views, blobs, trust, before)
-        seen.update(before, [(v.lease_id, v.record.version, v.current_oid, v.record.expires) for v in views
-                             if v.valid and v.record is not None and v.current_oid],
-                    {v.lease_id for v in views}, self.clock.now())
+        seen.update(
+            before,
+            [
+                (v.lease_id, v.record.version, v.current_oid, v.record.expires)
+                for v in views
+                if v.valid and v.record is not None and v.current_oid
+            ],
+            {v.lease_id for v in views},
+            self.clock.now(),
+        )
         return Snapshot(views, fetched_at, trust=trust.describe(), signed_store=trust.signed)
 
-    def _verify(self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust,
-                before: dict[str, dict[str, object]]) -> None:
+    def _verify(
+        self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: dict[str, dict[str, object]]
+    ) -> None:
         """Check each lease's whole history (trust.Trust.check_chain) and this machine's replay memory; every
         problem makes the view invalid, so its scope stays blocked (fail closed)."""
         from gitlease.identity.trust import MEMO
@@ -593,15 +719,19 @@ class LeaseService:
         if missing:
             blobs = dict(blobs)
             blobs.update(self.store.read(missing, fetch=False))
-        known = {v.current_oid or v.grant_oid: v.record for v in views
-                 if v.record is not None and not v.problems and (v.current_oid or v.grant_oid)}
+        known = {
+            v.current_oid or v.grant_oid: v.record
+            for v in views
+            if v.record is not None and not v.problems and (v.current_oid or v.grant_oid)
+        }
         for v in views:
             head = v.current_oid or v.grant_oid
             if v.record is None or head is None:
                 v.verification = INVALID
                 continue
-            chk = trust.check_chain(v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now,
-                                    known, memo=MEMO)
+            chk = trust.check_chain(
+                v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now, known, memo=MEMO
+            )
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
             v.problems.extend(p for p in chk.problems if p not in v.problems)
             if v.current_oid:
@@ -625,8 +755,17 @@ class LeaseService:
         entries: list[HistoryEntry] = []
         if view and view.chain is not None and view.chain.versions:
             for h in view.chain.versions:
-                entries.append(HistoryEntry(h.oid, h.record, h.check.problem, h.signed, h.check.status,
-                                            h.check.fingerprint, h.check.principal))
+                entries.append(
+                    HistoryEntry(
+                        h.oid,
+                        h.record,
+                        h.check.problem,
+                        h.signed,
+                        h.check.status,
+                        h.check.fingerprint,
+                        h.check.principal,
+                    )
+                )
         elif view and (view.current_oid or view.grant_oid):
             head = view.current_oid or view.grant_oid
             assert head is not None
@@ -666,17 +805,28 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         try:
             path = path_of_scope_ref(ref)
         except ValueError:
-            bad.append(LeaseView(lease_id=f"?{ref}", paths=(_undecodable_path(ref),), scope_refs={ref: oid},
-                                 problems=[f"ref {ref} is not a gitlease scope ref"]))
+            bad.append(
+                LeaseView(
+                    lease_id=f"?{ref}",
+                    paths=(_undecodable_path(ref),),
+                    scope_refs={ref: oid},
+                    problems=[f"ref {ref} is not a gitlease scope ref"],
+                )
+            )
             continue
         by_grant.setdefault(oid, {})[ref] = path
     for ref, oid in refs.items():
         if not ref.startswith(ID_PREFIX):
             continue
-        lease_id = ref[len(ID_PREFIX):]
+        lease_id = ref[len(ID_PREFIX) :]
         rec, problem = _parse_blob(blobs.get(oid, Blob(None, None, "object not readable")))
-        view = LeaseView(lease_id=lease_id, paths=rec.paths if rec else (), record=rec, current_oid=oid,
-                         signed=blobs.get(oid, Blob(None, None)).signature is not None)
+        view = LeaseView(
+            lease_id=lease_id,
+            paths=rec.paths if rec else (),
+            record=rec,
+            current_oid=oid,
+            signed=blobs.get(oid, Blob(None, None)).signature is not None,
+        )
         if problem:
             view.problems.append(problem)
         elif rec and rec.lease_id != lease_id:
@@ -686,14 +836,23 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         grec, problem = _parse_blob(blobs.get(grant, Blob(None, None, "object not readable")))
         paths = tuple(sorted(refmap.values()))
         if grec is None:
-            bad.append(LeaseView(lease_id=f"?{grant[:12]}", paths=paths, scope_refs={r: grant for r in refmap},
-                                 problems=[f"scope refs point at an invalid record: "
-                                                                        f"{problem}"]))
+            bad.append(
+                LeaseView(
+                    lease_id=f"?{grant[:12]}",
+                    paths=paths,
+                    scope_refs={r: grant for r in refmap},
+                    problems=[f"scope refs point at an invalid record: {problem}"],
+                )
+            )
             continue
         view = views.get(grec.lease_id)
         if view is None:  # scope refs without an id ref: judged by the grant's own expiry
-            view = LeaseView(lease_id=grec.lease_id, paths=grec.paths, record=grec,
-                             signed=blobs.get(grant, Blob(None, None)).signature is not None)
+            view = LeaseView(
+                lease_id=grec.lease_id,
+                paths=grec.paths,
+                record=grec,
+                signed=blobs.get(grant, Blob(None, None)).signature is not None,
+            )
             views[grec.lease_id] = view
         view.grant_oid = grant
         view.scope_refs.update({r: grant for r in refmap})
@@ -713,7 +872,7 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
 def _undecodable_path(ref: str) -> str:
     """Best-effort path for a foreign ref under refs/leases/scope/: its first component, or the whole
     repository, so that it keeps blocking what git's D/F rule would block anyway."""
-    rest = ref[len(SCOPE_REF) + 1:] if ref.startswith(SCOPE_REF + "/") else ""
+    rest = ref[len(SCOPE_REF) + 1 :] if ref.startswith(SCOPE_REF + "/") else ""
     first = rest.split("/", 1)[0]
     try:
         return scopes.normalize(scopes.decode_segment(first)) if first else scopes.ROOT
@@ -723,8 +882,7 @@ def _undecodable_path(ref: str) -> str:
 
 def held_error(paths: Sequence[str], blockers: Sequence[LeaseView], now: float, skew: int) -> HeldError:
     desc = "; ".join(describe_blocker(b, now) for b in blockers)
-    return HeldError(f"scope {' '.join(paths)} is held: {desc}",
-                     blockers=[b.to_json(now, skew) for b in blockers])
+    return HeldError(f"scope {' '.join(paths)} is held: {desc}", blockers=[b.to_json(now, skew) for b in blockers])
 
 
 def describe_blocker(b: LeaseView, now: float) -> str:
@@ -743,8 +901,11 @@ def _refused_itself(status: str) -> bool:
 
 def _branch_refusal(out: Outcome, lease_ref: str) -> str:
     """Why the non-lease refs of a fenced push were refused, from its porcelain statuses."""
-    why = [f"{ref} {status.partition(':')[2] or status}" for ref, status in sorted(out.statuses.items())
-           if ref != lease_ref and status.startswith("rejected")]
+    why = [
+        f"{ref} {status.partition(':')[2] or status}"
+        for ref, status in sorted(out.statuses.items())
+        if ref != lease_ref and status.startswith("rejected")
+    ]
     return "; ".join(why) or out.message or "the remote refused the push"
 
 
@@ -790,5 +951,15 @@ class _RefsCache:
             return None
 
 
-__all__ = ["LeaseService", "LeaseView", "Snapshot", "Acquired", "Renewed", "HistoryEntry", "id_ref", "scope_ref",
-           "build_views", "held_error"]
+__all__ = [
+    "LeaseService",
+    "LeaseView",
+    "Snapshot",
+    "Acquired",
+    "Renewed",
+    "HistoryEntry",
+    "id_ref",
+    "scope_ref",
+    "build_views",
+    "held_error",
+]

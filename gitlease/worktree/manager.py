@@ -18,6 +18,7 @@ saved to a quarantine ref first, ``update-ref -d`` pinned to the oid that was ch
 
 Library code: raises gitlease.core.errors, prints nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,8 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Sequence
 
 from gitlease.core import gitcmd
 from gitlease.core import scope as scopes
@@ -35,8 +36,8 @@ from gitlease.core.clock import iso, parse_iso
 from gitlease.core.errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
 from gitlease.core.fsutil import write_json
 from gitlease.core.repo import Repo
-from gitlease.service.leases import Acquired, LeaseService, process_start
 from gitlease.core.state import Held, HeldState
+from gitlease.service.leases import Acquired, LeaseService, process_start
 
 META = "worktree.json"
 BUSY = "busy.json"
@@ -46,13 +47,20 @@ REASON_PREFIX = "gitlease:"
 DEFAULT_BRANCH_PREFIX = "lease/"
 
 # Files in a worktree's git dir that mean an operation is half done.
-IN_PROGRESS = (("MERGE_HEAD", "merge in progress"), ("CHERRY_PICK_HEAD", "cherry-pick in progress"),
-               ("REVERT_HEAD", "revert in progress"), ("rebase-merge", "rebase in progress"),
-               ("rebase-apply", "rebase or am in progress"), ("BISECT_LOG", "bisect in progress"),
-               ("BISECT_START", "bisect in progress"), ("sequencer", "cherry-pick/revert sequence in progress"))
+IN_PROGRESS = (
+    ("MERGE_HEAD", "merge in progress"),
+    ("CHERRY_PICK_HEAD", "cherry-pick in progress"),
+    ("REVERT_HEAD", "revert in progress"),
+    ("rebase-merge", "rebase in progress"),
+    ("rebase-apply", "rebase or am in progress"),
+    ("BISECT_LOG", "bisect in progress"),
+    ("BISECT_START", "bisect in progress"),
+    ("sequencer", "cherry-pick/revert sequence in progress"),
+)
 
 
 # ------------------------------------------------------------------------------- records
+
 
 @dataclass
 class Meta:
@@ -124,9 +132,16 @@ class Attached:
     acquired: Acquired | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"workspaceId": self.id, "path": self.path, "branch": self.branch, "base": self.base,
-                "baseOid": self.base_oid, "leaseId": self.lease_id, "reused": self.reused,
-                "skipped": [{"workspaceId": i, "reasons": r} for i, r in self.skipped]}
+        return {
+            "workspaceId": self.id,
+            "path": self.path,
+            "branch": self.branch,
+            "base": self.base,
+            "baseOid": self.base_oid,
+            "leaseId": self.lease_id,
+            "reused": self.reused,
+            "skipped": [{"workspaceId": i, "reasons": r} for i, r in self.skipped],
+        }
 
 
 @dataclass
@@ -147,11 +162,23 @@ class Entry:
 
     def to_json(self) -> dict[str, object]:
         wt, meta = self.worktree, self.worktree.meta
-        return {"workspaceId": wt.id, "path": wt.path, "managed": meta is not None, "state": self.state,
-                "branch": wt.branch, "head": wt.head, "leaseId": self.lease, "leaseState": self.lease_state,
-                "clean": self.inspection.clean, "dirt": self.inspection.dirt, "busy": self.inspection.busy,
-                "ageSeconds": self.age, "since": meta.since if meta else None, "locked": wt.locked,
-                "quarantineRef": meta.quarantine_ref if meta else None}
+        return {
+            "workspaceId": wt.id,
+            "path": wt.path,
+            "managed": meta is not None,
+            "state": self.state,
+            "branch": wt.branch,
+            "head": wt.head,
+            "leaseId": self.lease,
+            "leaseState": self.lease_state,
+            "clean": self.inspection.clean,
+            "dirt": self.inspection.dirt,
+            "busy": self.inspection.busy,
+            "ageSeconds": self.age,
+            "since": meta.since if meta else None,
+            "locked": wt.locked,
+            "quarantineRef": meta.quarantine_ref if meta else None,
+        }
 
 
 @dataclass
@@ -166,6 +193,7 @@ class PruneAction:
 
 
 # ------------------------------------------------------------------------------- manager
+
 
 class WorktreeManager:
     def __init__(self, service: LeaseService) -> None:
@@ -230,12 +258,19 @@ class WorktreeManager:
             locked = info.get("locked")
             if "locked" not in info and os.path.exists(os.path.join(git_dir, "locked")):
                 locked = _read_text(os.path.join(git_dir, "locked")).strip()
-            out.append(Worktree(
-                path=path, git_dir=git_dir, head=info.get("HEAD") or _head_of(git_dir),
-                branch=branch[len("refs/heads/"):] if branch and branch.startswith("refs/heads/") else
-                (None if "detached" in info or not branch else branch),
-                locked=locked, prunable="prunable" in info or not os.path.isdir(path),
-                meta=_load_meta(git_dir)))
+            out.append(
+                Worktree(
+                    path=path,
+                    git_dir=git_dir,
+                    head=info.get("HEAD") or _head_of(git_dir),
+                    branch=branch[len("refs/heads/") :]
+                    if branch and branch.startswith("refs/heads/")
+                    else (None if "detached" in info or not branch else branch),
+                    locked=locked,
+                    prunable="prunable" in info or not os.path.isdir(path),
+                    meta=_load_meta(git_dir),
+                )
+            )
         return out
 
     def managed(self) -> list[Worktree]:
@@ -245,8 +280,11 @@ class WorktreeManager:
         """A worktree by its id, its path, or its git admin name."""
         want = os.path.realpath(workspace) if os.sep in workspace else None
         for wt in self.worktrees():
-            if wt.id == workspace or os.path.basename(wt.git_dir) == workspace or \
-                    (want and os.path.realpath(wt.path) == want):
+            if (
+                wt.id == workspace
+                or os.path.basename(wt.git_dir) == workspace
+                or (want and os.path.realpath(wt.path) == want)
+            ):
                 return wt
         raise UsageError(f"no worktree {workspace!r} in {self.main_dir()} (see 'git lease worktree list')")
 
@@ -306,8 +344,9 @@ class WorktreeManager:
         branches = {b for b in (branch, meta.branch if meta else None) if b}
         own = _own_stashes(wt, branches)
         if own:
-            dirt.append(f"{own} stash entr{'y' if own == 1 else 'ies'} of its own (branch "
-                        f"{', '.join(sorted(branches))})")
+            dirt.append(
+                f"{own} stash entr{'y' if own == 1 else 'ies'} of its own (branch {', '.join(sorted(branches))})"
+            )
         n = _only_here(wt, branch)
         if n:
             dirt.append(f"{n} unpushed commit{'s' if n > 1 else ''} (on no other branch, remote or tag)")
@@ -334,8 +373,15 @@ class WorktreeManager:
         return out
 
     # ------------------------------------------------------------------------ attaching
-    def acquire(self, raw_scopes: Sequence[str], *, ttl: int | None = None, holder_pid: int = 0,
-                base: str | None = None, branch: str | None = None) -> Attached:
+    def acquire(
+        self,
+        raw_scopes: Sequence[str],
+        *,
+        ttl: int | None = None,
+        holder_pid: int = 0,
+        base: str | None = None,
+        branch: str | None = None,
+    ) -> Attached:
         """Lease first (recording this worktree's id as workspaceId), then attach the worktree."""
         paths = scopes.normalize_all(raw_scopes)
         base_name, base_oid = self.resolve_base(base)
@@ -352,9 +398,12 @@ class WorktreeManager:
         except Exception as exc:
             self._unchoose(chosen)
             why = exc.message if isinstance(exc, GitLeaseError) else f"{type(exc).__name__}: {exc}"
-            raise GitLeaseError(f"lease {got.lease_id} acquired, but no worktree was attached: {why} "
-                                f"(the lease is held here: 'git lease worktree add {got.lease_id}' or "
-                                f"'git lease release {got.lease_id}')", leaseId=got.lease_id) from None
+            raise GitLeaseError(
+                f"lease {got.lease_id} acquired, but no worktree was attached: {why} "
+                f"(the lease is held here: 'git lease worktree add {got.lease_id}' or "
+                f"'git lease release {got.lease_id}')",
+                leaseId=got.lease_id,
+            ) from None
         att.acquired = got
         return att
 
@@ -386,8 +435,11 @@ class WorktreeManager:
         """The base ref and its commit. Default: origin/HEAD, else origin/main, else this worktree's HEAD."""
         candidates = [base] if base else ["origin/HEAD", "origin/main", "HEAD"]
         for name in candidates:
-            res = gitcmd.run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"],
-                             cwd=self.repo.cwd, check=False)
+            res = gitcmd.run(
+                ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"],
+                cwd=self.repo.cwd,
+                check=False,
+            )
             if res.returncode == 0 and res.out.strip():
                 return name, res.out.strip()
         if base:
@@ -403,8 +455,12 @@ class WorktreeManager:
             here = os.path.realpath(self.repo.worktree) if self.repo.worktree else None
             for wt in every:
                 meta = wt.meta
-                if meta is None or meta.state == "quarantined" or os.path.realpath(wt.path) == here \
-                        or not self._lease_free(wt):
+                if (
+                    meta is None
+                    or meta.state == "quarantined"
+                    or os.path.realpath(wt.path) == here
+                    or not self._lease_free(wt)
+                ):
                     continue
                 if meta.claim and _alive(meta.claim) and meta.claim.get("token") != self._token:
                     skipped.append((wt.id, [f"being attached by process {meta.claim.get('pid')}"]))
@@ -413,8 +469,12 @@ class WorktreeManager:
                 if not insp.clean:
                     skipped.append((wt.id, insp.reasons()))
                     continue
-                meta.claim = {"pid": os.getpid(), "start": process_start(os.getpid()), "token": self._token,
-                              "at": iso(self.clock.now())}
+                meta.claim = {
+                    "pid": os.getpid(),
+                    "start": process_start(os.getpid()),
+                    "token": self._token,
+                    "at": iso(self.clock.now()),
+                }
                 _save_meta(wt.git_dir, meta)
                 return wt, skipped
             return self._reserve(paths, {os.path.basename(w.path) for w in every}), skipped
@@ -445,8 +505,15 @@ class WorktreeManager:
             meta.claim = None
             _save_meta(chosen.git_dir, meta)
 
-    def _attach(self, chosen: Worktree | str, lease_id: str, base_name: str, base_oid: str, branch: str | None,
-                skipped: list[tuple[str, list[str]]]) -> Attached:
+    def _attach(
+        self,
+        chosen: Worktree | str,
+        lease_id: str,
+        base_name: str,
+        base_oid: str,
+        branch: str | None,
+        skipped: list[tuple[str, list[str]]],
+    ) -> Attached:
         branch = branch or DEFAULT_BRANCH_PREFIX + lease_id
         reason = self._reason(lease_id)
         now = iso(self.clock.now())
@@ -456,11 +523,34 @@ class WorktreeManager:
             with self._pool_lock():  # git worktree add/list are not safe against a concurrent add ("failed
                 # to read worktrees/<id>/gitdir" while the other one writes it): every add and listing of ours
                 # runs under the pool lock
-                gitcmd.run(["worktree", "add", "--quiet", "--lock", "--reason", reason, "--no-track", "-b",
-                            branch, path, base_oid], cwd=self.repo.cwd)
+                gitcmd.run(
+                    [
+                        "worktree",
+                        "add",
+                        "--quiet",
+                        "--lock",
+                        "--reason",
+                        reason,
+                        "--no-track",
+                        "-b",
+                        branch,
+                        path,
+                        base_oid,
+                    ],
+                    cwd=self.repo.cwd,
+                )
             git_dir = _git_dir_of(path)
-            meta = Meta(id=os.path.basename(path), path=path, branch=branch, base=base_name, base_oid=base_oid,
-                        state="bound", created_at=now, since=now, lease=lease_id)
+            meta = Meta(
+                id=os.path.basename(path),
+                path=path,
+                branch=branch,
+                base=base_name,
+                base_oid=base_oid,
+                state="bound",
+                created_at=now,
+                since=now,
+                lease=lease_id,
+            )
             # claimed until its held.json names the lease: until then it looks free and clean to a racing
             # _choose (the pool lock is not held while attaching)
             meta.claim = {"pid": os.getpid(), "start": process_start(os.getpid()), "token": self._token, "at": now}
@@ -471,8 +561,9 @@ class WorktreeManager:
             assert meta is not None
             insp = self.inspect(wt)  # again, right before the only step that moves its files
             if not insp.clean:
-                raise GitLeaseError(f"worktree {wt.id} stopped being clean while it was being attached: "
-                                    f"{'; '.join(insp.reasons())}")
+                raise GitLeaseError(
+                    f"worktree {wt.id} stopped being clean while it was being attached: {'; '.join(insp.reasons())}"
+                )
             self._drop_dead_leases(wt)
             old_branch, old_tip = _current_branch(wt), wt.head
             # checkout without -f refuses to overwrite any local change: the reset cannot destroy work
@@ -493,8 +584,16 @@ class WorktreeManager:
         self._move_held(lease_id, HeldState(os.path.join(git_dir, "gitlease")), self.svc.held)
         meta.claim = None  # bound: its held.json now says who holds it
         _save_meta(git_dir, meta)
-        return Attached(id=meta.id, path=path, branch=branch, base=base_name, base_oid=base_oid, lease_id=lease_id,
-                        reused=reused, skipped=skipped)
+        return Attached(
+            id=meta.id,
+            path=path,
+            branch=branch,
+            base=base_name,
+            base_oid=base_oid,
+            lease_id=lease_id,
+            reused=reused,
+            skipped=skipped,
+        )
 
     def _reason(self, lease_id: str) -> str:
         """The lock reason: the lease and its owner as recorded (falling back to this command's settings)."""
@@ -570,8 +669,11 @@ class WorktreeManager:
                 meta = wt.meta
                 assert meta is not None
                 if not wt.exists:
-                    actions.append(PruneAction(wt.id, "kept", self.inspect(wt).dirt +
-                                               [f"'git lease worktree remove {wt.id}' forgets it"]))
+                    actions.append(
+                        PruneAction(
+                            wt.id, "kept", self.inspect(wt).dirt + [f"'git lease worktree remove {wt.id}' forgets it"]
+                        )
+                    )
                     continue
                 if not self._lease_free(wt):  # an active lease (or one within the skew margin) lives in it
                     continue
@@ -608,8 +710,16 @@ class WorktreeManager:
         meta.state, meta.since, meta.lease, meta.claim, meta.quarantine_ref = "free", now, None, None, None
         _save_meta(wt.git_dir, meta)
         gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
-        gitcmd.run(["worktree", "lock", "--reason", f"{REASON_PREFIX} pool, free since {now} "
-                    f"(last lease {meta.last_lease or 'none'})", wt.path], cwd=self.repo.cwd)
+        gitcmd.run(
+            [
+                "worktree",
+                "lock",
+                "--reason",
+                f"{REASON_PREFIX} pool, free since {now} (last lease {meta.last_lease or 'none'})",
+                wt.path,
+            ],
+            cwd=self.repo.cwd,
+        )
 
     def _quarantine(self, wt: Worktree, insp: Inspection) -> str:
         meta = wt.meta
@@ -630,8 +740,12 @@ class WorktreeManager:
         tmp = os.path.join(wt.private_dir, f"save-index-{os.getpid()}-{os.urandom(4).hex()}")
         os.makedirs(wt.private_dir, exist_ok=True)
         index = os.path.join(wt.git_dir, "index")
-        ident = {"GIT_AUTHOR_NAME": "gitlease", "GIT_AUTHOR_EMAIL": "gitlease@localhost",
-                 "GIT_COMMITTER_NAME": "gitlease", "GIT_COMMITTER_EMAIL": "gitlease@localhost"}
+        ident = {
+            "GIT_AUTHOR_NAME": "gitlease",
+            "GIT_AUTHOR_EMAIL": "gitlease@localhost",
+            "GIT_COMMITTER_NAME": "gitlease",
+            "GIT_COMMITTER_EMAIL": "gitlease@localhost",
+        }
         try:
             head = _rev(wt.path, "HEAD")
             parents = ["-p", head] if head else []
@@ -639,20 +753,26 @@ class WorktreeManager:
                 shutil.copyfile(index, tmp)
                 res = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}, check=False)
                 if res.returncode == 0 and head:  # the index as a second parent, like git stash (unless unmerged)
-                    idx = gitcmd.run(["commit-tree", res.out.strip(), "-p", head, "-m", "index"],
-                                     cwd=wt.path, env=ident).out.strip()
+                    idx = gitcmd.run(
+                        ["commit-tree", res.out.strip(), "-p", head, "-m", "index"], cwd=wt.path, env=ident
+                    ).out.strip()
                     parents += ["-p", idx]
-            gitcmd.run(["add", "--all", *(["-f"] if include_ignored else []), "--", "."], cwd=wt.path,
-                       env={"GIT_INDEX_FILE": tmp})
+            gitcmd.run(
+                ["add", "--all", *(["-f"] if include_ignored else []), "--", "."],
+                cwd=wt.path,
+                env={"GIT_INDEX_FILE": tmp},
+            )
             tree = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}).out.strip()
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         meta = wt.meta
-        msg = (f"gitlease quarantine of {wt.id} ({wt.path})\n\nbranch: {meta.branch if meta else wt.branch}\n"
-               f"lease: {(meta.lease or meta.last_lease) if meta else None}\n"
-               + "".join(f"reason: {r}\n" for r in insp.dirt)
-               + ("ignored files: included\n" if include_ignored else "ignored files: not included (kept on disk)\n"))
+        msg = (
+            f"gitlease quarantine of {wt.id} ({wt.path})\n\nbranch: {meta.branch if meta else wt.branch}\n"
+            f"lease: {(meta.lease or meta.last_lease) if meta else None}\n"
+            + "".join(f"reason: {r}\n" for r in insp.dirt)
+            + ("ignored files: included\n" if include_ignored else "ignored files: not included (kept on disk)\n")
+        )
         commit = gitcmd.run(["commit-tree", tree, *parents, "-m", msg], cwd=wt.path, env=ident).out.strip()
         stamp = iso(self.clock.now()).replace(":", "").replace("-", "")
         ref = f"{QUARANTINE_PREFIX}{wt.id}/{stamp}-{os.urandom(3).hex()}"
@@ -679,19 +799,31 @@ class WorktreeManager:
         if insp.busy:
             raise GitLeaseError(f"worktree {wt.id} is in use: {'; '.join(insp.busy)}", busy=insp.busy)
         # What removing the directory would destroy (unpushed commits and stashes survive: their refs stay).
-        at_risk = [d for d in insp.dirt if not d.startswith(("detached", "HEAD is on")) and "stash" not in d
-                   and "unpushed" not in d] if wt.exists else []
+        at_risk = (
+            [
+                d
+                for d in insp.dirt
+                if not d.startswith(("detached", "HEAD is on")) and "stash" not in d and "unpushed" not in d
+            ]
+            if wt.exists
+            else []
+        )
         if wt.exists and _current_branch(wt) is None and _only_here(wt, None):
             at_risk.append("commits on a detached HEAD that no ref holds")
         ref = None
         if at_risk and not save:
-            raise GitLeaseError(f"worktree {wt.id} has uncommitted work: {'; '.join(at_risk)} (commit it, or "
-                                "pass --save to keep it in a quarantine ref, then remove)", dirt=at_risk)
+            raise GitLeaseError(
+                f"worktree {wt.id} has uncommitted work: {'; '.join(at_risk)} (commit it, or "
+                "pass --save to keep it in a quarantine ref, then remove)",
+                dirt=at_risk,
+            )
         if at_risk:
             nested = _nested_repositories(wt)
             if nested:  # a snapshot holds only a gitlink for them: their contents would be lost
-                raise GitLeaseError(f"worktree {wt.id} contains another repository ({', '.join(nested[:3])}); "
-                                    "move it out first: --save cannot keep its contents")
+                raise GitLeaseError(
+                    f"worktree {wt.id} contains another repository ({', '.join(nested[:3])}); "
+                    "move it out first: --save cannot keep its contents"
+                )
             ref = self.save(wt, insp, include_ignored=True)
         handed = self._hand_back(wt)
         gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
@@ -699,10 +831,17 @@ class WorktreeManager:
             args = ["worktree", "remove"] + (["-f"] if ref else []) + [wt.path]
             res = gitcmd.run(args, cwd=self.repo.cwd, check=False)
             if res.returncode != 0:
-                gitcmd.run(["worktree", "lock", "--reason", f"{REASON_PREFIX} removal failed", wt.path],
-                           cwd=self.repo.cwd, check=False)
-                raise GitError(f"git worktree remove {wt.path} failed: {res.err.strip()}", cmd=list(res.cmd),
-                               returncode=res.returncode, stderr=res.err)
+                gitcmd.run(
+                    ["worktree", "lock", "--reason", f"{REASON_PREFIX} removal failed", wt.path],
+                    cwd=self.repo.cwd,
+                    check=False,
+                )
+                raise GitError(
+                    f"git worktree remove {wt.path} failed: {res.err.strip()}",
+                    cmd=list(res.cmd),
+                    returncode=res.returncode,
+                    stderr=res.err,
+                )
         else:
             gitcmd.run(["worktree", "prune"], cwd=self.repo.cwd)
         meta = wt.meta
@@ -728,8 +867,15 @@ class WorktreeManager:
         wt = self.find(workspace)
         path = os.path.join(wt.private_dir, BUSY)
         os.makedirs(wt.private_dir, exist_ok=True)
-        _write_json(path, {"pid": os.getpid(), "start": process_start(os.getpid()), "command": command[:200],
-                           "at": iso(self.clock.now())})
+        _write_json(
+            path,
+            {
+                "pid": os.getpid(),
+                "start": process_start(os.getpid()),
+                "command": command[:200],
+                "at": iso(self.clock.now()),
+            },
+        )
         try:
             yield wt
         finally:
@@ -738,6 +884,7 @@ class WorktreeManager:
 
 
 # ------------------------------------------------------------------------------ helpers
+
 
 def _id_of(chosen: Worktree | str) -> str:
     return chosen.id if isinstance(chosen, Worktree) else os.path.basename(chosen)
@@ -784,8 +931,10 @@ def _head_of(git_dir: str) -> str | None:
 
 
 def _status_dirt(wt: Worktree) -> list[str]:
-    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching",
-                   "--ignore-submodules=none"])
+    res = _on(
+        wt,
+        ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--ignore-submodules=none"],
+    )
     staged = unstaged = unmerged = untracked = ignored = 0
     items = res.out.split("\0")
     i = 0
@@ -808,8 +957,13 @@ def _status_dirt(wt: Worktree) -> list[str]:
         elif kind == "!":
             ignored += 1
     out = []
-    for n, label in ((staged, "staged change"), (unstaged, "unstaged change"), (unmerged, "unmerged path"),
-                     (untracked, "untracked file"), (ignored, "ignored file")):
+    for n, label in (
+        (staged, "staged change"),
+        (unstaged, "unstaged change"),
+        (unmerged, "unmerged path"),
+        (untracked, "untracked file"),
+        (ignored, "ignored file"),
+    ):
         if n:
             out.append(f"{n} {label}{'s' if n > 1 else ''}")
     return out
@@ -818,8 +972,11 @@ def _status_dirt(wt: Worktree) -> list[str]:
 def _nested_repositories(wt: Worktree) -> list[str]:
     """Untracked or ignored directories that are repositories of their own (git status does not descend)."""
     res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"])
-    return [item[2:] for item in res.out.split("\0") if item[:2] in ("? ", "! ") and item.endswith("/")
-            and os.path.exists(os.path.join(wt.path, item[2:], ".git"))]
+    return [
+        item[2:]
+        for item in res.out.split("\0")
+        if item[:2] in ("? ", "! ") and item.endswith("/") and os.path.exists(os.path.join(wt.path, item[2:], ".git"))
+    ]
 
 
 def _own_stashes(wt: Worktree, branches: set[str]) -> int:
@@ -851,8 +1008,11 @@ def _delete_branch_if_contained(cwd: str, branch: str, tip: str) -> bool:
     ref = f"refs/heads/{branch}"
     if _rev(cwd, ref) != tip:
         return False
-    res = gitcmd.run(["rev-list", "--count", ref, "--not", f"--exclude={branch}", "--branches", "--remotes",
-                      "--tags"], cwd=cwd, check=False)
+    res = gitcmd.run(
+        ["rev-list", "--count", ref, "--not", f"--exclude={branch}", "--branches", "--remotes", "--tags"],
+        cwd=cwd,
+        check=False,
+    )
     if res.returncode != 0 or res.out.strip() != "0":
         return False
     return gitcmd.run(["update-ref", "-d", ref, tip], cwd=cwd, check=False).returncode == 0

@@ -3,6 +3,7 @@
 ``render(kind, install)`` gives the file's text; ``install(root, kind, ...)`` writes it into a repository and
 says what else the user has to do (docs/sweeping.md). No printing here: the CLI renders what it returns.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ def render(kind: str, install: str | None = None) -> str:
     if kind not in KINDS:
         raise UsageError(f"unknown CI kind {kind!r}: choose one of {', '.join(KINDS)}")
     spec = install or default_install_spec()
-    if any(c in spec for c in "\"\n\r$`\\"):
+    if any(c in spec for c in '"\n\r$`\\'):
         raise UsageError("the install spec may not contain quotes, '$', '`', backslashes or newlines")
     text = resources.files(__name__).joinpath(KINDS[kind][0]).read_text(encoding="utf-8")
     return text.replace("@INSTALL@", spec)
@@ -47,12 +48,15 @@ def install(root: str, kind: str, *, install_spec: str | None = None, overwrite:
     out = Installed(kind)
     _write(root, KINDS[kind][1], text, overwrite, out)
     if not install_spec:
-        out.next_steps.append(f"the job runs `pip install {default_install_spec()}`: make sure your package index "
-                              "serves this project under that name, or pass --install (a git URL, a wheel)")
+        out.next_steps.append(
+            f"the job runs `pip install {default_install_spec()}`: make sure your package index "
+            "serves this project under that name, or pass --install (a git URL, a wheel)"
+        )
     if kind == "github":
         out.next_steps.append("commit and push it to the default branch (GitHub runs schedules only from there)")
-        out.next_steps.append("it sweeps every 5 minutes at best, often later; Actions > gitlease sweep > Run workflow "
-                              "sweeps now")
+        out.next_steps.append(
+            "it sweeps every 5 minutes at best, often later; Actions > gitlease sweep > Run workflow sweeps now"
+        )
         return out
     ci = os.path.join(root, GITLAB_CI)
     include = f"include:\n  - local: {KINDS[kind][1]}\n"
@@ -63,8 +67,10 @@ def install(root: str, kind: str, *, install_spec: str | None = None, overwrite:
             if KINDS[kind][1] not in fh.read():
                 out.next_steps.append(f"add to {GITLAB_CI}: include: [{{local: {KINDS[kind][1]}}}]")
     out.next_steps.append("create a pipeline schedule (CI/CD > Schedules, */5 * * * *) with variable GITLEASE_SWEEP=1")
-    out.next_steps.append("add a masked CI/CD variable GITLEASE_PUSH_TOKEN: a project access token with "
-                          "write_repository (the job token cannot push)")
+    out.next_steps.append(
+        "add a masked CI/CD variable GITLEASE_PUSH_TOKEN: a project access token with "
+        "write_repository (the job token cannot push)"
+    )
     return out
 
 
