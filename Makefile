@@ -3,25 +3,32 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench soak clean
+.PHONY: demo test test-slow check bench soak clean
 
 DURATION ?= 600
 WORKERS  ?= 16
+# test processes (pytest-xdist): the tests mostly wait on git, so 4 suit 2 cores
+JOBS     ?= 4
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,check]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m gitlease.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+check: $(STAMP)
+	$(BIN)/ruff check gitlease tests bench soak
+	$(BIN)/ruff format --check gitlease tests bench soak
+	$(BIN)/python -m pytest -q tests/test_layers.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write docs/performance.md
