@@ -57,8 +57,9 @@ from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.errors import HeldError  # noqa: E402
+from gitlease.core.refnames import scope_ref  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
-from gitlease.service.leases import LeaseService, scope_ref  # noqa: E402
+from gitlease.service.leases import LeaseService  # noqa: E402
 
 HOST = "127.0.0.1"
 VENV_BIN = Path(sys.executable).parent  # replaced in isolate() by a regular install's bin (see install_cli)

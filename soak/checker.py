@@ -41,9 +41,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gitlease.core import record as records
+from gitlease.core import refnames  # noqa: E402
 from gitlease.core import scope as scopes
 from gitlease.core.errors import InvalidRecord  # noqa: E402
-from gitlease.core.store import ID_PREFIX, SCOPE_REF  # noqa: E402
+from gitlease.core.refnames import ID_PREFIX, SCOPE_REF  # noqa: E402
 from gitlease.identity import sshsig
 
 from .serverlog import Txn, is_zero  # noqa: E402
@@ -538,11 +539,11 @@ def id_ref_of(lease_id: str) -> str:
 
 def path_of(ref: str) -> str:
     suffix = ref[len(SCOPE_REF) + 1 :] if ref.startswith(SCOPE_REF + "/") else ""
-    return scopes.from_ref_suffix(suffix) if suffix else "."  # the scope ref itself: the whole repository
+    return refnames.from_ref_suffix(suffix) if suffix else "."  # the scope ref itself: the whole repository
 
 
 def _scope_ref(path: str) -> str:
-    suffix = scopes.to_ref_suffix(path)
+    suffix = refnames.to_ref_suffix(path)
     return f"{SCOPE_REF}/{suffix}" if suffix else SCOPE_REF
 
 

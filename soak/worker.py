@@ -40,9 +40,10 @@ from gitlease.core.clock import Clock  # noqa: E402
 from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, PushRejected, RemoteUnavailable  # noqa: E402
 from gitlease.core.record import Owner  # noqa: E402
+from gitlease.core.refnames import id_ref, scope_ref  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
 from gitlease.identity.signer import UNSIGNED  # noqa: E402
-from gitlease.service.leases import LeaseService, id_ref, scope_ref  # noqa: E402
+from gitlease.service.leases import LeaseService  # noqa: E402
 
 
 class OffsetClock(Clock):

@@ -21,9 +21,10 @@ import gitlease
 from gitlease.core import errors
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
+from gitlease.core.refnames import id_ref
 from gitlease.core.repo import Repo
 from gitlease.liveness.agent import Agent, AgentClient, serve
-from gitlease.service.leases import LeaseService, id_ref
+from gitlease.service.leases import LeaseService
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from soak import serverlog  # noqa: E402

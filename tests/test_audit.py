@@ -15,11 +15,11 @@ from test_sweep import plant, sfleet  # noqa: F401  (the fixture is shared)
 
 from gitlease.core import record as records
 from gitlease.core.record import Owner
+from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.store import RefUpdate
 from gitlease.identity.signer import Signer
 from gitlease.ops.sweep import Sweeper, history
 from gitlease.service.audit import AUDIT_PREFIX, ENTRY_FILE, ENTRY_SIG, list_audit_refs, read_log
-from gitlease.service.leases import id_ref, scope_ref
 
 
 def _show(svc, name):

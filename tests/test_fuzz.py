@@ -4,11 +4,13 @@ them. Zero crashes, and fail closed: every path a ref under refs/leases/scope na
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gitlease.core import refnames
 from gitlease.core import scope as scopes
 from gitlease.core.clock import FakeClock
 from gitlease.core.record import Owner, new_record
+from gitlease.core.refnames import scope_ref
 from gitlease.core.store import Blob
-from gitlease.service.leases import Snapshot, build_views, scope_ref
+from gitlease.service.leases import Snapshot, build_views
 
 CLOCK = FakeClock()
 segments = st.sampled_from(["a", "b", "src", "x.py", ".hidden", "%2e", "a.lock", "@", "-", "ü", "a b"])
@@ -55,7 +57,7 @@ def test_arbitrary_refs_and_objects_never_crash_and_fail_closed(refs, blobs):
     for ref in refs:
         if ref == "refs/leases/scope" or ref.startswith("refs/leases/scope/"):
             try:
-                path = scopes.from_ref_suffix(ref[len("refs/leases/scope/") :]) if ref != "refs/leases/scope" else "."
+                path = refnames.from_ref_suffix(ref[len("refs/leases/scope/") :]) if ref != "refs/leases/scope" else "."
                 path = scopes.normalize(path)
             except Exception:
                 continue  # undecodable: blocked under its first component (checked in test_service)

@@ -19,8 +19,9 @@ from gitlease.core.clock import FakeClock
 from gitlease.core.errors import InvalidRecord
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import Owner, new_record
+from gitlease.core.refnames import scope_ref
 from gitlease.core.store import Blob
-from gitlease.service.leases import Snapshot, build_views, scope_ref
+from gitlease.service.leases import Snapshot, build_views
 
 CLOCK = FakeClock()
 GOOD = new_record(

@@ -14,9 +14,9 @@ from gitlease.core import errors
 from gitlease.core.clock import FakeClock
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Progress
+from gitlease.core.refnames import id_ref
 from gitlease.liveness.heartbeat import Heartbeat, Timing
 from gitlease.liveness.wait import Backoff, acquire_wait
-from gitlease.service.leases import id_ref
 
 # ----------------------------------------------------------------------------- timing
 

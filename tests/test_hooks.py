@@ -466,11 +466,6 @@ segment = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, 
 paths = st.lists(segment, min_size=1, max_size=4).map("/".join)
 
 
-@given(segment)
-def test_fast_ref_encoding_is_scope_encoding(seg):
-    assert enforce.encode_ref_component(seg) == scope.encode_segment(seg)
-
-
 @given(paths, paths)
 def test_fast_containment_is_scope_containment(a, b):
     a, b = scope.normalize(a), scope.normalize(b)

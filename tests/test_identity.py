@@ -18,11 +18,12 @@ from gitlease.core import record as records
 from gitlease.core.clock import iso
 from gitlease.core.config import resolve
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
+from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.repo import Repo
 from gitlease.core.store import RefUpdate
 from gitlease.identity import sshsig
 from gitlease.identity.signer import UNSIGNED, SshSigner
-from gitlease.service.leases import LeaseService, id_ref, scope_ref
+from gitlease.service.leases import LeaseService
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 TRUST = ".gitlease/allowed_signers"

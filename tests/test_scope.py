@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gitlease.core import scope
+from gitlease.core import refnames, scope
 from gitlease.core.errors import ScopeError
 
 
@@ -93,8 +93,8 @@ def test_normalize_idempotent(raw):
 
 @given(segment, segment)
 def test_encoding_injective_and_invertible(a, b):
-    ea, eb = scope.encode_segment(a), scope.encode_segment(b)
-    assert scope.decode_segment(ea) == a
+    ea, eb = refnames.encode_segment(a), refnames.encode_segment(b)
+    assert refnames.decode_segment(ea) == a
     assert (ea == eb) == (a == b)
 
 
@@ -103,8 +103,8 @@ def test_overlap_matches_ref_prefix(ps):
     """Two scopes overlap exactly when one's ref components are a prefix of the other's: the D/F rule."""
     for a in ps:
         for b in ps:
-            ra = scope.to_ref_suffix(a).split("/") if a != "." else []
-            rb = scope.to_ref_suffix(b).split("/") if b != "." else []
+            ra = refnames.to_ref_suffix(a).split("/") if a != "." else []
+            rb = refnames.to_ref_suffix(b).split("/") if b != "." else []
             n = min(len(ra), len(rb))
             assert scope.overlaps(a, b) == (ra[:n] == rb[:n])
 
@@ -131,7 +131,7 @@ def test_encoded_refs_are_valid_ref_names():
         "trailing.lock.lock",
         "...",
     ]
-    names = [f"refs/leases/scope/{scope.encode_segment(s)}" for s in tricky]
+    names = [f"refs/leases/scope/{refnames.encode_segment(s)}" for s in tricky]
     for name in names:
         res = subprocess.run(["git", "check-ref-format", name], capture_output=True)
         assert res.returncode == 0, name

@@ -4,8 +4,8 @@ import pytest
 from conftest import git
 
 from gitlease.core import errors
+from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.store import RefUpdate
-from gitlease.service.leases import id_ref, scope_ref
 
 
 def test_acquire_refuse_disjoint(fleet):

@@ -132,7 +132,7 @@ def _two_leases(tmp_path):
 
 
 def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(tmp_path):
-    from gitlease.service.leases import id_ref, scope_ref
+    from gitlease.core.refnames import id_ref, scope_ref
 
     bare, a, b = _two_leases(tmp_path)
     z, t0 = "0" * 40, a.record.expires - 60

@@ -23,10 +23,11 @@ from gitlease.core import errors
 from gitlease.core import record as records
 from gitlease.core.clock import FakeClock
 from gitlease.core.record import Owner
+from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.store import RefUpdate
 from gitlease.ops.sweep import Sweeper
 from gitlease.service.audit import read_log
-from gitlease.service.leases import id_ref, process_start, scope_ref
+from gitlease.service.leases import process_start
 
 HOST = os.uname().nodename
 

@@ -3,8 +3,7 @@
 A scope is a normalised path such as ``services/billing`` (covering everything at or below it) or ``.``
 (the whole repository). Pure functions only; no git, no I/O.
 
-The ref encoding maps one path segment to one ref component, injectively, so that git's own
-directory/file rule on ref names refuses two overlapping scopes (see docs/protocol.md).
+The ref encoding of a scope (one path segment to one ref component) is gitlease.core.refnames.
 """
 
 from __future__ import annotations
@@ -15,9 +14,6 @@ from gitlease.core.errors import ScopeError
 
 ROOT = "."
 MAX_PATH_BYTES = 4096
-
-# Characters kept as they are inside a ref component; everything else is %XX-escaped (UTF-8 bytes).
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 def normalize(raw: str) -> str:
@@ -92,62 +88,6 @@ def covers(scopes: Iterable[str], path: str) -> bool:
 def sets_overlap(a: Iterable[str], b: Iterable[str]) -> bool:
     bl = list(b)
     return any(overlaps(x, y) for x in a for y in bl)
-
-
-# ---------------------------------------------------------------- ref encoding
-
-
-def encode_segment(segment: str) -> str:
-    """One path segment as one valid ref component (injective; decode_segment inverts it)."""
-    out = []
-    raw = segment.encode("utf-8")
-    n = len(raw)
-    for idx, byte in enumerate(raw):
-        ch = chr(byte)
-        escape = ch not in _SAFE
-        if ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1 : idx] == b"."):
-            escape = True  # no leading '.', no '..', no trailing '.' in a component
-        out.append(f"%{byte:02X}" if escape else ch)
-    enc = "".join(out)
-    if enc.endswith(".lock"):
-        enc = enc[: -len(".lock")] + "%2Elock"
-    if enc == "@":
-        enc = "%40"
-    return enc
-
-
-def decode_segment(component: str) -> str:
-    """Inverse of encode_segment; raises ValueError on a component encode_segment cannot produce."""
-    buf = bytearray()
-    i = 0
-    while i < len(component):
-        ch = component[i]
-        if ch == "%":
-            hx = component[i + 1 : i + 3]
-            if len(hx) != 2 or any(c not in "0123456789ABCDEF" for c in hx):
-                raise ValueError(f"bad escape in ref component {component!r}")
-            buf.append(int(hx, 16))
-            i += 3
-        else:
-            if ch not in _SAFE:
-                raise ValueError(f"unexpected character in ref component {component!r}")
-            buf.append(ord(ch))
-            i += 1
-    segment = buf.decode("utf-8")
-    if encode_segment(segment) != component:
-        raise ValueError(f"ref component {component!r} is not in canonical encoding")
-    return segment
-
-
-def to_ref_suffix(path: str) -> str:
-    """``services/billing`` -> ``services/billing``; ``.`` -> ``""`` (the namespace ref itself)."""
-    return "/".join(encode_segment(s) for s in _segments(path))
-
-
-def from_ref_suffix(suffix: str) -> str:
-    if suffix == "":
-        return ROOT
-    return "/".join(decode_segment(c) for c in suffix.split("/"))
 
 
 def _show(raw: str) -> str:

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
+from gitlease.core.refnames import NAMESPACE, SCOPE_REF
 
-NAMESPACE = "refs/leases"
-ID_PREFIX = "refs/leases/id/"
-SCOPE_REF = "refs/leases/scope"  # the whole repository ('.'); paths live below it
 RESERVED = (NAMESPACE + "/doctor/",)  # throw-away probe refs of `git lease doctor`: not leases, never listed
 ZERO = "0" * 40
 DEFAULT_TIMEOUT = 30.0

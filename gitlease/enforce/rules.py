@@ -7,7 +7,8 @@ and outside every lease somebody else holds (modes ``strict`` and ``others``).
 Standard library only, and cheap to import (no ``typing``, ``dataclasses``, ``re`` or ``subprocess``): the
 pre-commit hook imports it on every commit. Pure functions plus two small readers of local files (the
 worktree's ``held.json`` and the service's refs cache), whose layouts this module mirrors from
-``gitlease/core/state.py`` and ``gitlease/service/leases.py`` (tests check that they agree).
+``gitlease/core/state.py`` and ``gitlease/service/leases.py`` (tests check that they agree). Ref names and
+their encoding come from ``gitlease/core/refnames.py``, which the store uses too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 
 from gitlease.core.errors import InvalidRecord
 from gitlease.core.modes import MODES, effective_mode, parse_mode  # noqa: F401  (re-exported for the hooks)
+from gitlease.core.refnames import ID_PREFIX, SCOPE_REF, prefix_refs
 
 ROOT = "."
 
@@ -347,42 +349,6 @@ def load_refs_cache(common: str, store_name: str) -> tuple[dict, float] | None:
 
 # ------------------------------------------------------------------ others' leases from refs
 
-SCOPE_REF = "refs/leases/scope"
-ID_PREFIX = "refs/leases/id/"
-
-
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-def encode_ref_component(segment: str) -> str:
-    """``scope.encode_segment``, repeated here because importing ``scope`` pulls in ``typing`` (more than the
-    rest of the hook costs); a test checks that the two agree on arbitrary segments."""
-    raw = segment.encode("utf-8", "surrogateescape")
-    n = len(raw)
-    out = []
-    for idx, byte in enumerate(raw):
-        ch = chr(byte)
-        escape = ch not in _SAFE or ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1 : idx] == b".")
-        out.append(f"%{byte:02X}" if escape else ch)
-    enc = "".join(out)
-    if enc.endswith(".lock"):
-        enc = enc[: -len(".lock")] + "%2Elock"
-    if enc == "@":
-        enc = "%40"
-    return enc
-
-
-def prefix_refs(path: str, encode) -> list[tuple[str, str]]:
-    """(scope ref, scope) of every scope that contains ``path``: the whole repository, then each folder,
-    then the path itself. A lease overlapping a file path must be one of these (a file has nothing below)."""
-    segs = path.split("/")
-    out = [(SCOPE_REF, ROOT)]
-    ref = SCOPE_REF
-    for i, s in enumerate(segs):
-        ref = ref + "/" + encode(s)
-        out.append((ref, "/".join(segs[: i + 1])))
-    return out
-
 
 def holders_from_refs(paths, refs: dict, mine_grants, records, now: float, skew: int) -> dict:
     """{path: Holder} for the paths some lease in ``refs`` (a listing of refs/leases/*) covers, other than
@@ -391,10 +357,9 @@ def holders_from_refs(paths, refs: dict, mine_grants, records, now: float, skew:
     scope_refs = {r: o for r, o in refs.items() if r == SCOPE_REF or r.startswith(SCOPE_REF + "/")}
     if not scope_refs:
         return {}
-    encode_segment = encode_ref_component
     hits: dict[str, tuple[str, str]] = {}  # path -> (scope, grant oid)
     for p in paths:
-        for ref, scope in prefix_refs(p, encode_segment):
+        for ref, scope in prefix_refs(p):
             oid = scope_refs.get(ref)
             if oid is not None and oid not in mine_grants:
                 hits[p] = (scope, oid)

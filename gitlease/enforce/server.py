@@ -27,7 +27,8 @@ from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
-from gitlease.core.store import ID_PREFIX, NAMESPACE, SCOPE_REF, Blob, parse_batch
+from gitlease.core.refnames import ID_PREFIX, NAMESPACE, SCOPE_REF, path_of_scope_ref
+from gitlease.core.store import Blob, parse_batch
 from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
@@ -187,7 +188,6 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
             if not ZERO.match(old):
                 problems.append(f"{ref}: scope refs never move while their lease lives")
                 continue
-            from gitlease.service.leases import path_of_scope_ref
 
             try:
                 path = path_of_scope_ref(ref)

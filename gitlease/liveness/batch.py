@@ -95,7 +95,7 @@ def finish(items: Sequence[_Item], landed: bool | None) -> dict[str, object]:
 
 
 def _prepare_all(items: Sequence[tuple], ttl: int | None):
-    from gitlease.service.leases import id_ref
+    from gitlease.core.refnames import id_ref
 
     results: dict[str, object] = {}
     groups: dict[tuple[str, str], list[_Item]] = {}

@@ -26,7 +26,8 @@ from typing import Any
 
 from gitlease.core.clock import iso, parse_iso
 from gitlease.core.errors import Forbidden, GitLeaseError
-from gitlease.service.leases import HALF_DELETED, LeaseService, LeaseView, id_ref, process_start
+from gitlease.core.refnames import id_ref
+from gitlease.service.leases import HALF_DELETED, LeaseService, LeaseView, process_start
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,10 @@ from gitlease.core.clock import iso
 from gitlease.core.errors import GitLeaseError, RemoteUnavailable
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
-from gitlease.core.scope import encode_segment
+from gitlease.core.refnames import AUDIT_PREFIX, encode_segment
 from gitlease.core.store import Outcome, RefUpdate, Store, _batch_check, _batch_contents, _last_error
 from gitlease.identity.signer import Signer
 
-AUDIT_NAMESPACE = "refs/leases-audit"
-AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
 ENTRY_FILE = "entry.json"
 ENTRY_SIG = "entry.sig"
 SCHEMA = "gitlease.audit/1"

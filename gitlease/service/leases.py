@@ -35,11 +35,10 @@ from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Owner, Record
+from gitlease.core.refnames import ID_PREFIX, SCOPE_REF, decode_segment, id_ref, path_of_scope_ref, scope_ref
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
 from gitlease.core.store import (
-    ID_PREFIX,
-    SCOPE_REF,
     Blob,
     Outcome,
     RefUpdate,
@@ -58,30 +57,6 @@ INVALID = "invalid"  # trust.INVALID
 
 ACQUIRE_ATTEMPTS = 4
 HALF_DELETED = "lease has no scope refs (partially deleted)"  # only its id ref left: sweep.judge reclaims it
-
-
-# ------------------------------------------------------------------------------ ref names
-
-
-def id_ref(lease_id: str) -> str:
-    return ID_PREFIX + lease_id
-
-
-def scope_ref(path: str) -> str:
-    suffix = scopes.to_ref_suffix(path)
-    return f"{SCOPE_REF}/{suffix}" if suffix else SCOPE_REF
-
-
-def path_of_scope_ref(ref: str) -> str:
-    """Inverse of scope_ref; ValueError for a ref gitlease cannot have written."""
-    if ref == SCOPE_REF:
-        return scopes.ROOT
-    if not ref.startswith(SCOPE_REF + "/"):
-        raise ValueError(ref)
-    path = scopes.from_ref_suffix(ref[len(SCOPE_REF) + 1 :])
-    if scopes.normalize(path) != path:
-        raise ValueError(ref)
-    return path
 
 
 # --------------------------------------------------------------------------------- views
@@ -875,7 +850,7 @@ def _undecodable_path(ref: str) -> str:
     rest = ref[len(SCOPE_REF) + 1 :] if ref.startswith(SCOPE_REF + "/") else ""
     first = rest.split("/", 1)[0]
     try:
-        return scopes.normalize(scopes.decode_segment(first)) if first else scopes.ROOT
+        return scopes.normalize(decode_segment(first)) if first else scopes.ROOT
     except Exception:
         return scopes.ROOT
 

@@ -1,0 +1,136 @@
+"""Every ref name gitlease writes or reads, and the encoding of paths into ref components: the one definition.
+
+The store, the service, the audit log, the hooks and the server hook all import their ref names from here.
+Standard library only, and imports nothing at module level: the pre-commit hook imports it on every commit.
+
+Layout (docs/protocol.md):
+
+* ``refs/leases/id/<leaseId>``: a lease's current version;
+* ``refs/leases/scope/<encoded path>``: the grant (version 1) of the lease holding that path; the ref
+  ``refs/leases/scope`` itself holds the whole repository (``.``);
+* ``refs/leases-audit/<writer>``: the audit log of one writer (outside ``refs/leases/``, so no lease reader ever
+  mistakes it for a lease).
+
+A path segment becomes one ref component: bytes outside ``[A-Za-z0-9._-]`` are written ``%XX`` (upper-case
+hex of the UTF-8 bytes), and so is a ``.`` that would start a component, follow another ``.`` or end it; a
+component ending in ``.lock`` gets its dot escaped; ``@`` alone is escaped. Decoding refuses any component that
+is not in this canonical form, so the encoding is injective (two overlapping scopes are exactly two refs of
+which one is a prefix of the other: git's directory/file rule refuses them).
+"""
+
+from __future__ import annotations
+
+NAMESPACE = "refs/leases"
+ID_PREFIX = NAMESPACE + "/id/"
+SCOPE_REF = NAMESPACE + "/scope"  # the whole repository ('.'); paths live below it
+AUDIT_NAMESPACE = "refs/leases-audit"
+AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
+
+ROOT = "."  # the whole repository, as a scope (gitlease.core.scope.ROOT)
+
+# Characters kept as they are inside a ref component; everything else is %XX-escaped (UTF-8 bytes).
+SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+_HEX = frozenset("0123456789ABCDEF")
+
+
+# ------------------------------------------------------------------------------ encoding
+
+
+def encode_segment(segment: str) -> str:
+    """One path segment as one valid ref component (injective; ``decode_segment`` inverts it). Undecodable
+    bytes that git hands the hooks (surrogate escapes) are encoded as the bytes they stand for."""
+    raw = segment.encode("utf-8", "surrogateescape")
+    n = len(raw)
+    out = []
+    for idx, byte in enumerate(raw):
+        ch = chr(byte)
+        escape = ch not in SAFE or ch == "." and (idx == 0 or idx == n - 1 or raw[idx - 1 : idx] == b".")
+        out.append(f"%{byte:02X}" if escape else ch)
+    enc = "".join(out)
+    if enc.endswith(".lock"):
+        enc = enc[: -len(".lock")] + "%2Elock"
+    if enc == "@":
+        enc = "%40"
+    return enc
+
+
+def decode_segment(component: str) -> str:
+    """Inverse of encode_segment; ValueError on a component encode_segment cannot produce."""
+    buf = bytearray()
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "%":
+            hx = component[i + 1 : i + 3]
+            if len(hx) != 2 or any(c not in _HEX for c in hx):
+                raise ValueError(f"bad escape in ref component {component!r}")
+            buf.append(int(hx, 16))
+            i += 3
+        else:
+            if ch not in SAFE:
+                raise ValueError(f"unexpected character in ref component {component!r}")
+            buf.append(ord(ch))
+            i += 1
+    segment = buf.decode("utf-8")
+    if encode_segment(segment) != component:
+        raise ValueError(f"ref component {component!r} is not in canonical encoding")
+    return segment
+
+
+def to_ref_suffix(path: str) -> str:
+    """``services/billing`` -> ``services/billing``; ``.`` -> ``""`` (the namespace ref itself). ``path`` is
+    normalised (gitlease.core.scope.normalize)."""
+    if path == ROOT:
+        return ""
+    return "/".join(encode_segment(s) for s in path.split("/"))
+
+
+def from_ref_suffix(suffix: str) -> str:
+    if suffix == "":
+        return ROOT
+    return "/".join(decode_segment(c) for c in suffix.split("/"))
+
+
+# ----------------------------------------------------------------------------- lease refs
+
+
+def id_ref(lease_id: str) -> str:
+    return ID_PREFIX + lease_id
+
+
+def scope_ref(path: str) -> str:
+    """The scope ref of a normalised path."""
+    suffix = to_ref_suffix(path)
+    return f"{SCOPE_REF}/{suffix}" if suffix else SCOPE_REF
+
+
+def is_scope_ref(ref: str) -> bool:
+    return ref == SCOPE_REF or ref.startswith(SCOPE_REF + "/")
+
+
+def path_of_scope_ref(ref: str) -> str:
+    """Inverse of scope_ref; ValueError for a ref gitlease cannot have written."""
+    if ref == SCOPE_REF:
+        return ROOT
+    if not ref.startswith(SCOPE_REF + "/"):
+        raise ValueError(ref)
+    path = from_ref_suffix(ref[len(SCOPE_REF) + 1 :])
+    from gitlease.core.scope import normalize  # only here: the hooks never decode scope refs
+
+    if normalize(path) != path:
+        raise ValueError(ref)
+    return path
+
+
+def prefix_refs(path: str) -> list[tuple[str, str]]:
+    """(scope ref, scope) of every scope that contains the normalised ``path``: the whole repository, then
+    each folder, then the path itself. A lease overlapping a file path must hold one of these."""
+    out = [(SCOPE_REF, ROOT)]
+    if path == ROOT:
+        return out
+    segs = path.split("/")
+    ref = SCOPE_REF
+    for i, s in enumerate(segs):
+        ref = ref + "/" + encode_segment(s)
+        out.append((ref, "/".join(segs[: i + 1])))
+    return out
