@@ -10,7 +10,7 @@ from gitlease.core.clock import FakeClock
 from gitlease.core.record import Owner, new_record
 from gitlease.core.refnames import scope_ref
 from gitlease.core.store import Blob
-from gitlease.service.leases import Snapshot, build_views
+from gitlease.service.views import Snapshot, build_views
 
 CLOCK = FakeClock()
 segments = st.sampled_from(["a", "b", "src", "x.py", ".hidden", "%2e", "a.lock", "@", "-", "ü", "a b"])

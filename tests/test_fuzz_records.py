@@ -21,7 +21,7 @@ from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import Owner, new_record
 from gitlease.core.refnames import scope_ref
 from gitlease.core.store import Blob
-from gitlease.service.leases import Snapshot, build_views
+from gitlease.service.views import Snapshot, build_views
 
 CLOCK = FakeClock()
 GOOD = new_record(

@@ -15,7 +15,7 @@ from gitlease.core.record import Owner, new_record
 from gitlease.core.scope import ROOT, sets_overlap
 from gitlease.plan.planner import Task, blocking_leases, make_task, parse_tasks, plan, plan_queue, start_tasks
 from gitlease.plan.suggest import RepoTree, parse_granularity, read_tree, suggest
-from gitlease.service.leases import LeaseView, Snapshot
+from gitlease.service.views import LeaseView, Snapshot
 
 
 def T(tid, *scope):

@@ -22,12 +22,12 @@ from helpers import Fleet
 from gitlease.core import errors
 from gitlease.core import record as records
 from gitlease.core.clock import FakeClock
+from gitlease.core.procs import process_start
 from gitlease.core.record import Owner
 from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.store import RefUpdate
 from gitlease.ops.sweep import Sweeper
 from gitlease.service.audit import read_log
-from gitlease.service.leases import process_start
 
 HOST = os.uname().nodename
 

@@ -323,7 +323,7 @@ def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = Fals
     """Read-only: exit 0 if the scope is free now, 3 if not (naming the blockers)."""
 
     def body():
-        from gitlease.service.leases import held_error
+        from gitlease.service.views import held_error
 
         svc = service(remote)
         paths, blockers, _ = svc.can_start(scope)

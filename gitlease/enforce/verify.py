@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
 from gitlease.enforce import rules as enforce
-from gitlease.service.leases import LeaseService, Snapshot
+from gitlease.service.leases import LeaseService
+from gitlease.service.views import Snapshot
 
 ZERO_RE = re.compile(r"^0+$")
 LEASE_IN_TEXT = re.compile(r"(lease_[0-9a-z]{6,40})")

@@ -140,7 +140,7 @@ class Agent:
         svc = self._service(repo, remote)
         h = svc._held(lease_id)  # NotHeld if that worktree does not hold it
         rec = records.parse(h.record.encode("utf-8"))
-        from gitlease.service.leases import process_start
+        from gitlease.core.procs import process_start
 
         reg = Registration(
             lease_id,
@@ -342,15 +342,9 @@ class Agent:
 
 
 def _process_alive(pid: int, start: int | None) -> bool:
-    from gitlease.service.leases import process_start
+    from gitlease.core.procs import same_process
 
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return start is None or process_start(pid) == start
+    return same_process(pid, start)
 
 
 # ---------------------------------------------------------------------------- the socket

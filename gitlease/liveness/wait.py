@@ -67,7 +67,7 @@ def acquire_wait(
         clock.sleep(pause)
         paths, blockers, _snap = svc.can_start(raw_scopes)
         if blockers:
-            from gitlease.service.leases import held_error
+            from gitlease.service.views import held_error
 
             now = clock.now()
             refusal = held_error(paths, blockers, now, svc.settings.skew)

@@ -26,8 +26,10 @@ from typing import Any
 
 from gitlease.core.clock import iso, parse_iso
 from gitlease.core.errors import Forbidden, GitLeaseError
+from gitlease.core.procs import can_tell, process_start
 from gitlease.core.refnames import id_ref
-from gitlease.service.leases import HALF_DELETED, LeaseService, LeaseView, process_start
+from gitlease.service.leases import LeaseService
+from gitlease.service.views import HALF_DELETED, LeaseView
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Sweep:
 
 def proc_available() -> bool:
     """The dead-holder rule needs /proc (Linux); elsewhere it never fires."""
-    return process_start(os.getpid()) is not None
+    return can_tell()
 
 
 EXPIRY_RULES = ("expired", "half-deleted")  # rules about expired leases: any trusted agent may apply them
@@ -345,7 +347,7 @@ def _lease_versions(service: LeaseService, heads: list[str], trust):
     """(oid, record, signed, problem) of every lease version reachable from ``heads``, in one walk and one
     read; ``problem``: its signature does not verify against ``trust`` (None: fine, or unsigned store)."""
     from gitlease.core import gitcmd
-    from gitlease.service.leases import _parse_blob
+    from gitlease.service.views import _parse_blob
 
     if not heads:
         return []

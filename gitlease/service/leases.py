@@ -12,8 +12,8 @@ import fcntl
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
@@ -23,8 +23,6 @@ from gitlease.core.config import Settings
 from gitlease.core.errors import (
     Forbidden,
     GitLeaseError,
-    HeldError,
-    InvalidRecord,
     LeaseLost,
     NotHeld,
     PushRejected,
@@ -33,9 +31,10 @@ from gitlease.core.errors import (
 )
 from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
+from gitlease.core.procs import process_start
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Owner, Record
-from gitlease.core.refnames import ID_PREFIX, SCOPE_REF, decode_segment, id_ref, path_of_scope_ref, scope_ref
+from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
 from gitlease.core.store import (
@@ -48,99 +47,25 @@ from gitlease.core.store import (
     same_remote,
 )
 from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
+from gitlease.service.views import (
+    INVALID,
+    HistoryEntry,
+    LeaseView,
+    Snapshot,
+    _parse_blob,
+    build_views,
+    held_error,
+)
 
 if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
-    from gitlease.identity.trust import ChainCheck, Trust
+    from gitlease.identity.trust import Trust
     from gitlease.service.audit import Appended, AuditLog
 
-INVALID = "invalid"  # trust.INVALID
 
 ACQUIRE_ATTEMPTS = 4
-HALF_DELETED = "lease has no scope refs (partially deleted)"  # only its id ref left: sweep.judge reclaims it
 
 
 # --------------------------------------------------------------------------------- views
-
-
-@dataclass
-class LeaseView:
-    """What a reader knows of one lease (or of refs that look like one), from one listing."""
-
-    lease_id: str
-    paths: tuple[str, ...]
-    record: Record | None = None  # the current version (the grant if the id ref is missing)
-    current_oid: str | None = None  # the id ref's value
-    grant_oid: str | None = None
-    scope_refs: dict[str, str] = field(default_factory=dict)  # ref -> oid, as listed
-    problems: list[str] = field(default_factory=list)
-    signed: bool = False
-    verification: str = "unsigned"  # verified | unsigned | untrusted (no trust file) | invalid (trust.py)
-    signer: str | None = None  # fingerprint of the key that signed version 1
-    chain: ChainCheck | None = field(default=None, repr=False)
-
-    @property
-    def valid(self) -> bool:
-        return not self.problems and self.record is not None
-
-    def expires(self) -> float | None:
-        return self.record.expires if self.record else None
-
-    def state(self, now: float, skew: int) -> str:
-        """active | grace (expired, within the skew margin) | expired | invalid"""
-        if not self.valid:
-            return "invalid"
-        exp = self.expires()
-        assert exp is not None
-        if now < exp:
-            return "active"
-        return "grace" if now <= exp + skew else "expired"
-
-    def refs(self) -> dict[str, str]:
-        out = dict(self.scope_refs)
-        if self.current_oid:
-            out[id_ref(self.lease_id)] = self.current_oid
-        return out
-
-    def to_json(self, now: float, skew: int) -> dict[str, object]:
-        rec = self.record
-        return {
-            "leaseId": self.lease_id,
-            "paths": list(self.paths),
-            "state": self.state(now, skew),
-            "valid": self.valid,
-            "problems": list(self.problems),
-            "signed": self.signed,
-            "verification": self.verification if self.valid else INVALID,
-            "signer": self.signer,
-            "version": rec.version if rec else None,
-            "owner": rec.owner.to_json() if rec else None,
-            "workspaceId": rec.workspace_id if rec else None,
-            "expiresAt": rec.expires_at if rec else None,
-            "secondsLeft": int(rec.expires - now) if rec else None,
-            "refs": self.refs(),
-        }
-
-
-@dataclass
-class Snapshot:
-    leases: list[LeaseView]
-    fetched_at: float
-    stale: bool = False  # answered from the last fetched state because the store could not be read
-    error: str | None = None
-    trust: str = "unsigned"  # Trust.describe(): signed (and from where) or unsigned (and why)
-    signed_store: bool = False
-
-    def blocking(self, paths: Iterable[str], now: float, skew: int) -> list[LeaseView]:
-        """Every lease whose scope overlaps ``paths`` and is not expired beyond the skew margin."""
-        paths = list(paths)
-        return [v for v in self.leases if scopes.sets_overlap(v.paths, paths) and v.state(now, skew) != "expired"]
-
-    def overlapping(self, paths: Iterable[str]) -> list[LeaseView]:
-        paths = list(paths)
-        return [v for v in self.leases if scopes.sets_overlap(v.paths, paths)]
-
-    def find(self, lease_id: str) -> LeaseView | None:
-        return next((v for v in self.leases if v.lease_id == lease_id), None)
 
 
 @dataclass(frozen=True)
@@ -157,20 +82,6 @@ class Renewed:
     lease_id: str
     record: Record
     oid: str
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    oid: str
-    record: Record | None
-    problem: str | None
-    signed: bool
-    verification: str = "unsigned"  # verified | unsigned | untrusted | invalid
-    signer: str | None = None  # fingerprint of the key whose signature verifies
-    principal: str | None = None  # the agent id the trust file vouches for
-
-
-# ------------------------------------------------------------------------------- service
 
 
 class LeaseService:
@@ -759,116 +670,6 @@ class LeaseService:
 # ------------------------------------------------------------------------- view building
 
 
-def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
-    if b.record is None:
-        return None, b.problem or "missing record"
-    try:
-        return records.parse(b.record), None
-    except InvalidRecord as exc:
-        return None, str(exc)
-
-
-def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]:
-    """Group listed refs into leases. Anything that does not add up is an invalid view that still holds
-    the paths its refs name: fail closed."""
-    views: dict[str, LeaseView] = {}
-    by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
-    bad: list[LeaseView] = []
-    for ref, oid in refs.items():
-        if ref.startswith(ID_PREFIX):
-            continue
-        try:
-            path = path_of_scope_ref(ref)
-        except ValueError:
-            bad.append(
-                LeaseView(
-                    lease_id=f"?{ref}",
-                    paths=(_undecodable_path(ref),),
-                    scope_refs={ref: oid},
-                    problems=[f"ref {ref} is not a gitlease scope ref"],
-                )
-            )
-            continue
-        by_grant.setdefault(oid, {})[ref] = path
-    for ref, oid in refs.items():
-        if not ref.startswith(ID_PREFIX):
-            continue
-        lease_id = ref[len(ID_PREFIX) :]
-        rec, problem = _parse_blob(blobs.get(oid, Blob(None, None, "object not readable")))
-        view = LeaseView(
-            lease_id=lease_id,
-            paths=rec.paths if rec else (),
-            record=rec,
-            current_oid=oid,
-            signed=blobs.get(oid, Blob(None, None)).signature is not None,
-        )
-        if problem:
-            view.problems.append(problem)
-        elif rec and rec.lease_id != lease_id:
-            view.problems.append(f"record names lease {rec.lease_id}, not {lease_id}")
-        views[lease_id] = view
-    for grant, refmap in by_grant.items():
-        grec, problem = _parse_blob(blobs.get(grant, Blob(None, None, "object not readable")))
-        paths = tuple(sorted(refmap.values()))
-        if grec is None:
-            bad.append(
-                LeaseView(
-                    lease_id=f"?{grant[:12]}",
-                    paths=paths,
-                    scope_refs={r: grant for r in refmap},
-                    problems=[f"scope refs point at an invalid record: {problem}"],
-                )
-            )
-            continue
-        view = views.get(grec.lease_id)
-        if view is None:  # scope refs without an id ref: judged by the grant's own expiry
-            view = LeaseView(
-                lease_id=grec.lease_id,
-                paths=grec.paths,
-                record=grec,
-                signed=blobs.get(grant, Blob(None, None)).signature is not None,
-            )
-            views[grec.lease_id] = view
-        view.grant_oid = grant
-        view.scope_refs.update({r: grant for r in refmap})
-        if grec.version != 1:
-            view.problems.append("scope refs do not point at version 1 of the lease")
-        if view.record is not None and view.record.paths != grec.paths:
-            view.problems.append("the current version's scope differs from the grant's")
-        if not set(paths) <= set(grec.paths):
-            view.problems.append("a scope ref names a path the lease does not hold")
-        view.paths = tuple(sorted(set(view.paths) | set(paths)))
-    for view in views.values():
-        if view.grant_oid is None and view.record is not None and not view.problems:
-            view.problems.append(HALF_DELETED)
-    return sorted(views.values(), key=lambda v: v.lease_id) + bad
-
-
-def _undecodable_path(ref: str) -> str:
-    """Best-effort path for a foreign ref under refs/leases/scope/: its first component, or the whole
-    repository, so that it keeps blocking what git's D/F rule would block anyway."""
-    rest = ref[len(SCOPE_REF) + 1 :] if ref.startswith(SCOPE_REF + "/") else ""
-    first = rest.split("/", 1)[0]
-    try:
-        return scopes.normalize(decode_segment(first)) if first else scopes.ROOT
-    except Exception:
-        return scopes.ROOT
-
-
-def held_error(paths: Sequence[str], blockers: Sequence[LeaseView], now: float, skew: int) -> HeldError:
-    desc = "; ".join(describe_blocker(b, now) for b in blockers)
-    return HeldError(f"scope {' '.join(paths)} is held: {desc}", blockers=[b.to_json(now, skew) for b in blockers])
-
-
-def describe_blocker(b: LeaseView, now: float) -> str:
-    if not b.valid or b.record is None:
-        return f"{b.lease_id} (invalid: {'; '.join(b.problems) or 'unreadable'}) on {' '.join(b.paths)}"
-    r = b.record
-    left = int(r.expires - now)
-    when = f"{left}s left" if left >= 0 else f"expired {-left}s ago, within the skew margin"
-    return f"{b.lease_id} on {' '.join(r.paths)} by task={r.owner.task_id} agent={r.owner.agent_id} ({when})"
-
-
 def _refused_itself(status: str) -> bool:
     """A ref of an atomic push refused on its own account (not only because another ref failed the push)."""
     return status.startswith("rejected") and "atomic push failed" not in status
@@ -890,16 +691,6 @@ def _strip_userinfo(url: str) -> str:
         host, sep, path = rest.partition("/")
         return f"{scheme}://{host.rpartition('@')[2]}{sep}{path}"
     return url
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of a process (clock ticks since boot, /proc/PID/stat field 22), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read().decode("ascii", "replace")
-        return int(data.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class _RefsCache:

@@ -35,9 +35,10 @@ from gitlease.core import scope as scopes
 from gitlease.core.clock import iso, parse_iso
 from gitlease.core.errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
 from gitlease.core.fsutil import write_json
+from gitlease.core.procs import process_start, same_process
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
-from gitlease.service.leases import Acquired, LeaseService, process_start
+from gitlease.service.leases import Acquired, LeaseService
 
 META = "worktree.json"
 BUSY = "busy.json"
@@ -1045,7 +1046,8 @@ def _alive(binding: dict) -> bool:
         pid = int(binding.get("pid") or 0)
     except (TypeError, ValueError):
         return False
-    return pid > 0 and process_start(pid) is not None and process_start(pid) == binding.get("start")
+    start = binding.get("start")
+    return start is not None and same_process(pid, start)
 
 
 def _holder(h: Held) -> tuple[int, int | None]:
