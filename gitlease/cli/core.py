@@ -75,8 +75,7 @@ def acquire(
                     "--replace and --worktree do not go together (a worktree's lease is released from inside it)"
                 )
             args["replace"] = replace
-        att = None
-        do_acquire = svc.acquire
+        manager = None
         if worktree:
             if workspace:
                 raise errors.UsageError(
@@ -86,25 +85,19 @@ def acquire(
 
             manager = WorktreeManager(svc)
             args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, base=base, branch=branch)
-            do_acquire = manager.acquire
         elif base or branch:
             raise errors.UsageError("--base and --branch need --worktree")
-        if wait is not None:
-            from gitlease.core.config import parse_duration
-            from gitlease.liveness.wait import acquire_wait
+        from gitlease.core.config import parse_duration
+        from gitlease.liveness.wait import obtain
 
-            got = acquire_wait(
-                svc,
-                scope,
-                wait=parse_duration("--wait", wait, 0),
-                on_wait=lambda refusal, pause: echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
-                acquire=do_acquire,
-                **args,
-            )
-        else:
-            got = do_acquire(scope, **args)
-        if worktree:
-            att, got = got, got.acquired
+        got, att = obtain(
+            svc,
+            scope,
+            wait=parse_duration("--wait", wait, 0) if wait is not None else None,
+            on_wait=lambda refusal, pause: echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
+            worktree=manager,
+            **args,
+        )
         rec = got.record
         lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]

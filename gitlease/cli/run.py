@@ -119,27 +119,25 @@ def run_(
                 timeout=timeout,
                 grace=_seconds("--grace", grace, 0),
             )
+            from gitlease.liveness.wait import obtain
+
             args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
-            do_acquire = link.acquire if link else svc.acquire
+            manager = None
             if worktree:
                 from gitlease.worktree.manager import WorktreeManager
 
                 manager = WorktreeManager(svc)
-
-                def do_acquire(s, **kw):
-                    kw.pop("renew_every", None)
-                    return manager.acquire(s, base=base, branch=branch, **kw)
-
-            if wait is not None:
-                from gitlease.liveness.wait import acquire_wait
-
-                got = acquire_wait(
-                    svc, scope, wait=_seconds("--wait", wait, 0), on_wait=_waiting, acquire=do_acquire, **args
-                )
-            else:
-                got = do_acquire(scope, **args)
-            if worktree:  # the lease moved into the worktree: renew and release it from there
-                att, got = got, got.acquired
+                args.update(base=base, branch=branch)
+            got, att = obtain(
+                svc,
+                scope,
+                wait=_seconds("--wait", wait, 0) if wait is not None else None,
+                on_wait=_waiting,
+                link=link,
+                worktree=manager,
+                **args,
+            )
+            if att is not None:  # the lease moved into the worktree: renew and release it from there
                 cwd = att.path
                 svc = service(remote, task=task, agent=agent, at=att.path)
                 link = AgentLink(svc, link.client, _log) if link else None

@@ -7,14 +7,13 @@ Standard library only: the pre-commit hook reads this file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from gitlease.core.errors import InvalidRecord
-from gitlease.core.fsutil import write_json
+from gitlease.core.fsutil import locked, write_json
 
 FILE = "held.json"
 VERSION = 1
@@ -42,9 +41,7 @@ class HeldState:
     @contextlib.contextmanager
     def locked(self) -> Iterator[dict[str, Held]]:
         """Read-modify-write under an exclusive lock; the dict is written back on success."""
-        os.makedirs(self.folder, exist_ok=True)
-        with open(os.path.join(self.folder, "held.lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with locked(os.path.join(self.folder, "held.lock")):
             held = self._read()
             yield held
             self._write(held)

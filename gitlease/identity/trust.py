@@ -18,8 +18,6 @@ the common git dir). ``cryptography`` is only imported by sshsig when a signatur
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -31,7 +29,7 @@ from dataclasses import dataclass, field
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
-from gitlease.core.fsutil import write_json
+from gitlease.core.fsutil import lock_file, write_json
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
 
@@ -549,12 +547,10 @@ class Seen:
         marked gone (one first seen by a later read is not: our listing may predate it)."""
         listed = list(listed)
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            lock = open(self.path + ".lock", "a+")
+            lock = lock_file(self.path + ".lock")
         except OSError:
             return  # a memory that cannot be written only forgets
-        with contextlib.closing(lock):
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with lock:
             seen = self.load()
             for lease_id, version, oid, expires in listed:
                 cur = seen.get(lease_id)

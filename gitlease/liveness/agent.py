@@ -138,7 +138,7 @@ class Agent:
     # ------------------------------------------------------------------ requests
     def register(self, repo: str, lease_id: str, pid: int, remote: str | None = None) -> Registration:
         svc = self._service(repo, remote)
-        h = svc._held(lease_id)  # NotHeld if that worktree does not hold it
+        h = svc.held_lease(lease_id)  # NotHeld if that worktree does not hold it
         rec = records.parse(h.record.encode("utf-8"))
         from gitlease.core.procs import process_start
 
@@ -326,7 +326,7 @@ class Agent:
     def _refresh(self, r: Registration) -> None:
         """Expiry and version from the worktree's held state: a holder that renewed by itself moved them."""
         try:
-            h = self._service(r.repo, r.remote)._held(r.lease_id)
+            h = self._service(r.repo, r.remote).held_lease(r.lease_id)
         except NotHeld as exc:
             r.state, r.error = "dropped", f"{exc.message}; not renewed"
             return

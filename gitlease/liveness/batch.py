@@ -5,9 +5,11 @@ One push per lease store *and* repository object store: a push can only send obj
 so the leases of linked worktrees of one repository (one object store) share a push; separate clones push
 separately. On the local store every lease is its own ``update-ref`` transaction (no network to save).
 
-Each lease is renewed under its per-lease renew lock (the one ``LeaseService.renew`` and ``release`` take), taken
-without waiting: a lease whose holder is renewing or releasing it right now is skipped this time (``Busy``), so
-the agent and a holder that fell back to renewing itself never race each other into a false loss.
+Each renewal is ``LeaseService.prepare_renewal`` (the renewal the holder would write: the same checks, signed
+by the owner's key or not made) with the lease's renew lock taken without waiting: a lease whose holder is
+renewing or releasing it right now is skipped this time (``Busy``), so the agent and a holder that fell back
+to renewing itself never race each other into a false loss. ``LeaseService.settle_renewal`` then applies the
+store's verdict for that lease.
 
 ``prepare`` / ``finish``: the same renewals made ready to ride in another push (the agent piggybacks them on an
 acquire or a release, gitlease/liveness/agent.py).
@@ -15,15 +17,12 @@ acquire or a release, gitlease/liveness/agent.py).
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
 
-from gitlease.core import record as records
-from gitlease.core.errors import GitLeaseError, LeaseLost, RemoteUnavailable
+from gitlease.core.errors import GitLeaseError, RemoteUnavailable
 from gitlease.core.store import Outcome, RefUpdate
+from gitlease.service.leases import Busy, PreparedRenewal
 
 
 @dataclass
@@ -31,15 +30,17 @@ class _Item:
     svc: object  # LeaseService
     lease_id: str
     progress: str | None = None
-    update: RefUpdate | None = None
-    record: records.Record | None = None
-    lock: IO | None = None
+    prep: PreparedRenewal | None = None
 
+    @property
+    def update(self) -> RefUpdate:
+        assert self.prep is not None
+        return self.prep.update
 
-class Busy(GitLeaseError):
-    """The lease is being renewed or released by its holder right now: not renewed in this batch."""
-
-    kind = "busy"
+    @property
+    def record(self):
+        assert self.prep is not None
+        return self.prep.record
 
 
 def group_key(svc) -> tuple[str, str]:
@@ -51,20 +52,23 @@ def renew_many(items: Sequence[tuple], *, ttl: int | None = None) -> dict[str, o
     """``[(service, lease id[, progress note]), ...]`` -> ``{lease id: Renewed | GitLeaseError}``; never raises
     for one lease."""
     results, groups = _prepare_all(items, ttl)
-    for (_, _), group in groups.items():
+    for group in groups.values():
         pusher = group[0].svc
-        updates = [it.update for it in group]
         try:
             if pusher.store.kind == "local":
                 outcomes = {it.lease_id: pusher.store.apply([it.update]) for it in group}
             else:
-                out = pusher.store.apply(updates, atomic=False)
+                out = pusher.store.apply([it.update for it in group], atomic=False)
                 outcomes = _per_lease(pusher, group, out)
             for it in group:
-                results[it.lease_id] = _settle(it, outcomes[it.lease_id])
+                verdict = outcomes[it.lease_id]
+                if isinstance(verdict, GitLeaseError):
+                    results[it.lease_id] = verdict
+                else:
+                    results[it.lease_id] = it.svc.settle_renewal(it.prep, verdict.ok)
         finally:
             for it in group:
-                _unlock(it)
+                it.prep.close()
     return results
 
 
@@ -79,94 +83,30 @@ def finish(items: Sequence[_Item], landed: bool | None) -> dict[str, object]:
     """After the push that carried ``prepare``'s renewals: True, they landed; False, that atomic push was refused
     (nothing of them landed: the leases are as before); None, unknown (each is marked pending and settled by
     re-reading before its next renewal). Releases the locks."""
-    from gitlease.service.leases import Renewed
-
     out: dict[str, object] = {}
     for it in items:
-        try:
-            if landed:
-                it.svc._update_held(it.lease_id, it.record, it.update.new)
-                out[it.lease_id] = Renewed(it.lease_id, it.record, it.update.new)
-            elif landed is None:
-                _mark_pending(it)
-        finally:
-            _unlock(it)
+        if landed is False:
+            it.prep.close()
+            continue
+        got = it.svc.settle_renewal(it.prep, landed)
+        if got is not None:
+            out[it.lease_id] = got
     return out
 
 
 def _prepare_all(items: Sequence[tuple], ttl: int | None):
-    from gitlease.core.refnames import id_ref
-
     results: dict[str, object] = {}
     groups: dict[tuple[str, str], list[_Item]] = {}
     for entry in items:
         svc, lease_id = entry[0], entry[1]
         item = _Item(svc, lease_id, entry[2] if len(entry) > 2 else None)
         try:
-            _prepare(item, ttl, id_ref)
+            item.prep = svc.prepare_renewal(lease_id, ttl=ttl, progress=item.progress, lock=True)
         except GitLeaseError as exc:
-            _unlock(item)
             results[lease_id] = exc
             continue
         groups.setdefault(group_key(svc), []).append(item)
     return results, groups
-
-
-def _settle(it: _Item, out) -> object:
-    from gitlease.service.leases import Renewed
-
-    if isinstance(out, GitLeaseError):
-        return out
-    if out.ok:
-        it.svc._update_held(it.lease_id, it.record, it.update.new)
-        return Renewed(it.lease_id, it.record, it.update.new)
-    it.svc._forget(it.lease_id)
-    return LeaseLost(
-        f"lease lost or replaced: {it.lease_id} is no longer at the version this worktree wrote (stop writing)"
-    )
-
-
-def _lock(item: _Item) -> None:
-    folder = item.svc.held.folder
-    os.makedirs(folder, exist_ok=True)
-    fh = open(os.path.join(folder, f"renew-{item.lease_id}.lock"), "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise Busy(f"lease {item.lease_id} is being renewed or released by its holder; skipped this time") from None
-    item.lock = fh
-
-
-def _unlock(item: _Item) -> None:
-    if item.lock is not None:
-        item.lock.close()  # closing the file drops the flock
-        item.lock = None
-
-
-def _prepare(item: _Item, ttl: int | None, id_ref) -> None:
-    from gitlease.core.progress import next_progress
-
-    svc = item.svc
-    svc._held(item.lease_id)  # NotHeld before taking any lock
-    _lock(item)
-    h = svc._held(item.lease_id)  # again, under the lock: what the holder may just have written
-    if h.pending:
-        h = svc._settle_pending(h)
-    current = records.parse(h.record.encode("utf-8"))
-    now = svc.clock.now()
-    if now >= current.expires:
-        svc._forget(item.lease_id)
-        raise LeaseLost(
-            f"lease {item.lease_id} expired at {current.expires_at}; renewal after expiry is "
-            "refused (stop writing and acquire again)"
-        )
-    prog = next_progress(item.progress, current.progress, now) if item.progress is not None else None
-    nxt = current.next_version(now, ttl=ttl, progress=prog)
-    records.validate(nxt)
-    oid = svc._write_version(nxt, h.current, "renew")
-    item.update = RefUpdate(id_ref(item.lease_id), oid, h.current)
-    item.record = nxt
 
 
 def _per_lease(pusher, group: list[_Item], out: Outcome) -> dict[str, object]:
@@ -184,7 +124,7 @@ def _per_lease(pusher, group: list[_Item], out: Outcome) -> dict[str, object]:
             refs = pusher.store.list_refs()
         except RemoteUnavailable as exc:
             for it in unclear:
-                _mark_pending(it)
+                it.svc.settle_renewal(it.prep, None)
                 verdicts[it.lease_id] = RemoteUnavailable(
                     f"outcome of the renewal of {it.lease_id} unknown ({out.message or 'no answer'}) and the "
                     f"store cannot be re-read ({exc})"
@@ -196,8 +136,4 @@ def _per_lease(pusher, group: list[_Item], out: Outcome) -> dict[str, object]:
     return verdicts
 
 
-def _mark_pending(it: _Item) -> None:
-    with it.svc.held.locked() as held:
-        if it.lease_id in held:
-            held[it.lease_id].pending = it.update.new
-            held[it.lease_id].pending_record = it.record.canonical().decode("utf-8")
+__all__ = ["Busy", "renew_many", "prepare", "finish", "group_key"]

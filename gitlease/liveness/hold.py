@@ -90,6 +90,7 @@ def hold(
     ``renew_agent``: renew through the per-host agent (default: git config ``lease.renewAgent``, true; never
     for leases in the repository's own refs); ``agent_client``: an AgentClient (default: the usual socket)."""
     from gitlease.liveness.delegate import AgentLink
+    from gitlease.liveness.wait import obtain
     from gitlease.service.factory import open_service
     from gitlease.service.leases import LeaseService
 
@@ -97,16 +98,10 @@ def hold(
     ttl = int(ttl or svc.settings.ttl)
     timing = _timing(svc.settings, ttl, renew_every, timeout, grace)
     link = AgentLink.connect(svc, renew_agent, client=agent_client)
-    acquire = link.acquire if link else svc.acquire
     acquire_args = dict(ttl=ttl, renew_every=max(1, int(timing.renew_every)))
     if link:
         acquire_args["holder_pid"] = os.getpid()
-    if wait is not None:
-        from gitlease.liveness.wait import acquire_wait
-
-        got = acquire_wait(svc, scope, wait=wait, acquire=acquire, **acquire_args)
-    else:
-        got = acquire(scope, **acquire_args)
+    got, _ = obtain(svc, scope, wait=wait, link=link, **acquire_args)
     beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
     attempt = service_attempt(beat_svc, got.lease_id)
     if link and link.register(got.lease_id, os.getpid()):

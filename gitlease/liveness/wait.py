@@ -11,13 +11,15 @@ Time is injected (``clock.monotonic`` and ``clock.sleep``): a test moves a FakeC
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import HeldError
+
+if TYPE_CHECKING:  # random is imported where a wait needs it: not on every acquire's start-up
+    import random
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ def acquire_wait(
     """``svc.acquire(raw_scopes, **acquire_args)``, retried until it succeeds or ``wait`` seconds have passed
     (then the last HeldError is raised). ``on_wait(refusal, seconds)`` is told before each pause. ``acquire``:
     another function with acquire's signature to retry (the worktree manager's: lease, then worktree)."""
+    import random
+
     acquire = acquire or svc.acquire
     clock = clock or svc.clock or SYSTEM
     rng = rng or random.Random()
@@ -78,4 +82,34 @@ def acquire_wait(
             refusal = exc
 
 
-__all__ = ["Backoff", "acquire_wait"]
+def obtain(
+    svc,
+    raw_scopes: Sequence[str],
+    *,
+    wait: float | None = None,
+    on_wait: Callable[[HeldError, float], None] | None = None,
+    link=None,
+    worktree=None,
+    **acquire_args: Any,
+):
+    """The one way ``hold()``, ``git lease run`` and ``git lease acquire`` get a lease: through the renewal agent
+    when ``link`` (a delegate.AgentLink) is given, else by the service itself; with ``worktree`` (a
+    WorktreeManager) a clean worktree is attached to the new lease (``acquire_args`` may then name ``base`` and
+    ``branch``); with ``wait``, retried while the scope is held for up to that many seconds (``acquire_wait``).
+    Returns (Acquired, the worktree's Attached or None)."""
+    if worktree is not None:
+        do = worktree.acquire
+    elif link is not None:
+        do = link.acquire
+    else:
+        do = svc.acquire
+    if wait is not None:
+        got = acquire_wait(svc, raw_scopes, wait=wait, on_wait=on_wait, acquire=do, **acquire_args)
+    else:
+        got = do(raw_scopes, **acquire_args)
+    if worktree is not None:
+        return got.acquired, got
+    return got, None
+
+
+__all__ = ["Backoff", "acquire_wait", "obtain"]

@@ -197,7 +197,7 @@ class Sweeper:
             self.before_reclaim(view, verdict)
         got = self.service.reclaim(view, action=action, rule=verdict.rule, reason=verdict.reason, by=by)
         if got.ok:
-            self.service._forget(view.lease_id)  # if this worktree held it, it does no more
+            self.service.forget(view.lease_id)  # if this worktree held it, it does no more
             return _result(view, verdict, "reclaimed", audit=got.oid), None
         if got.status == "changed":
             return _lost(view, verdict, got.refs), got.refs

@@ -8,13 +8,12 @@ It prints nothing and never exits; the CLI renders what it returns.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
@@ -29,7 +28,7 @@ from gitlease.core.errors import (
     RemoteUnavailable,
     UsageError,
 )
-from gitlease.core.fsutil import write_json
+from gitlease.core.fsutil import LockBusy, lock_file, write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.procs import process_start
 from gitlease.core.progress import next_progress
@@ -82,6 +81,28 @@ class Renewed:
     lease_id: str
     record: Record
     oid: str
+
+
+@dataclass
+class PreparedRenewal:
+    """A renewal ready to push (``LeaseService.prepare_renewal``): the id-ref update and the new record; and,
+    when it took one, the lease's renew lock (held until ``settle_renewal`` or ``close``)."""
+
+    lease_id: str
+    update: RefUpdate
+    record: Record
+    lock: IO | None = None
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.close()  # closing the file drops the flock
+            self.lock = None
+
+
+class Busy(GitLeaseError):
+    """The lease is being renewed or released by its holder right now: not renewed this time."""
+
+    kind = "busy"
 
 
 class LeaseService:
@@ -218,7 +239,7 @@ class LeaseService:
         ttl = ttl or self.settings.ttl
         release_with: list[RefUpdate] = []
         if replace is not None:
-            h = self._held(replace)
+            h = self.held_lease(replace)
             if h.pending:
                 h = self._settle_pending(h)
             if scopes.sets_overlap(h.paths, paths):
@@ -262,7 +283,7 @@ class LeaseService:
                     continue
             if release_with:
                 if out.ok:
-                    self._forget(replace)
+                    self.forget(replace)
                 else:  # refused as a whole: the old lease stays; release it on its own, then acquire as usual
                     release_with = []
                     try:
@@ -377,7 +398,8 @@ class LeaseService:
             )
 
     # --------------------------------------------------------------------------- renew
-    def _held(self, lease_id: str) -> Held:
+    def held_lease(self, lease_id: str) -> Held:
+        """What this worktree holds of ``lease_id`` (its held state), or NotHeld."""
         h = self.held.load().get(lease_id)
         if h is None:
             raise NotHeld(f"lease {lease_id} is not held by this worktree ({self.repo.cwd})")
@@ -394,65 +416,105 @@ class LeaseService:
         with self._renewing(lease_id):
             return self._renew(lease_id, ttl=ttl, progress=progress, extra_refspecs=extra_refspecs)
 
+    def _renew_lock_path(self, lease_id: str) -> str:
+        return os.path.join(self.held.folder, f"renew-{lease_id}.lock")
+
     @contextlib.contextmanager
     def _renewing(self, lease_id: str) -> Iterator[None]:
         """A per-lease lock file in the worktree's state folder, waited for at most the store timeout."""
-        os.makedirs(self.held.folder, exist_ok=True)
-        with open(os.path.join(self.held.folder, f"renew-{lease_id}.lock"), "a+") as fh:
-            give_up = self.clock.monotonic() + float(self.store.timeout)
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if self.clock.monotonic() >= give_up:
-                        raise RemoteUnavailable(
-                            f"another renewal of {lease_id} in this worktree did not finish in time"
-                        ) from None
-                    self.clock.sleep(0.02)
+        try:
+            fh = lock_file(self._renew_lock_path(lease_id), wait=float(self.store.timeout), clock=self.clock)
+        except LockBusy:
+            raise RemoteUnavailable(f"another renewal of {lease_id} in this worktree did not finish in time") from None
+        with fh:
             yield
 
     def _renew(self, lease_id: str, *, ttl: int | None, progress: str | None, extra_refspecs: Sequence[str]) -> Renewed:
-        h = self._held(lease_id)
-        if h.pending:
-            h = self._settle_pending(h)
-        current = records.parse(h.record.encode("utf-8"))
-        self._require_owner_key(current, "renew")
-        now = self.clock.now()
-        if now >= current.expires:
-            self._forget(lease_id)
-            raise LeaseLost(
-                f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
-                "(stop writing and acquire again)"
-            )
-        prog = next_progress(progress, current.progress, now) if progress is not None else None
-        nxt = current.next_version(now, ttl=ttl, progress=prog)
-        records.validate(nxt)
-        oid = self._write_version(nxt, h.current, "renew")
-        update = RefUpdate(id_ref(lease_id), oid, h.current)
-        out = self.store.apply([update], extra_refspecs=extra_refspecs)
+        prep = self.prepare_renewal(lease_id, ttl=ttl, progress=progress)
+        out = self.store.apply([prep.update], extra_refspecs=extra_refspecs)
         if out.ambiguous:
             try:
-                out = self._resolve([update], out)
+                out = self._resolve([prep.update], out)
             except RemoteUnavailable:
-                with self.held.locked() as held:
-                    if lease_id in held:
-                        held[lease_id].pending = oid
-                        held[lease_id].pending_record = nxt.canonical().decode("utf-8")
+                self.settle_renewal(prep, None)
                 raise
-        if out.ok:
-            self._update_held(lease_id, nxt, oid)
-            return Renewed(lease_id, nxt, oid)
-        if extra_refspecs and self.store.list_refs().get(update.ref) == h.current:
+        if not out.ok and extra_refspecs and self.store.list_refs().get(prep.update.ref) == prep.update.old:
             raise PushRejected(
-                f"push rejected, nothing landed: {_branch_refusal(out, update.ref)}; the lease "
+                f"push rejected, nothing landed: {_branch_refusal(out, prep.update.ref)}; the lease "
                 f"{lease_id} is still held (not renewed)",
                 statuses=out.statuses,
             )
-        self._forget(lease_id)
-        raise LeaseLost(
-            f"lease lost or replaced: {lease_id} is no longer at the version this worktree wrote (stop writing)"
-        )
+        got = self.settle_renewal(prep, out.ok)
+        if isinstance(got, GitLeaseError):
+            raise got
+        assert got is not None
+        return got
+
+    # One renewal in two steps, for whoever renews: ``renew`` above, the batch of the renewal agent
+    # (gitlease/liveness/batch.py: many leases in one push, or riding in an acquire's or release's push).
+    def prepare_renewal(
+        self, lease_id: str, *, ttl: int | None = None, progress: str | None = None, lock: bool = False
+    ) -> PreparedRenewal:
+        """The next version of a lease this worktree holds, written (objects only) and ready to push as
+        ``.update`` (the id ref, pinned to the version this worktree wrote); ``settle_renewal`` follows. Refused
+        (nothing written): NotHeld, LeaseLost (expired: renewal after expiry is refused), Forbidden (another
+        key than the owner's: a renewal is signed exactly as the holder signs, or not made).
+
+        ``lock``: take the lease's renew lock here without waiting, held until ``settle_renewal`` (Busy when the
+        holder is renewing or releasing it right now); otherwise the caller holds it (``renew``)."""
+        self.held_lease(lease_id)  # NotHeld before taking any lock
+        fh = None
+        if lock:
+            try:
+                fh = lock_file(self._renew_lock_path(lease_id), wait=0)
+            except LockBusy:
+                raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
+        try:
+            h = self.held_lease(lease_id)  # under the lock: what another renewer may just have written
+            if h.pending:
+                h = self._settle_pending(h)
+            current = records.parse(h.record.encode("utf-8"))
+            self._require_owner_key(current, "renew")
+            now = self.clock.now()
+            if now >= current.expires:
+                self.forget(lease_id)
+                raise LeaseLost(
+                    f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
+                    "(stop writing and acquire again)"
+                )
+            prog = next_progress(progress, current.progress, now) if progress is not None else None
+            nxt = current.next_version(now, ttl=ttl, progress=prog)
+            records.validate(nxt)
+            oid = self._write_version(nxt, h.current, "renew")
+        except BaseException:
+            if fh is not None:
+                fh.close()
+            raise
+        return PreparedRenewal(lease_id, RefUpdate(id_ref(lease_id), oid, h.current), nxt, fh)
+
+    def settle_renewal(self, prep: PreparedRenewal, landed: bool | None) -> Renewed | LeaseLost | None:
+        """After the push that carried ``prep.update``, as the store decided it for that ref: True, it landed
+        (this worktree's held state moves on: Renewed); False, refused on its own account (the lease is lost
+        or replaced: forgotten here, and the LeaseLost to report returned); None, unknown (remembered as
+        pending and settled by re-reading before the next renewal). Drops the renew lock ``prep`` holds."""
+        try:
+            if landed:
+                self._update_held(prep.lease_id, prep.record, prep.update.new)
+                return Renewed(prep.lease_id, prep.record, prep.update.new)
+            if landed is None:
+                with self.held.locked() as held:
+                    if prep.lease_id in held:
+                        held[prep.lease_id].pending = prep.update.new
+                        held[prep.lease_id].pending_record = prep.record.canonical().decode("utf-8")
+                return None
+            self.forget(prep.lease_id)
+            return LeaseLost(
+                f"lease lost or replaced: {prep.lease_id} is no longer at the version this worktree wrote "
+                "(stop writing)",
+                leaseId=prep.lease_id,
+            )
+        finally:
+            prep.close()
 
     def push_fenced(self, lease_id: str, remote: str, refspecs: Sequence[str], *, ttl: int | None = None) -> Renewed:
         """Push ``refspecs`` (branches; never ``+``) and renew ``lease_id`` in ONE atomic push to the lease
@@ -503,7 +565,8 @@ class LeaseService:
                 )
                 h.pending = h.pending_record = None
 
-    def _forget(self, lease_id: str) -> None:
+    def forget(self, lease_id: str) -> None:
+        """This worktree holds ``lease_id`` no more (lost, released, or reclaimed by this client)."""
         with self.held.locked() as held:
             held.pop(lease_id, None)
 
@@ -516,7 +579,7 @@ class LeaseService:
             return self._release(lease_id, list(piggyback))
 
     def _release(self, lease_id: str, piggyback: list[RefUpdate]) -> bool:
-        h = self._held(lease_id)
+        h = self.held_lease(lease_id)
         self._require_owner_key(records.parse(h.record.encode("utf-8")), "release")
         if h.pending:
             h = self._settle_pending(h)
@@ -531,12 +594,12 @@ class LeaseService:
                 return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
             piggyback = []
         if out.ok:
-            self._forget(lease_id)
+            self.forget(lease_id)
             return bool(piggyback)
         refs = self.store.list_refs()
         ours = [u for u in updates if refs.get(u.ref) == u.old]
         if not ours:
-            self._forget(lease_id)
+            self.forget(lease_id)
             raise LeaseLost(f"lease lost or replaced: {lease_id} was already gone from the store")
         raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
 
@@ -723,6 +786,8 @@ __all__ = [
     "Snapshot",
     "Acquired",
     "Renewed",
+    "PreparedRenewal",
+    "Busy",
     "HistoryEntry",
     "id_ref",
     "scope_ref",

@@ -22,7 +22,6 @@ Library code: raises gitlease.core.errors, prints nothing.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from gitlease.core import gitcmd
 from gitlease.core import scope as scopes
 from gitlease.core.clock import iso, parse_iso
 from gitlease.core.errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
-from gitlease.core.fsutil import write_json
+from gitlease.core.fsutil import locked, write_json
 from gitlease.core.procs import process_start, same_process
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
@@ -224,10 +223,7 @@ class WorktreeManager:
     def _pool_lock(self, *, shared: bool = False) -> Iterator[None]:
         """The pool lock: exclusive for what changes worktrees, shared for a reader (``list``), which would
         otherwise see a half-made worktree of a concurrent ``git worktree add`` and fail."""
-        folder = self.repo.shared_dir()
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, POOL_LOCK), "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        with locked(os.path.join(self.repo.shared_dir(), POOL_LOCK), shared=shared):
             yield
 
     # ------------------------------------------------------------------------------ listing
@@ -382,6 +378,7 @@ class WorktreeManager:
         holder_pid: int = 0,
         base: str | None = None,
         branch: str | None = None,
+        renew_every: int | None = None,
     ) -> Attached:
         """Lease first (recording this worktree's id as workspaceId), then attach the worktree."""
         paths = scopes.normalize_all(raw_scopes)
@@ -390,7 +387,9 @@ class WorktreeManager:
             _check_branch_name(self.repo.cwd, branch)
         chosen, skipped = self._choose(paths)
         try:
-            got = self.svc.acquire(paths, ttl=ttl, holder_pid=holder_pid, workspace=_id_of(chosen))
+            got = self.svc.acquire(
+                paths, ttl=ttl, holder_pid=holder_pid, workspace=_id_of(chosen), renew_every=renew_every
+            )
         except BaseException:
             self._unchoose(chosen)
             raise
