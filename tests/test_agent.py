@@ -57,6 +57,12 @@ def _pushes(monkeypatch):
     return calls
 
 
+def checkin(agent, leases):
+    """The holders poll the agent (their heartbeats' check-ins): without them it renews nothing (issue 17)."""
+    for lid in leases:
+        agent.status(lid)
+
+
 def _forge(bare, lease_id):
     """Someone else moves the lease's id ref (a takeover, as far as its holder can tell)."""
     tree = git(bare, "hash-object", "-t", "tree", "-w", "--stdin", input="").strip()
@@ -95,11 +101,13 @@ def test_agent_renews_when_half_the_ttl_is_left_in_one_push_per_round(worktrees,
     wait = agent.tick()
     assert pushes == [] and 27 <= wait <= 30  # due at expiry - ttl/2
     clock.advance(29)  # within the gather window of both
+    checkin(agent, leases)
     agent.tick()
     assert len(pushes) == 1
     assert [agent.status(lid).version for lid in leases] == [2, 2]
     _forge(bare, leases[0])
     clock.advance(31)
+    checkin(agent, leases)
     agent.tick()
     assert agent.status(leases[0]).state == "lost" and "lost or replaced" in agent.status(leases[0]).error
     assert agent.status(leases[1]).state == "held" and agent.status(leases[1]).version == 3
@@ -128,9 +136,11 @@ def test_unconfirmed_renewal_past_the_deadline_is_reported_lost(worktrees, tmp_p
     agent.register(paths[0], lid, pid=1)
     bare.rename(tmp_path / "gone.git")  # the store is unreachable from now on
     clock.advance(31)
+    checkin(agent, [lid])
     agent.tick()
     assert agent.status(lid).state == "held" and agent.status(lid).error  # not yet past the deadline
     clock.advance(25)  # 4 s before expiry: inside the margin
+    checkin(agent, [lid])
     agent.tick()
     assert agent.status(lid).state == "lost" and "deadline" in agent.status(lid).error
 
@@ -196,6 +206,7 @@ def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
         agent.register(p, lid, pid=1)
     before = len(serverlog.read(bare))
     clock.advance(300)  # half the TTL
+    checkin(agent, leases)
     agent.tick()
     renewals = serverlog.read(bare)[before:]
     # one push (one receive-pack process; non-atomic, so git commits each ref on its own), twenty id refs
@@ -203,6 +214,7 @@ def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
     _forge(bare, leases[7])
     before = len(serverlog.read(bare))
     clock.advance(300)
+    checkin(agent, leases)
     agent.tick()
     txns = serverlog.read(bare)[before:]
     assert len({t.pid for t in txns}) == 1 and sum(len(t.updates) for t in txns) == 19  # one refused on its own

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, git
 from servers import make_bare
+from test_agent import checkin
 from test_heartbeat import GatedClock
 
 import gitlease
@@ -97,11 +98,12 @@ def test_hold_is_renewed_by_the_agent_not_by_itself(served):
         assert lease.agent is not None and agent.status(lease.lease_id).state == "held"
         clock.wait_parked(1)
         assert host.pushes() == 1  # the acquire, made by the agent
-        clock.advance(20)
-        agent.tick()  # the agent's round: one push
+        clock.step()  # the heartbeat's poll at 20 s: not renewed yet, and time enough to ask again
+        clock.wait_parked(2)
+        agent.tick()  # the agent's round at 20 s: one push
         assert host.pushes() == 2 and host.version(lease.lease_id) == 2
         clock.step()  # the heartbeat asks the agent: renewed
-        clock.wait_parked(2)
+        clock.wait_parked(3)
         assert lease.agent.self_renewals == 0 and not lease.agent.fallen
         assert lease.heartbeat.beats[-1].ok and lease.heartbeat.expiry > 60
         lease.check()
@@ -123,8 +125,9 @@ def test_agent_reports_loss_and_the_holder_stops_within_its_deadline(served):
             tree = git(host.bare, "hash-object", "-t", "tree", "-w", "--stdin", input="").strip()
             other = git(host.bare, "commit-tree", tree, "-m", "taken").strip()
             git(host.bare, "update-ref", id_ref(lease.lease_id), other)  # taken over
-            clock.advance(20)
-            agent.tick()
+            clock.step()  # the heartbeat's poll at 20 s: still held (the agent's round has not run)
+            clock.wait_parked(2)  # its next poll comes before its stop deadline leaves too little time
+            agent.tick()  # the round at 20 s: the renewal is refused
             assert agent.status(lease.lease_id).state == "lost"
             clock.step()
             assert lease.lost.wait(30)
@@ -208,6 +211,7 @@ def test_an_acquire_carries_the_due_renewals_one_push_not_two(tmp_path):
     la = agent.acquire(a, None, ["pkg-a"], pid=1, ttl=60)[0].lease_id
     lb = agent.acquire(b, None, ["pkg-b"], pid=1, ttl=60)[0].lease_id
     clock.advance(20)  # both due in 10 s: within half their 30 s renewal interval
+    checkin(agent, [la, lb])
     n = host.pushes()
     got, reg = agent.acquire(c, None, ["pkg-c"], pid=1, ttl=60)
     assert host.pushes() == n + 1 and got.piggybacked and agent.piggybacked == 2
@@ -217,6 +221,7 @@ def test_an_acquire_carries_the_due_renewals_one_push_not_two(tmp_path):
     n = host.pushes()
     assert agent.tick() > 0 and host.pushes() == n  # nothing due: no round
     clock.advance(5)  # a and b due in 5 s, c in 10: all within the window
+    checkin(agent, [la, lb, got.lease_id])
     agent.release(c, None, got.lease_id)
     assert host.pushes() == n + 1 and host.version(la) == 3 and host.version(lb) == 3
     assert host.version(got.lease_id) is None
@@ -224,11 +229,13 @@ def test_an_acquire_carries_the_due_renewals_one_push_not_two(tmp_path):
     tree = git(host.bare, "hash-object", "-t", "tree", "-w", "--stdin", input="").strip()
     git(host.bare, "update-ref", id_ref(la), git(host.bare, "commit-tree", tree, "-m", "x").strip())
     clock.advance(20)
+    checkin(agent, [la, lb])
     n = host.pushes()
     got2, _ = agent.acquire(c, None, ["pkg-c2"], pid=1, ttl=60)
     assert host.pushes() == n + 1 and not got2.piggybacked and host.version(got2.lease_id) == 1
     assert host.version(lb) == 3  # nothing of the refused push landed
     clock.advance(10)
+    checkin(agent, [la, lb, got2.lease_id])
     agent.tick()
     assert agent.status(la).state == "lost" and agent.status(lb).state == "held" and host.version(lb) == 4
 

@@ -110,7 +110,7 @@ def run_(
                 timeout=min(svc.settings.timeout, rec.ttl / 6),
                 grace=_seconds("--grace", grace, 0),
             )
-            lease_id, expires, release = lease, rec.expires, False
+            lease_id, expires, stop_by, release = lease, rec.expires, rec.stop_deadline, False
         else:
             the_ttl = ttl_seconds(ttl) or svc.settings.ttl
             timing = Timing.for_ttl(
@@ -121,7 +121,12 @@ def run_(
             )
             from gitlease.liveness.wait import obtain
 
-            args = dict(ttl=the_ttl, renew_every=max(1, int(timing.renew_every)), holder_pid=os.getpid())
+            args = dict(
+                ttl=the_ttl,
+                renew_every=max(1, int(timing.renew_every)),
+                holder_pid=os.getpid(),
+                stop_after=timing.stop_after,
+            )
             manager = None
             if worktree:
                 from gitlease.worktree.manager import WorktreeManager
@@ -141,13 +146,25 @@ def run_(
                 cwd = att.path
                 svc = service(remote, task=task, agent=agent, at=att.path)
                 link = AgentLink(svc, link.client, _log) if link else None
-            lease_id, expires, release = got.lease_id, got.record.expires, True
+            lease_id, expires, stop_by, release = got.lease_id, got.record.expires, got.record.stop_deadline, True
             _log(f"lease acquired: {lease_id} ({' '.join(got.record.paths)}, ttl {got.record.ttl}s)")
             if cwd:
                 _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
-        if link and not link.register(lease_id, os.getpid()):
+        if link and not link.register(lease_id, os.getpid(), timing):
             link = None
-        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd, link=link).run()
+        res = Supervisor(
+            svc,
+            lease_id,
+            expires,
+            timing,
+            command,
+            release=release,
+            log=_log,
+            cwd=cwd,
+            link=link,
+            stop_by=stop_by,
+            progress_timeout=svc.settings.progress_timeout,
+        ).run()
         outcome["code"] = res.returncode
         result = {
             "leaseId": lease_id,

@@ -86,6 +86,10 @@ class Record:
     renew_every: int | None = None
     progress: Progress | None = None
     schema: str = field(default=SCHEMA)
+    # The instant by which the holder will have stopped if it hears of no later renewal (its stop deadline):
+    # every early reclaim rule waits for it plus lease.skew. None in records written before it existed: such a
+    # record's stop deadline is its expiry (``stop_deadline``).
+    stop_by: str | None = None
 
     # ------------------------------------------------------------------ derived
     @property
@@ -95,6 +99,16 @@ class Record:
     @property
     def renewed(self) -> float:
         return parse_iso(self.renewed_at)
+
+    @property
+    def stop_deadline(self) -> float:
+        """``stopBy``, or ``expiresAt`` for a record without one."""
+        return parse_iso(self.stop_by) if self.stop_by is not None else self.expires
+
+    @property
+    def stop_after(self) -> int:
+        """Seconds from a renewal to its stop deadline (what each renewal carries over)."""
+        return int(self.stop_deadline - self.renewed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,22 +127,30 @@ class Record:
             "renewEvery": self.renew_every,
             "nonce": self.nonce,
             "progress": self.progress.to_json() if self.progress else None,
+            **({"stopBy": self.stop_by} if self.stop_by is not None else {}),
         }
 
     def canonical(self) -> bytes:
         return canonical(self.to_json())
 
-    def next_version(self, now: float, ttl: int | None = None, progress: Progress | None = None) -> Record:
-        """The record of a renewal: version + 1, a fresh nonce, expiry moved to now + ttl."""
+    def next_version(
+        self, now: float, ttl: int | None = None, progress: Progress | None = None, stop_after: int | None = None
+    ) -> Record:
+        """The record of a renewal: version + 1, a fresh nonce, expiry moved to now + ttl, and the stop deadline
+        to now + ``stop_after`` (default: as far after the renewal as the previous version's; never past the
+        expiry)."""
         ttl = self.ttl if ttl is None else ttl
+        after = self.stop_after if stop_after is None else stop_after
+        stamp = int(now)  # what iso() keeps: renewedAt, stopBy and expiresAt are whole seconds apart
         return replace(
             self,
             version=self.version + 1,
-            renewed_at=iso(now),
-            expires_at=iso(now + ttl),
+            renewed_at=iso(stamp),
+            expires_at=iso(stamp + ttl),
             ttl=ttl,
             nonce=new_nonce(),
             progress=progress if progress is not None else self.progress,
+            stop_by=iso(stamp + max(0, min(after, ttl))),
         )
 
 
@@ -142,8 +164,12 @@ def new_record(
     now: float,
     ttl: int,
     renew_every: int | None = None,
+    stop_after: int | None = None,
 ) -> Record:
+    """Version 1. ``stop_after``: seconds after which its holder will have stopped unless it renews (the holder's
+    stop deadline, ``stopBy``; default, and at most: the TTL)."""
     stamp = iso(now)
+    after = ttl if stop_after is None else max(0, min(int(stop_after), ttl))
     rec = Record(
         lease_id=lease_id,
         repo=repo,
@@ -157,6 +183,7 @@ def new_record(
         ttl=ttl,
         nonce=new_nonce(),
         renew_every=renew_every,
+        stop_by=iso(int(now) + after),
     )
     validate(rec)
     return rec
@@ -237,6 +264,7 @@ def from_json(obj: Any) -> Record:
         "renewEvery",
         "nonce",
         "progress",
+        "stopBy",
     }
     extra = set(obj) - known
     if extra:
@@ -291,6 +319,7 @@ def from_json(obj: Any) -> Record:
         renew_every=_get(obj, "renewEvery", int, optional=True),
         nonce=_get(obj, "nonce", str),
         progress=progress,
+        stop_by=_get(obj, "stopBy", str) if "stopBy" in obj else None,
     )
     validate(rec)
     return rec
@@ -315,10 +344,13 @@ def validate(rec: Record) -> None:
         acquired, renewed, expires = (parse_iso(rec.acquired_at), parse_iso(rec.renewed_at), parse_iso(rec.expires_at))
         if rec.progress is not None:
             parse_iso(rec.progress.at)
+        stop = parse_iso(rec.stop_by) if rec.stop_by is not None else expires
     except ValueError:
         raise InvalidRecord("bad timestamp") from None
     if not acquired <= renewed < expires or expires - renewed != rec.ttl:
         raise InvalidRecord("timestamps are inconsistent (acquired <= renewed, expires = renewed + ttl)")
+    if not renewed <= stop <= expires:
+        raise InvalidRecord("timestamps are inconsistent (renewed <= stopBy <= expires)")
     for text in (rec.repo, rec.workspace_id, rec.owner.task_id, rec.owner.agent_id, rec.owner.host):
         if any(ord(c) < 0x20 for c in text):
             raise InvalidRecord("control character in a text field")

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from gitlease.core import gitcmd
-from gitlease.core.errors import UsageError
+from gitlease.core.errors import ConfigError, UsageError
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,12 @@ class Repo:
 
 
 def read_lease_config(git_dir: str) -> dict[str, str]:
-    res = gitcmd.run(["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^lease\."], check=False)
+    """Every ``lease.*`` key git sees for this repository (all config scopes). A git that cannot read the
+    configuration is an error, never "no keys": an empty answer would silently mean unsigned (issue 17: a
+    renewal agent whose working directory was removed renewed signed leases unsigned that way)."""
+    res = gitcmd.run(["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^lease\."], cwd=git_dir, check=False)
+    if res.returncode not in (0, 1):  # 1: no such key
+        raise ConfigError(f"cannot read the git configuration of {git_dir}: {res.err.strip() or res.returncode}")
     out: dict[str, str] = {}
     for item in gitcmd.zsplit(res.out):
         key, _, value = item.partition("\n")

@@ -413,9 +413,10 @@ class LocalStore(Store):
         dir's HEAD, the same for every linked worktree), and its commit."""
         res = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=self.repo_dir)
         common = res.out.strip()
-        ref = gitcmd.run(["--git-dir", common, "symbolic-ref", "-q", "HEAD"], check=False).out.strip()
+        # cwd: a process whose own working directory was removed (a long-lived agent) cannot run git without one
+        ref = gitcmd.run(["--git-dir", common, "symbolic-ref", "-q", "HEAD"], cwd=common, check=False).out.strip()
         head = gitcmd.run(
-            ["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"], check=False
+            ["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"], cwd=common, check=False
         ).out.strip()
         return (ref or "HEAD", head) if head else None
 

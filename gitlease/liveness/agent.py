@@ -4,10 +4,18 @@ of them in one push per store and interval (batch.renew_many) and tells each hol
 - Adaptive: a round starts when a lease has ``fraction`` of its TTL left (default one half), or reaches its
   declared ``renewEvery``, whichever comes first; the round renews every lease the agent holds, so they all
   share one phase and one push per store per interval.
-- It never keeps a lease alive whose holder is gone: each round it checks every holder's pid and process
-  start time, and drops (does not renew) the leases of dead holders: they expire and can be reclaimed.
+- Renewal follows the holder, not its pid (issue 17): a lease is renewed only while its holder has checked in
+  (polled ``status``, from the registered pid) within its own interval plus a quarter of it (at least 2 s): a
+  frozen (SIGSTOP), hung or dead holder stops being renewed, and its lease ends at its recorded stop deadline
+  and expiry. Each round also checks every holder's pid and process start time and drops the leases of dead
+  holders.
+- It signs exactly as the holder would: each holder names its key (and where the key is); the agent renews
+  with that key or refuses (the holder then renews by itself), and ``LeaseService.prepare_renewal`` never writes
+  a version the owner's key did not sign. What it knows of a repository (its service: configuration, signer) is
+  checked against the repository on disk every round and at every request, and dropped when it changed.
 - A lease whose renewal cannot be confirmed before ``expires - margin`` is reported lost (stop signal).
-- It stops by itself after ``idle`` seconds with nothing registered.
+- It stops by itself after ``idle`` seconds without a lease it renews (ended registrations of dead holders are
+  dropped).
 - Piggybacking: an ``acquire`` or ``release`` a local holder makes through the agent carries, in the same
   atomic push, the renewals of the other leases of that store and object store that are due within half their
   renewal interval; if one of those renewals is refused, the acquire or release is retried alone (the refused
@@ -15,11 +23,13 @@ of them in one push per store and interval (batch.renew_many) and tells each hol
 
 Protocol: one JSON object per line over a unix socket (``socket_path()``: a 0700 folder under
 ``$XDG_RUNTIME_DIR`` or ``/tmp``), peers must be the same uid. Requests ``{"op": "register", "repo", "lease",
-"pid"}``, ``{"op": "status", "lease", "progress"}``, ``{"op": "unregister", "lease"}``, ``{"op": "acquire",
-"repo", "remote", "scope", "pid", "ttl", "renewEvery", "replace", "who"}``, ``{"op": "release", "repo",
-"remote", "lease", "who"}``, ``{"op": "ping"}``, ``{"op": "stop"}``; every answer has ``ok`` and, for a lease,
-``state`` (held | lost | dropped | unknown), ``expiresAt``, ``version``, ``error``; a refusal has ``kind``
-(errors.py) and ``error``.
+"pid", "remote", "every", "stopAfter", "who"}``, ``{"op": "status", "lease", "progress"}``, ``{"op":
+"unregister", "lease"}``, ``{"op": "acquire", "repo", "remote", "scope", "pid", "ttl", "renewEvery",
+"stopAfter", "replace", "who"}``, ``{"op": "release", "repo", "remote", "lease", "who"}``, ``{"op": "ping"}``,
+``{"op": "stop"}``; every answer has ``ok`` and, for a lease, ``state`` (held | lost | dropped | unknown),
+``expiresAt``, ``stopBy``, ``version``, ``error``; a refusal has ``kind`` (errors.py) and ``error``. ``who``:
+the holder's ``agent``, ``task``, ``workspace``, ``key`` (its public key) and ``keyRef`` (its key file, or
+``key::<public key>`` for a key in ssh-agent).
 """
 
 from __future__ import annotations
@@ -37,13 +47,16 @@ from dataclasses import dataclass
 from gitlease.core import errors
 from gitlease.core import record as records
 from gitlease.core.clock import SYSTEM, Clock
-from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, UsageError
+from gitlease.core.errors import Forbidden, GitLeaseError, LeaseLost, NotHeld, UsageError
 
 DEFAULT_FRACTION = 0.5
 DEFAULT_IDLE = 60.0
 DEFAULT_MARGIN = 5.0
 GATHER = 2.0
 PIGGYBACK_WINDOW = 0.5  # a lease rides along when due within this fraction of its renewal interval
+CHECKIN_SLACK = 2.0  # a holder's check-in may be this late (or a quarter of its interval, if more)
+# what a holder's environment names that is not the agent's (the agent serves every holder on the host)
+HOLDER_ENV = ("GITLEASE_AGENT", "GITLEASE_TASK", "GITLEASE_LEASE", "GITLEASE_PROGRESS_FILE", "GITLEASE_RENEW_AGENT")
 
 
 class AgentRefused(GitLeaseError):
@@ -74,6 +87,12 @@ class Registration:
     state: str = "held"  # held | lost | dropped
     error: str = ""
     progress: str | None = None  # a holder's note, for the next renewal
+    stop_by: float | None = None  # the current version's stop deadline (None: its expiry)
+    every: float | None = None  # how often the holder checks in (its heartbeat's interval)
+    stop_after: int | None = None  # the holder's stop horizon, written into each renewal (None: as before)
+    who: dict | None = None  # the holder's identity and key (see the module's docstring)
+    checked_in: float = 0.0  # monotonic time of the holder's last check-in
+    ended: float | None = None  # monotonic time it stopped being held
 
     def due_at(self, fraction: float) -> float:
         at = self.expires - self.ttl * fraction
@@ -85,6 +104,18 @@ class Registration:
         """Seconds from a renewal to the next one."""
         return self.due_at(fraction) - (self.expires - self.ttl)
 
+    def checkin_bound(self, fraction: float) -> float:
+        """How long the holder may be silent and still be renewed."""
+        every = self.every or self.renew_every or self.interval(fraction)
+        return every + max(CHECKIN_SLACK, every / 4)
+
+    @property
+    def stop_deadline(self) -> float:
+        return self.expires if self.stop_by is None else self.stop_by
+
+    def end(self, state: str, error: str, at: float) -> None:
+        self.state, self.error, self.ended = state, error, at
+
     def to_json(self) -> dict:
         from gitlease.core.clock import iso
 
@@ -92,6 +123,7 @@ class Registration:
             "lease": self.lease_id,
             "state": self.state,
             "expiresAt": iso(self.expires),
+            "stopBy": iso(self.stop_deadline),
             "version": self.version,
             "error": self.error,
             "repo": self.repo,
@@ -104,7 +136,7 @@ class Agent:
 
     def __init__(
         self,
-        open_service: Callable[[str], object],
+        open_service: Callable[[str, str | None], object],
         *,
         clock: Clock = SYSTEM,
         fraction: float = DEFAULT_FRACTION,
@@ -119,29 +151,99 @@ class Agent:
         self.fraction, self.margin, self.idle = fraction, margin, idle
         self.alive = alive or _process_alive
         self.regs: dict[str, Registration] = {}
-        self.services: dict[str, object] = {}
+        # what the agent knows of each repository: (repo, remote) -> (its identity on disk, its service)
+        self.services: dict[tuple[str, str], tuple[object, object]] = {}
+        self._checked: set[tuple[str, str]] = set()  # identities checked in this round
+        self._keyed: dict[tuple[str, str, str], tuple[object, object]] = {}  # holder-key services, by base
+        self._signers: dict[str, tuple[object, object]] = {}  # keyRef -> (its file's stamp, signer)
         self.lock = threading.Lock()
-        self.idle_since = clock.monotonic()
+        self.busy_at = clock.monotonic()  # the last moment a lease was renewed by this agent (or registered)
         self.pushes = 0  # rounds that renewed something (one push per store and object store each)
         self.piggybacked = 0  # renewals that rode in an acquire's or a release's push
         self.round_renewals = 0  # renewals made by rounds
         self.round_lock = threading.Lock()  # one round, acquire or release at a time
         self.stop_event: threading.Event | None = None
 
-    def _service(self, repo: str, remote: str | None):
-        key = f"{repo}\0{remote or ''}"
-        svc = self.services.get(key)
-        if svc is None:
-            svc = self.services[key] = self.open_service(repo, remote)
-        return svc
+    # ------------------------------------------------------------------ what it knows of repositories
+    def _service(self, repo: str, remote: str | None, *, fresh: bool = False):
+        """The service of ``repo`` for ``remote``: opened once, and opened again when the repository on disk
+        changed (removed and made again, its configuration or signing key edited). Checked once per round, and
+        at every request (``fresh``)."""
+        key = (repo, remote or "")
+        cached = self.services.get(key)
+        if cached is not None and not fresh and key in self._checked:
+            return cached[1]
+        ident = _identity(repo)
+        if cached is None or cached[0] != ident:
+            cached = self.services[key] = (ident, self.open_service(repo, remote))
+        self._checked.add(key)
+        return cached[1]
+
+    def _signing_service(self, repo: str, remote: str | None, who: dict | None, *, fresh: bool = False):
+        """The service that renews for the holder ``who``: signing with the holder's own key (the repository's
+        configured one, or the ``keyRef`` it named), or AgentRefused: never another key."""
+        base = self._service(repo, remote, fresh=fresh)
+        if not who or "key" not in who:
+            return base  # a holder that does not say: prepare_renewal still signs only as the owner
+        want = who["key"]
+        if base.signer.public_key == want:
+            return base
+        ref = who.get("keyRef") if want else None
+        signer = None
+        if ref:
+            try:
+                signer = self._signer(ref)
+            except GitLeaseError as exc:
+                raise AgentRefused(f"the agent cannot load the holder's key {ref}: {exc.message}") from None
+        elif want is None:
+            from gitlease.identity.signer import UNSIGNED
+
+            signer, ref = UNSIGNED, ""
+        if signer is None or signer.public_key != want:
+            raise AgentRefused("the holder signs with a key the agent cannot sign with: it renews by itself")
+        k = (repo, remote or "", ref)
+        got = self._keyed.get(k)
+        if got is None or got[0] is not base or got[1].signer is not signer:
+            from gitlease.service.leases import LeaseService
+
+            got = self._keyed[k] = (
+                base,
+                LeaseService(base.repo, base.settings, store=base.store, clock=base.clock, signer=signer),
+            )
+        return got[1]
+
+    def _signer(self, ref: str):
+        from gitlease.identity.signer import load_signer
+
+        stamp = _file_stamp(ref[len("key::") :] if ref.startswith("key::") else ref)
+        cached = self._signers.get(ref)
+        if cached is None or cached[0] != stamp:
+            cached = self._signers[ref] = (stamp, load_signer(ref))
+        return cached[1]
+
+    def _reg_service(self, r: Registration):
+        return self._signing_service(r.repo, r.remote, r.who)
 
     # ------------------------------------------------------------------ requests
-    def register(self, repo: str, lease_id: str, pid: int, remote: str | None = None) -> Registration:
-        svc = self._service(repo, remote)
+    def register(
+        self,
+        repo: str,
+        lease_id: str,
+        pid: int,
+        remote: str | None = None,
+        *,
+        every: float | None = None,
+        stop_after: int | None = None,
+        who: dict | None = None,
+    ) -> Registration:
+        svc = self._signing_service(repo, remote, who, fresh=True)
         h = svc.held_lease(lease_id)  # NotHeld if that worktree does not hold it
         rec = records.parse(h.record.encode("utf-8"))
+        if rec.owner.key != svc.signer.public_key:
+            raise AgentRefused(f"lease {lease_id} is signed by another key than the agent would sign with")
         from gitlease.core.procs import process_start
 
+        now = self.clock.monotonic()
         reg = Registration(
             lease_id,
             repo,
@@ -152,23 +254,31 @@ class Agent:
             rec.ttl,
             rec.renew_every,
             rec.version,
+            stop_by=rec.stop_deadline,
+            every=float(every) if every else None,
+            stop_after=int(stop_after) if stop_after else None,
+            who=who,
+            checked_in=now,
         )
         with self.lock:
             self.regs[lease_id] = reg
+            self.busy_at = now
         return reg
 
     def unregister(self, lease_id: str) -> Registration | None:
         with self.lock:
-            reg = self.regs.pop(lease_id, None)
-            if not self.regs:
-                self.idle_since = self.clock.monotonic()
-        return reg
+            return self.regs.pop(lease_id, None)
 
-    def status(self, lease_id: str, progress: str | None = None) -> Registration | None:
+    def status(self, lease_id: str, progress: str | None = None, *, peer: int | None = None) -> Registration | None:
+        """A holder's poll: its lease's state, and a check-in (when it comes from the registered holder's pid,
+        or from within the agent's own process: ``peer`` None)."""
         with self.lock:
             reg = self.regs.get(lease_id)
-            if reg is not None and progress is not None:
-                reg.progress = progress
+            if reg is not None:
+                if progress is not None:
+                    reg.progress = progress
+                if peer is None or not reg.pid or peer == reg.pid:
+                    reg.checked_in = self.clock.monotonic()
             return reg
 
     def _holder_service(self, repo: str, remote: str | None, who: dict | None):
@@ -177,16 +287,17 @@ class Agent:
 
         from gitlease.service.leases import LeaseService
 
-        base = self._service(repo, remote)
+        base = self._signing_service(repo, remote, who, fresh=True)
         who = who or {}
-        if "key" in who and who["key"] != base.signer.public_key:
-            raise AgentRefused("the holder signs with another key than the agent would: it acts on its own")
         changes = {k: who[k] for k in ("agent", "task", "workspace") if who.get(k)}
         if all(getattr(base.settings, k) == v for k, v in changes.items()):
             return base
         return LeaseService(
             base.repo, dc_replace(base.settings, **changes), store=base.store, clock=base.clock, signer=base.signer
         )
+
+    def _fresh(self, r: Registration) -> bool:
+        return self.clock.monotonic() - r.checked_in <= r.checkin_bound(self.fraction)
 
     def _ready_piggyback(self, svc, exclude: set[str]):
         """Prepared renewals of the held leases that share ``svc``'s push and are due soon."""
@@ -198,12 +309,15 @@ class Agent:
             regs = [r for r in self.regs.values() if r.state == "held" and r.lease_id not in exclude]
         picked = []
         for r in regs:
-            rsvc = self._service(r.repo, r.remote)
+            try:
+                rsvc = self._reg_service(r)
+            except GitLeaseError:
+                continue  # its round says why
             if batch.group_key(rsvc) != key:
                 continue
             soon = r.due_at(self.fraction) - now <= r.interval(self.fraction) * PIGGYBACK_WINDOW
-            if soon and (not r.pid or self.alive(r.pid, r.pid_start)):
-                picked.append((rsvc, r.lease_id, r.progress))
+            if soon and self._fresh(r) and (not r.pid or self.alive(r.pid, r.pid_start)):
+                picked.append((rsvc, r.lease_id, r.progress, r.stop_after))
         items, _skipped = batch.prepare(picked)  # a lease that cannot be prepared waits for its round
         return items
 
@@ -215,11 +329,16 @@ class Agent:
             for it in items:
                 reg = self.regs.get(it.lease_id)
                 res = done.get(it.lease_id)
-                if reg is not None and res is not None:
-                    reg.expires, reg.version, reg.error = res.record.expires, res.record.version, ""
+                if reg is not None and res is not None and not isinstance(res, GitLeaseError):
+                    self._renewed(reg, res)
                     if reg.progress == it.progress:
                         reg.progress = None
-        self.piggybacked += len(done)
+        self.piggybacked += sum(1 for res in done.values() if not isinstance(res, GitLeaseError))
+
+    @staticmethod
+    def _renewed(reg: Registration, res) -> None:
+        reg.expires, reg.version, reg.error = res.record.expires, res.record.version, ""
+        reg.stop_by = res.record.stop_deadline
 
     def acquire(
         self,
@@ -232,6 +351,7 @@ class Agent:
         renew_every: int | None = None,
         replace: str | None = None,
         who: dict | None = None,
+        stop_after: int | None = None,
     ):
         """The holder's acquire (``LeaseService.acquire``), with due renewals in the same push; the new lease
         is registered for ``pid``. Returns (Acquired, Registration)."""
@@ -249,11 +369,13 @@ class Agent:
                     renew_every=renew_every,
                     replace=replace,
                     piggyback=[it.update for it in items],
+                    stop_after=stop_after,
                 )
                 landed = got.piggybacked
             finally:
                 self._finish_piggyback(items, landed)
-        return got, self.register(repo, got.lease_id, pid, remote)
+        reg = self.register(repo, got.lease_id, pid, remote, every=renew_every, stop_after=stop_after, who=who)
+        return got, reg
 
     def release(self, repo: str, remote: str | None, lease_id: str, *, who: dict | None = None) -> bool:
         """The holder's release, with due renewals in the same push; the lease is unregistered first."""
@@ -270,55 +392,84 @@ class Agent:
 
     # --------------------------------------------------------------------- round
     def tick(self) -> float:
-        """One round: drop leases of dead holders, renew what is due (and what is nearly due, to share the
-        push), report losses. Returns the seconds until the next lease is due."""
+        """One round: drop leases of dead holders, skip those whose holders stopped checking in, renew what is
+        due (and what is nearly due, to share the push), report losses, forget what has ended. Returns the
+        seconds until the next lease is due."""
         with self.round_lock:
             return self._tick()
 
     def _tick(self) -> float:
         from gitlease.liveness.batch import Busy, renew_many
 
-        now = self.clock.now()
+        self._checked.clear()
+        now, started = self.clock.now(), self.clock.monotonic()
         with self.lock:
             held = [r for r in self.regs.values() if r.state == "held"]
+        live: list[Registration] = []
         for r in held:
             if r.pid and not self.alive(r.pid, r.pid_start):
-                r.state, r.error = "dropped", f"holder process {r.pid} is gone; not renewed"
+                r.end("dropped", f"holder process {r.pid} is gone; not renewed", started)
                 continue
             self._refresh(r)
-        held = [r for r in held if r.state == "held"]
+            if r.state != "held":
+                continue
+            if not self._fresh(r):
+                silent = started - r.checked_in
+                if now >= r.stop_deadline:
+                    r.end(
+                        "dropped",
+                        f"its holder has not checked in for {silent:.0f}s: not renewed, and its stop deadline passed",
+                        started,
+                    )
+                else:
+                    r.error = f"its holder has not checked in for {silent:.0f}s: not renewed until it does"
+                continue
+            live.append(r)
         # A round renews every lease once one is due (within GATHER), so all leases of this agent share one
         # phase: one push per store per renewal interval, however many leases and whenever they were acquired
         # (a lease acquired since the last round is renewed early, never late).
         due = (
-            held
-            if any(now + min(GATHER, r.interval(self.fraction) / 4) >= r.due_at(self.fraction) for r in held)
+            live
+            if any(now + min(GATHER, r.interval(self.fraction) / 4) >= r.due_at(self.fraction) for r in live)
             else []
         )
         if due:
             sent = {r.lease_id: r.progress for r in due}
-            results = renew_many([(self._service(r.repo, r.remote), r.lease_id, r.progress) for r in due])
-            self.pushes += 1
+            items = []
+            for r in due:
+                try:
+                    items.append((self._reg_service(r), r.lease_id, r.progress, r.stop_after))
+                except GitLeaseError as exc:  # it can no longer sign as this holder: the holder renews itself
+                    r.end("dropped", f"{exc.message}; not renewed by the agent", started)
+            results = renew_many(items) if items else {}
+            self.pushes += 1 if items else 0
             self.round_renewals += sum(1 for res in results.values() if not isinstance(res, GitLeaseError))
             for r in due:
-                res = results[r.lease_id]
-                if isinstance(res, Busy):  # its holder is renewing or releasing it right now
+                res = results.get(r.lease_id)
+                if res is None or isinstance(res, Busy):  # not sent, or its holder is renewing it right now
                     continue
                 if isinstance(res, NotHeld):
-                    r.state, r.error = "dropped", res.message
-                elif isinstance(res, LeaseLost):
-                    r.state, r.error = "lost", res.message
+                    r.end("dropped", res.message, started)
+                elif isinstance(res, (LeaseLost, Forbidden)):
+                    r.end("lost", res.message, started)
                 elif isinstance(res, GitLeaseError):
                     r.error = res.message
                     if self.clock.now() >= r.expires - self.margin:
-                        r.state = "lost"
-                        r.error = f"renewal not confirmed before the deadline: {res.message}"
+                        r.end("lost", f"renewal not confirmed before the deadline: {res.message}", started)
                 else:
-                    r.expires, r.version, r.error = res.record.expires, res.record.version, ""
+                    self._renewed(r, res)
                     if r.progress == sent[r.lease_id]:
                         r.progress = None
+        mono = self.clock.monotonic()
         with self.lock:
+            for lid, r in list(self.regs.items()):  # ended before this round, and its holder gone or told long ago
+                if r.state != "held" and r.ended is not None and r.ended < started:
+                    linger = max(float(r.ttl), r.checkin_bound(self.fraction) * 2)
+                    if mono - r.ended > linger or (r.pid and not self.alive(r.pid, r.pid_start)):
+                        del self.regs[lid]
             live = [r for r in self.regs.values() if r.state == "held"]
+            if live:
+                self.busy_at = mono
         if not live:
             return self.margin
         return max(0.0, min(r.due_at(self.fraction) for r in live) - self.clock.now())
@@ -327,18 +478,42 @@ class Agent:
         """Expiry and version from the worktree's held state: a holder that renewed by itself moved them."""
         try:
             h = self._service(r.repo, r.remote).held_lease(r.lease_id)
-        except NotHeld as exc:
-            r.state, r.error = "dropped", f"{exc.message}; not renewed"
+        except GitLeaseError as exc:  # not held any more, or the worktree itself is gone
+            r.end("dropped", f"{exc.message}; not renewed", self.clock.monotonic())
             return
         if h.version > r.version:
             rec = records.parse(h.record.encode("utf-8"))
-            r.expires, r.version = rec.expires, rec.version
+            r.expires, r.version, r.stop_by = rec.expires, rec.version, rec.stop_deadline
 
     def idle_for(self) -> float:
+        """Seconds since the agent last had a lease to renew (0 while it has one)."""
         with self.lock:
-            if self.regs:
+            if any(r.state == "held" for r in self.regs.values()):
+                self.busy_at = self.clock.monotonic()
                 return 0.0
-        return self.clock.monotonic() - self.idle_since
+        return self.clock.monotonic() - self.busy_at
+
+
+def _identity(repo: str) -> tuple:
+    """What the agent's service of ``repo`` depends on: the repository (its git dirs and ``lease.*``
+    configuration, read afresh), the git dir's inode (a repository removed and made again at the same path
+    is another one), and the signing key file's inode, time and size."""
+    from gitlease.core.repo import Repo
+
+    r = Repo.discover(repo)
+    st = os.stat(r.git_dir)
+    key = r.config.get("lease.signingkey")
+    return (r, st.st_dev, st.st_ino, _file_stamp(key) if key and not key.startswith(("key::", "ssh-")) else None)
+
+
+def _file_stamp(path: str | None) -> tuple[int, int, int] | None:
+    if not path:
+        return None
+    try:
+        st = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _process_alive(pid: int, start: int | None) -> bool:
@@ -350,9 +525,11 @@ def _process_alive(pid: int, start: int | None) -> bool:
 # ---------------------------------------------------------------------------- the socket
 
 
-def _peer_uid(conn: socket.socket) -> int:
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end (SO_PEERCRED)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def serve(agent: Agent, path: str, *, stop: threading.Event | None = None, rounds: bool = True) -> None:
@@ -405,13 +582,14 @@ def serve(agent: Agent, path: str, *, stop: threading.Event | None = None, round
 
 def _handle(agent: Agent, conn: socket.socket) -> None:
     with conn:
-        if _peer_uid(conn) != os.getuid():
+        peer, uid = _peer(conn)
+        if uid != os.getuid():
             return
         f = conn.makefile("rwb")
         for line in f:
             try:
                 req = json.loads(line)
-                ans = _answer(agent, req)
+                ans = _answer(agent, req, peer)
             except GitLeaseError as exc:
                 ans = {"ok": False, "error": exc.message, "kind": exc.kind}
             except (ValueError, KeyError, TypeError) as exc:
@@ -420,16 +598,28 @@ def _handle(agent: Agent, conn: socket.socket) -> None:
             f.flush()
 
 
-def _answer(agent: Agent, req: dict) -> dict:
+def _answer(agent: Agent, req: dict, peer: int | None = None) -> dict:
     op = req["op"]
     if op == "ping":
-        return {"ok": True, "pid": os.getpid(), "leases": len(agent.regs)}
+        with agent.lock:
+            held = sum(1 for r in agent.regs.values() if r.state == "held")
+        return {"ok": True, "pid": os.getpid(), "leases": held, "registrations": len(agent.regs)}
     if op == "register":
-        return dict(
-            agent.register(req["repo"], req["lease"], int(req.get("pid") or 0), req.get("remote")).to_json(), ok=True
+        reg = agent.register(
+            req["repo"],
+            req["lease"],
+            int(req.get("pid") or 0),
+            req.get("remote"),
+            every=req.get("every"),
+            stop_after=req.get("stopAfter"),
+            who=req.get("who"),
         )
+        return dict(reg.to_json(), ok=True)
     if op in ("status", "unregister"):
-        reg = agent.status(req["lease"], req.get("progress")) if op == "status" else agent.unregister(req["lease"])
+        if op == "status":
+            reg = agent.status(req["lease"], req.get("progress"), peer=peer)
+        else:
+            reg = agent.unregister(req["lease"])
         return dict(reg.to_json(), ok=True) if reg else {"ok": True, "lease": req["lease"], "state": "unknown"}
     if op == "acquire":
         got, reg = agent.acquire(
@@ -441,6 +631,7 @@ def _answer(agent: Agent, req: dict) -> dict:
             renew_every=req.get("renewEvery"),
             replace=req.get("replace"),
             who=req.get("who"),
+            stop_after=req.get("stopAfter"),
         )
         return dict(
             reg.to_json(),
@@ -522,7 +713,8 @@ class AgentClient:
         """Start the agent in the background if none answers; True once one does."""
         if self.available():
             return True
-        env = dict(os.environ, GITLEASE_AGENT_SOCKET=self.path)
+        env = {k: v for k, v in os.environ.items() if k not in HOLDER_ENV}
+        env["GITLEASE_AGENT_SOCKET"] = self.path = os.path.abspath(self.path)
         subprocess.Popen(
             [sys.executable, "-m", "gitlease.liveness.agent", "--socket", self.path, "--idle", str(idle)],
             stdin=subprocess.DEVNULL,
@@ -531,6 +723,7 @@ class AgentClient:
             start_new_session=True,
             env=env,
             close_fds=True,
+            cwd="/",  # a daemon keeps no holder's folder as its own (it may be removed while the agent runs)
         )
         deadline = clock.monotonic() + wait
         while clock.monotonic() < deadline:
@@ -554,8 +747,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, default=DEFAULT_IDLE)
     ap.add_argument("--fraction", type=float, default=DEFAULT_FRACTION)
     args = ap.parse_args(argv)
+    path = os.path.abspath(args.socket or socket_path())
+    os.chdir("/")  # started from a holder's folder, which may be removed: every path it uses is absolute
     agent = Agent(_open_service, idle=args.idle, fraction=args.fraction)
-    serve(agent, args.socket or socket_path())
+    serve(agent, path)
     return 0
 
 

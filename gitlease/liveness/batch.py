@@ -30,6 +30,7 @@ class _Item:
     svc: object  # LeaseService
     lease_id: str
     progress: str | None = None
+    stop_after: int | None = None
     prep: PreparedRenewal | None = None
 
     @property
@@ -49,8 +50,9 @@ def group_key(svc) -> tuple[str, str]:
 
 
 def renew_many(items: Sequence[tuple], *, ttl: int | None = None) -> dict[str, object]:
-    """``[(service, lease id[, progress note]), ...]`` -> ``{lease id: Renewed | GitLeaseError}``; never raises
-    for one lease."""
+    """``[(service, lease id[, progress note[, stop after]]), ...]`` -> ``{lease id: Renewed | GitLeaseError}``;
+    never raises for one lease. ``stop after``: the holder's stop horizon (``Timing.stop_after``; None: as the
+    version renewed had it)."""
     results, groups = _prepare_all(items, ttl)
     for group in groups.values():
         pusher = group[0].svc
@@ -99,9 +101,11 @@ def _prepare_all(items: Sequence[tuple], ttl: int | None):
     groups: dict[tuple[str, str], list[_Item]] = {}
     for entry in items:
         svc, lease_id = entry[0], entry[1]
-        item = _Item(svc, lease_id, entry[2] if len(entry) > 2 else None)
+        item = _Item(svc, lease_id, entry[2] if len(entry) > 2 else None, entry[3] if len(entry) > 3 else None)
         try:
-            item.prep = svc.prepare_renewal(lease_id, ttl=ttl, progress=item.progress, lock=True)
+            item.prep = svc.prepare_renewal(
+                lease_id, ttl=ttl, progress=item.progress, lock=True, stop_after=item.stop_after
+            )
         except GitLeaseError as exc:
             results[lease_id] = exc
             continue

@@ -17,13 +17,14 @@ when the agent is gone.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import LeaseLost, RemoteUnavailable
 from gitlease.liveness.agent import AgentClient, AgentNoAnswer, AgentRefused, AgentUnreachable, raise_refusal
-from gitlease.liveness.heartbeat import MIN_ATTEMPT, Attempt, Timing
+from gitlease.liveness.heartbeat import MIN_ATTEMPT, Attempt, Confirmed, Timing
 
 
 def wanted(svc, renew_agent: bool | None) -> bool:
@@ -64,8 +65,16 @@ class AgentLink:
 
     # ------------------------------------------------------------------ requests
     def _who(self) -> dict:
-        s = self.svc.settings
-        return {"agent": s.agent, "task": s.task, "workspace": s.workspace, "key": self.svc.signer.public_key}
+        """The holder's identity for the agent: ids, its public key, and where that key is (``keyRef``: an
+        absolute key file, or ``key::<public key>`` for a key in ssh-agent), so the agent signs exactly as the
+        holder would, whatever its own working directory and configuration (or refuses, and the holder renews
+        by itself)."""
+        s, signer = self.svc.settings, self.svc.signer
+        ref = None
+        if signer.public_key:
+            path = getattr(signer, "path", None)
+            ref = os.path.abspath(os.path.expanduser(str(path))) if path else f"key::{signer.public_key}"
+        return {"agent": s.agent, "task": s.task, "workspace": s.workspace, "key": signer.public_key, "keyRef": ref}
 
     def _long(self) -> float:
         return max(self.client.timeout, float(self.svc.settings.timeout) * 4)
@@ -86,6 +95,7 @@ class AgentLink:
         holder_pid: int = 0,
         renew_every: int | None = None,
         replace: str | None = None,
+        stop_after: int | None = None,
     ):
         """``LeaseService.acquire`` through the agent (due renewals ride along); by itself when the agent is
         gone or refuses."""
@@ -93,10 +103,16 @@ class AgentLink:
         from gitlease.service.leases import Acquired
 
         before = set(self.svc.held_here())
-        kw = dict(ttl=ttl, holder_pid=holder_pid, renew_every=renew_every, replace=replace)
+        kw = dict(ttl=ttl, holder_pid=holder_pid, renew_every=renew_every, replace=replace, stop_after=stop_after)
         try:
             ans = self._call(
-                "acquire", scope=list(raw_scopes), pid=holder_pid, ttl=ttl, renewEvery=renew_every, replace=replace
+                "acquire",
+                scope=list(raw_scopes),
+                pid=holder_pid,
+                ttl=ttl,
+                renewEvery=renew_every,
+                replace=replace,
+                stopAfter=stop_after,
             )
         except (AgentUnreachable, AgentRefused):
             return self.svc.acquire(raw_scopes, **kw)
@@ -129,7 +145,11 @@ class AgentLink:
         except OSError:
             pass
 
-    def register(self, lease_id: str, pid: int) -> bool:
+    def register(self, lease_id: str, pid: int, timing: Timing | None = None) -> bool:
+        """Hand ``lease_id`` to the agent for ``pid``, which checks in (polls) every ``timing.renew_every``: the
+        agent renews it only while it does. False: the agent refused (it cannot sign as this holder) or is gone;
+        the holder renews by itself."""
+        extra = {} if timing is None else {"every": timing.renew_every, "stopAfter": timing.stop_after}
         try:
             ans = self.client.request(
                 "register",
@@ -138,26 +158,41 @@ class AgentLink:
                 remote=self.svc.settings.remote,
                 lease=lease_id,
                 pid=pid,
+                who=self._who(),
+                **extra,
             )
         except OSError:
             return False
+        if not ans.get("ok"):
+            self.log(f"renewal agent: {ans.get('error') or 'it refused'}; renewing {lease_id} by itself")
         return bool(ans.get("ok"))
 
-    def attempt(self, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt) -> AgentAttempt:
-        return AgentAttempt(self, lease_id, timing, expires, self_attempt)
+    def attempt(
+        self, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt, stop_by: float | None = None
+    ) -> AgentAttempt:
+        return AgentAttempt(self, lease_id, timing, expires, self_attempt, stop_by)
 
 
 class AgentAttempt:
     """A heartbeat Attempt backed by the agent, falling back to ``self_attempt`` (service_attempt)."""
 
-    def __init__(self, link: AgentLink, lease_id: str, timing: Timing, expires: float, self_attempt: Attempt):
+    def __init__(
+        self,
+        link: AgentLink,
+        lease_id: str,
+        timing: Timing,
+        expires: float,
+        self_attempt: Attempt,
+        stop_by: float | None = None,
+    ):
         self.link, self.lease_id, self.timing = link, lease_id, timing
-        self.expires = expires  # the newest expiry known to this holder
+        self.expires = expires  # the newest expiry known to this holder, and its version's stop deadline
+        self.stop_by = expires if stop_by is None else stop_by
         self.self_attempt = self_attempt
         self.fallen: str | None = None  # why the holder renews by itself from now on
         self.self_renewals = 0
 
-    def __call__(self, budget: float, progress: str | None) -> float:
+    def __call__(self, budget: float, progress: str | None) -> Confirmed:
         if self.fallen:
             return self._self(budget, progress)
         clock = self.link.svc.clock
@@ -185,25 +220,28 @@ class AgentAttempt:
                 left,
                 progress,
             )
-        expires = max(self.expires, parse_iso(ans["expiresAt"]))
+        expires = parse_iso(ans["expiresAt"])
+        stop_by = parse_iso(ans["stopBy"]) if ans.get("stopBy") else expires
         if expires > self.expires:
-            self.expires = expires
-            return expires
+            self.expires, self.stop_by = expires, stop_by
         t = self.timing
-        if clock.now() + t.renew_every + t.timeout >= expires - t.grace - t.margin:
-            # the agent is late: one more interval would leave no time for a renewal of our own
+        if clock.now() + t.timeout + MIN_ATTEMPT >= self.stop_by - t.grace - t.margin:
+            # the agent is late: waiting any longer would leave no time for a renewal of our own
             return self._self(left, progress)
-        return expires
+        return Confirmed(self.expires, self.stop_by)
 
-    def _self(self, budget: float, progress: str | None) -> float:
+    def _self(self, budget: float, progress: str | None) -> Confirmed:
         if budget < MIN_ATTEMPT / 2:
             raise RemoteUnavailable("no time left in this attempt for a renewal")
         got = self.self_attempt(budget, progress)
+        if not isinstance(got, Confirmed):
+            got = Confirmed(float(got))
         self.self_renewals += 1
-        self.expires = max(self.expires, got)
+        if got.expires >= self.expires:
+            self.expires, self.stop_by = got.expires, got.stop_by if got.stop_by is not None else got.expires
         return got
 
-    def _fall_back(self, why: str, budget: float, progress: str | None) -> float:
+    def _fall_back(self, why: str, budget: float, progress: str | None) -> Confirmed:
         self.fallen = why
         self.link.log(f"renewal agent: {why}; renewing {self.lease_id} by itself from now on")
         try:

@@ -1,12 +1,18 @@
-"""Keeping a lease alive: renew at an interval, and declare it lost at a deadline safely ahead of expiry.
+"""Keeping a lease alive: renew at an interval, and declare it lost at a deadline safely ahead of the moment
+anyone else may take it.
 
-The rule (docs/protocol.md, "Heartbeats"): after a renewal is confirmed at local time ``t`` with expiry ``E``,
-the next renewal starts at ``t + renew_every``. Failed attempts (remote unreachable, timed out) are retried
-while they can still finish before the stop deadline ``E - grace - margin``; every git call of an attempt is
-bounded so that the attempt ends by that deadline. A refused renewal (the lease changed or vanished: exit 6), or
-no confirmed renewal by the deadline, is a loss: the owner stops its worker, and has ``grace`` seconds to do so
-before the lease can expire. ``Timing.check`` refuses at start any combination where one renewal interval, one
+The rule (docs/protocol.md, "Heartbeats"): after a renewal is confirmed at local time ``t`` with expiry ``E``
+and stop deadline ``H`` (the record's ``stopBy``: ``Timing.stop_after`` after the renewal, never later than
+``E - margin/2``), the next renewal starts at ``t + renew_every``. Failed attempts (remote unreachable, timed
+out) are retried while they can still finish before the stop deadline ``D = H - grace - margin/2``; every git
+call of an attempt is bounded so that the attempt ends by then. A refused renewal (the lease changed or
+vanished: exit 6), or no confirmed renewal by ``D``, is a loss: the owner stops its worker, and has ``grace``
+seconds to do so, so the worker is gone by ``H``: before any early reclaim rule (after ``stopBy + skew``) and
+before the lease expires. ``Timing.check`` refuses at start any combination where one renewal interval, one
 request timeout and the grace period do not fit in the TTL.
+
+With ``progress_timeout`` (``lease.progressTimeout``), a holder that has reported progress once and then
+reports none for that long is lost as well, and stopped by then.
 
 Time is injected: the loop reads ``clock.monotonic()`` and waits through ``wait(stop_event, seconds)``; a test
 passes a FakeClock and drives the whole schedule without sleeping. Standard library only.
@@ -14,6 +20,7 @@ passes a FakeClock and drives the whole schedule without sleeping. Standard libr
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +66,16 @@ class Timing:
         """Seconds from a confirmed renewal to the latest moment the worker must have been told to stop."""
         return self.ttl - self.grace - self.margin
 
+    @property
+    def stop_after(self) -> int:
+        """Seconds from a renewal to the moment the holder has stopped if no later renewal is confirmed: what it
+        records as ``stopBy`` (the early reclaim rules wait for it). Two renewal intervals (what the
+        missed-heartbeats rule presumes of a holder), but at least one whole attempt after an interval
+        (``renew_every + timeout + grace`` and twice the margin: ``stopBy`` has one-second resolution), and at
+        most the TTL (then the stop deadline is the expiry, as for a holder that promises nothing)."""
+        need = math.ceil(self.renew_every + self.timeout + self.grace + 2 * self.margin)
+        return int(min(int(self.ttl), max(math.ceil(2 * self.renew_every), need)))
+
     def check(self) -> None:
         for name, value in (
             ("--ttl", self.ttl),
@@ -102,8 +119,17 @@ def waiter_for(clock: Clock) -> Callable[[threading.Event, float], bool]:
     return fake_wait
 
 
-# An attempt: (time budget in seconds, progress note or None) -> the new version's expiry (wall clock, epoch s).
-Attempt = Callable[[float, "str | None"], float]
+@dataclass(frozen=True)
+class Confirmed:
+    """What a confirmed renewal gives: the new version's expiry and stop deadline (wall clock, epoch seconds;
+    ``stop_by`` None: the expiry)."""
+
+    expires: float
+    stop_by: float | None = None
+
+
+# An attempt: (time budget in seconds, progress note or None) -> the new version's Confirmed (or its expiry alone).
+Attempt = Callable[[float, "str | None"], "Confirmed | float"]
 
 
 @dataclass
@@ -131,6 +157,9 @@ class Heartbeat:
     lost: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None
     beats: list[Beat] = field(default_factory=list)
+    stop_by: float | None = None  # wall-clock stop deadline of the version the holder has now (None: expires)
+    progress_timeout: float | None = None  # lease.progressTimeout: lost after reporting no progress this long
+    poll: Callable[[], None] | None = None  # called at each wake-up (``git lease run`` reads the command's progress)
 
     def __post_init__(self) -> None:
         self.timing.check()
@@ -138,25 +167,50 @@ class Heartbeat:
         self._wait = self.wait or waiter_for(self.clock)
         self._progress: str | None = None
         self._lock = threading.Lock()
+        self._made: object = None  # the last progress made (core.progress.Progress), and when (monotonic)
+        self.progress_at: float | None = None
         now_wall, now_mono = self.clock.now(), self.clock.monotonic()
-        self.expiry = now_mono + (self.expires - now_wall)  # local monotonic expiry
+        self._take(now_mono, now_wall, Confirmed(self.expires, self.stop_by))
         self.confirmed = now_mono
         self.stopped_at: float | None = None  # monotonic time the loss was declared
+
+    def _take(self, mono0: float, wall0: float, got: Confirmed) -> None:
+        """The local (monotonic) expiry and hard stop of a version confirmed at ``mono0`` / ``wall0``."""
+        self.expiry = mono0 + (got.expires - wall0)
+        hard = self.expiry - self.timing.margin / 2
+        if got.stop_by is not None:
+            hard = min(hard, mono0 + (got.stop_by - wall0))
+        self.hard_stop = hard  # everything of the holder has stopped by then (the watchdog's SIGKILL at the latest)
 
     # ------------------------------------------------------------------ for the owner
     @property
     def deadline(self) -> float:
         """Monotonic time by which the worker is told to stop unless a renewal is confirmed."""
-        return self.expiry - self.timing.grace - self.timing.margin
+        return self.hard_stop - self.timing.grace - self.timing.margin / 2
+
+    @property
+    def progress_deadline(self) -> float | None:
+        """Monotonic time by which the worker is told to stop unless it reports progress (``progress_timeout``,
+        once it has reported some), so that it has stopped ``margin/2`` before the stalled rule could apply."""
+        if not self.progress_timeout or self.progress_at is None:
+            return None
+        return self.progress_at + self.progress_timeout - self.timing.grace - self.timing.margin / 2
 
     def stop(self) -> None:
         """Stop renewing (the owner is done); wakes the loop."""
         self._stop.set()
 
     def report(self, note: str) -> None:
-        """Progress to record with the next renewal (``renew --progress``)."""
+        """Progress to record with the next renewal (``renew --progress``). Progress is *made* when the note or
+        its counter changes (core.progress: the record's ``progress.at`` moves only then), and that restarts the
+        progress timeout."""
+        from gitlease.core.progress import next_progress
+
         with self._lock:
             self._progress = note
+            made = next_progress(note, self._made, self.clock.now())  # type: ignore[arg-type]
+            if made is not self._made:
+                self._made, self.progress_at = made, self.clock.monotonic()
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -172,11 +226,33 @@ class Heartbeat:
             self._lose("the lease is too close to its expiry to keep it safely")
             return
         while True:
-            next_at = min(self.confirmed + self.timing.renew_every, self.deadline)
-            if self._wait(self._stop, next_at - self.clock.monotonic()):
+            # the next attempt: after the interval, and early enough that a whole attempt fits before the
+            # deadline (a renewal made by the renewal agent before this holder heard of it leaves less time)
+            due = min(self.confirmed + self.timing.renew_every, self.deadline - self.timing.timeout)
+            wake = min(due, self.deadline)
+            pd = self.progress_deadline
+            if pd is not None:
+                wake = min(wake, pd)
+            if self._wait(self._stop, wake - self.clock.monotonic()):
                 return
+            if self.poll is not None:
+                self.poll()
+            if self._stalled():
+                return
+            if self.clock.monotonic() < due:
+                continue  # woken for the progress deadline, and progress came
             if not self._renew_before_deadline():
                 return
+
+    def _stalled(self) -> bool:
+        pd = self.progress_deadline
+        if pd is None or self.clock.monotonic() < pd:
+            return False
+        self._lose(
+            f"no progress reported for {self.progress_timeout:g}s (lease.progressTimeout): stopped before the "
+            "stalled rule may reclaim the lease"
+        )
+        return True
 
     def _renew_before_deadline(self) -> bool:
         pause = RETRY_FIRST
@@ -193,7 +269,7 @@ class Heartbeat:
                 note = self._progress
             wall0, mono0 = self.clock.now(), self.clock.monotonic()
             try:
-                expires = self.attempt(budget, note)
+                got = self.attempt(budget, note)
             except LeaseLost as exc:
                 self.beats.append(Beat(mono0, False, budget, str(exc)))
                 self._lose(str(exc))
@@ -214,7 +290,7 @@ class Heartbeat:
                 if self._progress == note:
                     self._progress = None
             self.confirmed = mono0
-            self.expiry = mono0 + (expires - wall0)
+            self._take(mono0, wall0, got if isinstance(got, Confirmed) else Confirmed(float(got)))
             if self.on_renewed:
                 self.on_renewed(self.expiry)
             return True
@@ -229,15 +305,17 @@ class Heartbeat:
             self.on_lost(reason)
 
 
-def service_attempt(svc, lease_id: str, *, ttl: int | None = None) -> Attempt:
+def service_attempt(svc, lease_id: str, *, ttl: int | None = None, stop_after: int | None = None) -> Attempt:
     """An Attempt that renews ``lease_id`` with ``svc`` (a LeaseService used by this heartbeat alone): the lock
-    wait and each of the renewal's git calls get a quarter of the budget, so the whole attempt ends within it."""
+    wait and each of the renewal's git calls get a quarter of the budget, so the whole attempt ends within it.
+    ``stop_after``: the holder's stop horizon (``Timing.stop_after``), recorded as ``stopBy``."""
 
-    def attempt(budget: float, progress: str | None) -> float:
+    def attempt(budget: float, progress: str | None) -> Confirmed:
         svc.store.timeout = max(0.1, budget / CALLS_PER_RENEWAL)
-        return svc.renew(lease_id, ttl=ttl, progress=progress).record.expires
+        rec = svc.renew(lease_id, ttl=ttl, progress=progress, stop_after=stop_after).record
+        return Confirmed(rec.expires, rec.stop_deadline)
 
     return attempt
 
 
-__all__ = ["Timing", "Heartbeat", "Beat", "service_attempt", "waiter_for", "event_wait"]
+__all__ = ["Timing", "Heartbeat", "Beat", "Confirmed", "service_attempt", "waiter_for", "event_wait"]

@@ -98,17 +98,25 @@ def hold(
     ttl = int(ttl or svc.settings.ttl)
     timing = _timing(svc.settings, ttl, renew_every, timeout, grace)
     link = AgentLink.connect(svc, renew_agent, client=agent_client)
-    acquire_args = dict(ttl=ttl, renew_every=max(1, int(timing.renew_every)))
+    acquire_args = dict(ttl=ttl, renew_every=max(1, int(timing.renew_every)), stop_after=timing.stop_after)
     if link:
         acquire_args["holder_pid"] = os.getpid()
     got, _ = obtain(svc, scope, wait=wait, link=link, **acquire_args)
     beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
-    attempt = service_attempt(beat_svc, got.lease_id)
-    if link and link.register(got.lease_id, os.getpid()):
-        attempt = link.attempt(got.lease_id, timing, got.record.expires, attempt)
+    attempt = service_attempt(beat_svc, got.lease_id, stop_after=timing.stop_after)
+    if link and link.register(got.lease_id, os.getpid(), timing):
+        attempt = link.attempt(got.lease_id, timing, got.record.expires, attempt, got.record.stop_deadline)
     else:
         link = None
-    hb = Heartbeat(attempt, timing, got.record.expires, clock=svc.clock, on_lost=on_lost)
+    hb = Heartbeat(
+        attempt,
+        timing,
+        got.record.expires,
+        clock=svc.clock,
+        on_lost=on_lost,
+        stop_by=got.record.stop_deadline,
+        progress_timeout=svc.settings.progress_timeout,
+    )
     thread = threading.Thread(target=hb.run, name=f"gitlease-heartbeat-{got.lease_id}", daemon=True)
     lease = Lease(got.lease_id, got.record.paths, timing, hb, attempt if link else None)
     thread.start()

@@ -1,10 +1,16 @@
-"""``git lease run``: run a command under a lease, and stop it before the lease can expire once it is lost.
+"""``git lease run``: run a command under a lease, and stop it before anyone else may take the lease once it is
+lost.
 
 The command runs in a process group of its own. A Heartbeat renews the lease in a background thread; when the
 lease is lost (a renewal refused, or none confirmed by the stop deadline) the whole group gets SIGTERM, then
-SIGKILL ``grace`` seconds later, which is still ``margin`` seconds before the lease's expiry (Timing.check).
-When the command ends by itself, what is left of its group (background jobs) is stopped the same way; only
-then is the lease released.
+SIGKILL ``grace`` seconds later, which is still before the version's recorded stop deadline (``stopBy``, which
+every early reclaim rule waits for) and its expiry (Timing.check). When the command ends by itself, what is
+left of its group (background jobs) is stopped the same way; only then is the lease released.
+
+Progress: the command (or ``git lease progress NOTE`` run by it) writes a short note into the file named by
+``$GITLEASE_PROGRESS_FILE``; the heartbeat sends the newest note with the next renewal, and with
+``lease.progressTimeout`` a command that has reported once and then reports nothing for that long loses its
+lease and is stopped (Heartbeat.progress_timeout). ``$GITLEASE_LEASE`` names the lease.
 
 Two backstops for a supervisor that cannot act (docs/limits.md): the direct child gets PR_SET_PDEATHSIG
 (SIGKILL when the supervisor dies, Linux), and a watchdog process (gitlease.liveness.watchdog) in its own session kills
@@ -22,11 +28,77 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gitlease.core.errors import GitLeaseError, UsageError
+from gitlease.core.errors import GitLeaseError, LeaseLost, UsageError
 from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
 
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+PROGRESS_ENV = "GITLEASE_PROGRESS_FILE"
+MAX_NOTE_BYTES = 4096
+
+
+def progress_file(folder: str, lease_id: str) -> str:
+    """Where the command of ``git lease run`` reports progress: in the worktree's gitlease folder, next to the
+    held state (so ``git lease progress`` finds both from the one path it is given)."""
+    return os.path.join(folder, f"progress-{lease_id}")
+
+
+def report_progress(path: str, lease_id: str, note: str, now: float) -> float:
+    """``git lease progress`` inside ``git lease run``: write ``note`` for the supervisor to send with its next
+    renewal; the lease's stop deadline (wall clock) is returned. Refused with LeaseLost (exit 6: stop, write
+    nothing) when this worktree no longer holds the lease (lost, released) or its stop deadline has passed:
+    a frozen holder that resumes finds out here, before its supervisor or watchdog has even run."""
+    from gitlease.core import record as records
+    from gitlease.core.clock import iso
+    from gitlease.core.fsutil import atomic_write
+    from gitlease.core.state import HeldState
+
+    held = HeldState(os.path.dirname(path)).load().get(lease_id)
+    if held is None:
+        raise LeaseLost(f"lease lost: {lease_id} is no longer held here (stop writing)", leaseId=lease_id)
+    stop = records.parse(held.record.encode("utf-8")).stop_deadline
+    if now >= stop:
+        raise LeaseLost(
+            f"lease lost: {lease_id} passed its stop deadline ({iso(stop)}) without a renewal (stop writing)",
+            leaseId=lease_id,
+        )
+    atomic_write(path, note.encode("utf-8")[:MAX_NOTE_BYTES] + b"\n")
+    return stop
+
+
+class ProgressFile:
+    """The supervisor's side: ``poll()`` (at each heartbeat wake-up) hands a changed note to the heartbeat."""
+
+    def __init__(self, path: str, report: Callable[[str], None]) -> None:
+        self.path, self.report = path, report
+        self._seen: tuple[int, int, int] | None = None
+        try:
+            os.unlink(path)  # nothing from an earlier run
+        except OSError:
+            pass
+
+    def poll(self) -> None:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp == self._seen:
+                return
+            with open(self.path, "rb") as fh:
+                data = fh.read(MAX_NOTE_BYTES)
+        except OSError:
+            return
+        self._seen = stamp
+        note = data.decode("utf-8", "replace").strip().splitlines()
+        if note and note[-1].strip():
+            self.report(note[-1].strip())
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
 
 
 @dataclass
@@ -117,6 +189,8 @@ class Supervisor:
         log: Callable[[str], None] = lambda line: None,
         cwd: str | None = None,
         link=None,
+        stop_by: float | None = None,
+        progress_timeout: float | None = None,
     ) -> None:
         from gitlease.service.leases import LeaseService
 
@@ -125,11 +199,14 @@ class Supervisor:
         timing.check()
         self.svc, self.lease_id, self.timing, self.argv = svc, lease_id, timing, list(argv)
         self.release, self.log, self.use_watchdog, self.cwd = release, log, watchdog, cwd
-        self.env = dict(os.environ if env is None else env, GITLEASE_LEASE=lease_id)
+        self.progress = ProgressFile(progress_file(svc.held.folder, lease_id), self._report)
+        self.env = dict(
+            os.environ if env is None else env, GITLEASE_LEASE=lease_id, **{PROGRESS_ENV: self.progress.path}
+        )
         beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
-        attempt = service_attempt(beat_svc, lease_id)
+        attempt = service_attempt(beat_svc, lease_id, stop_after=timing.stop_after)
         self.link = link  # gitlease.liveness.delegate.AgentLink: renew through the per-host agent
-        self.agent_attempt = link.attempt(lease_id, timing, expires, attempt) if link else None
+        self.agent_attempt = link.attempt(lease_id, timing, expires, attempt, stop_by) if link else None
         self.heartbeat = Heartbeat(
             self.agent_attempt or attempt,
             timing,
@@ -137,6 +214,9 @@ class Supervisor:
             clock=svc.clock,
             on_lost=self._on_lost,
             on_renewed=self._on_renewed,
+            stop_by=stop_by,
+            progress_timeout=progress_timeout,
+            poll=self.progress.poll,
         )
         self.child: _Child | None = None
         self.watchdog: subprocess.Popen[bytes] | None = None
@@ -171,8 +251,11 @@ class Supervisor:
         self.log(f"lease lost: {self.lease_id}: {reason}")
         self.stop_group("lease lost")
 
+    def _report(self, note: str) -> None:
+        self.heartbeat.report(note)
+
     def _on_renewed(self, expiry: float) -> None:
-        self._tell_watchdog(f"deadline {expiry - self.timing.grace - self.timing.margin / 2:.3f}")
+        self._tell_watchdog(f"deadline {self.heartbeat.hard_stop - self.timing.grace:.3f}")
 
     def _tell_watchdog(self, line: str) -> None:
         wd = self.watchdog
@@ -199,7 +282,7 @@ class Supervisor:
             self.child = _Child(pid)
             try:
                 if self.use_watchdog:  # armed with its first deadline before the command may start
-                    first = hb.expiry - self.timing.grace - self.timing.margin / 2
+                    first = hb.hard_stop - self.timing.grace  # SIGTERM then; SIGKILL by the hard stop
                     self.watchdog = subprocess.Popen(
                         [
                             sys.executable,
@@ -227,6 +310,7 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.progress.remove()
         lost = hb.lost.is_set() or fired
         reason = hb.reason or ("the watchdog stopped the command at the deadline" if fired else None)
         released, release_error = False, None

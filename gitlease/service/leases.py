@@ -228,13 +228,16 @@ class LeaseService:
         workspace: str | None = None,
         replace: str | None = None,
         piggyback: Sequence[RefUpdate] = (),
+        stop_after: int | None = None,
     ) -> Acquired:
         """One push creating the lease's refs. ``replace``: a lease this worktree holds, released in the same
         atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
         overlap; otherwise, or when the combined push is refused, it is released first on its own.
         ``piggyback``: other updates (the renewal agent's due renewals, gitlease/liveness/agent.py) sent in the same
         atomic push; when one of them is refused the acquire is retried without them, and ``piggybacked``
-        in the answer says whether they landed."""
+        in the answer says whether they landed. ``stop_after``: the holder's promise, recorded as ``stopBy`` in
+        each version, to have stopped that many seconds after its last renewal unless it hears of a later one
+        (a supervised holder's stop deadline; default: the TTL)."""
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
         release_with: list[RefUpdate] = []
@@ -270,6 +273,7 @@ class LeaseService:
                 now=now,
                 ttl=ttl,
                 renew_every=renew_every,
+                stop_after=stop_after,
             )
             oid = self._write_version(rec, None, "acquire")
             updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
@@ -408,13 +412,22 @@ class LeaseService:
         return h
 
     def renew(
-        self, lease_id: str, *, ttl: int | None = None, progress: str | None = None, extra_refspecs: Sequence[str] = ()
+        self,
+        lease_id: str,
+        *,
+        ttl: int | None = None,
+        progress: str | None = None,
+        extra_refspecs: Sequence[str] = (),
+        stop_after: int | None = None,
     ) -> Renewed:
         """A new version on the id ref, CAS-pinned to the one this worktree wrote. ``extra_refspecs`` (a remote
         store only) are pushed in the same atomic push: see ``push_fenced``. Renewals of one lease in one
-        worktree (a heartbeat and a fenced push of its command) take turns, so they never race each other."""
+        worktree (a heartbeat and a fenced push of its command) take turns, so they never race each other.
+        ``stop_after``: see ``acquire`` (default: carried over from the version renewed)."""
         with self._renewing(lease_id):
-            return self._renew(lease_id, ttl=ttl, progress=progress, extra_refspecs=extra_refspecs)
+            return self._renew(
+                lease_id, ttl=ttl, progress=progress, extra_refspecs=extra_refspecs, stop_after=stop_after
+            )
 
     def _renew_lock_path(self, lease_id: str) -> str:
         return os.path.join(self.held.folder, f"renew-{lease_id}.lock")
@@ -429,8 +442,16 @@ class LeaseService:
         with fh:
             yield
 
-    def _renew(self, lease_id: str, *, ttl: int | None, progress: str | None, extra_refspecs: Sequence[str]) -> Renewed:
-        prep = self.prepare_renewal(lease_id, ttl=ttl, progress=progress)
+    def _renew(
+        self,
+        lease_id: str,
+        *,
+        ttl: int | None,
+        progress: str | None,
+        extra_refspecs: Sequence[str],
+        stop_after: int | None = None,
+    ) -> Renewed:
+        prep = self.prepare_renewal(lease_id, ttl=ttl, progress=progress, stop_after=stop_after)
         out = self.store.apply([prep.update], extra_refspecs=extra_refspecs)
         if out.ambiguous:
             try:
@@ -453,12 +474,19 @@ class LeaseService:
     # One renewal in two steps, for whoever renews: ``renew`` above, the batch of the renewal agent
     # (gitlease/liveness/batch.py: many leases in one push, or riding in an acquire's or release's push).
     def prepare_renewal(
-        self, lease_id: str, *, ttl: int | None = None, progress: str | None = None, lock: bool = False
+        self,
+        lease_id: str,
+        *,
+        ttl: int | None = None,
+        progress: str | None = None,
+        lock: bool = False,
+        stop_after: int | None = None,
     ) -> PreparedRenewal:
         """The next version of a lease this worktree holds, written (objects only) and ready to push as
         ``.update`` (the id ref, pinned to the version this worktree wrote); ``settle_renewal`` follows. Refused
-        (nothing written): NotHeld, LeaseLost (expired: renewal after expiry is refused), Forbidden (another
-        key than the owner's: a renewal is signed exactly as the holder signs, or not made).
+        (nothing written): NotHeld, LeaseLost (past its stop deadline: its holder has stopped by its own
+        promise, and an expired lease may be cleared by anyone), Forbidden (another key than the owner's: a
+        renewal is signed exactly as the holder signs, or not made).
 
         ``lock``: take the lease's renew lock here without waiting, held until ``settle_renewal`` (Busy when the
         holder is renewing or releasing it right now); otherwise the caller holds it (``renew``)."""
@@ -482,8 +510,14 @@ class LeaseService:
                     f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
                     "(stop writing and acquire again)"
                 )
+            if now >= current.stop_deadline:
+                self.forget(lease_id)
+                raise LeaseLost(
+                    f"lease {lease_id} passed its stop deadline ({current.stop_by}): its holder has stopped, and "
+                    "the early reclaim rules may take it; renewal is refused (stop writing and acquire again)"
+                )
             prog = next_progress(progress, current.progress, now) if progress is not None else None
-            nxt = current.next_version(now, ttl=ttl, progress=prog)
+            nxt = current.next_version(now, ttl=ttl, progress=prog, stop_after=stop_after)
             records.validate(nxt)
             oid = self._write_version(nxt, h.current, "renew")
         except BaseException:

@@ -379,6 +379,7 @@ class WorktreeManager:
         base: str | None = None,
         branch: str | None = None,
         renew_every: int | None = None,
+        stop_after: int | None = None,
     ) -> Attached:
         """Lease first (recording this worktree's id as workspaceId), then attach the worktree."""
         paths = scopes.normalize_all(raw_scopes)
@@ -388,7 +389,12 @@ class WorktreeManager:
         chosen, skipped = self._choose(paths)
         try:
             got = self.svc.acquire(
-                paths, ttl=ttl, holder_pid=holder_pid, workspace=_id_of(chosen), renew_every=renew_every
+                paths,
+                ttl=ttl,
+                holder_pid=holder_pid,
+                workspace=_id_of(chosen),
+                renew_every=renew_every,
+                stop_after=stop_after,
             )
         except BaseException:
             self._unchoose(chosen)
