@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from conftest import git
 from servers import make_bare
 
-from gitlease.core.clock import FakeClock
+from gitlease.core.clock import FakeClock, parse_iso
 from gitlease.identity import sshsig
 from gitlease.liveness.agent import Agent
 from gitlease.service.factory import open_service
@@ -162,3 +163,119 @@ def test_the_agent_never_pushes_a_version_the_owner_key_did_not_sign(tmp_path):
         unsigned.prepare_renewal(got.lease_id)
     before = json.loads(git(host.bare, "cat-file", "blob", f"refs/leases/id/{got.lease_id}:lease.json"))
     assert before["version"] == 1
+
+
+# ------------------------------------------------------------------ reclaim never precedes the holder's stop
+
+
+def _pidfds_dead(fds) -> bool:
+    """Whether every process is gone right now (a pidfd is readable once its process exited)."""
+    import select
+
+    ready, _, _ = select.select(list(fds), [], [], 0)
+    return len(ready) == len(fds)
+
+
+def _record(bare, lease_id):
+    data = git(bare, "cat-file", "blob", f"refs/leases/id/{lease_id}:lease.json", check=False)
+    return json.loads(data) if data else None
+
+
+def test_a_run_holder_cut_off_from_the_store_is_dead_before_anyone_else_gets_its_scope(tmp_path, remote_file):
+    """Issue 17, item 4: a `git lease run` holder loses contact with the store (its remote hangs). Another agent
+    sweeps (missed heartbeats, dead holder, stalled) and acquires as fast as it can, on the real clock with a
+    1 s skew margin: when it is granted the scope, the holder's command (a shell and a grandchild, both
+    ignoring SIGTERM) must already be dead."""
+    from servers import HangingServer
+    from test_run import FAST, WORKER, agent_repo, start_run, started
+
+    from gitlease.core.config import resolve
+    from gitlease.core.errors import HeldError
+    from gitlease.core.repo import Repo
+    from gitlease.ops.sweep import Sweeper
+    from gitlease.service.leases import LeaseService
+
+    work = agent_repo(tmp_path, remote_file.url)
+    other = agent_repo(tmp_path, remote_file.url, "b")
+    repo = Repo.discover(other)
+    b = LeaseService(repo, resolve(repo.config, env={}, agent="b", skew=1, timeout=20))
+    with HangingServer() as hang:
+        proc = start_run(work, "--scope", "svc", *FAST, "--", "sh", "-c", WORKER)
+        lease, fds = started(proc)
+        git(work, "remote", "set-url", "origin", hang.url)  # from now on every renewal hangs
+        granted, reasons = None, []
+        deadline = time.monotonic() + 60
+        while granted is None and time.monotonic() < deadline:
+            reasons += [r.line() for r in Sweeper(b).sweep().results]
+            try:
+                granted = b.acquire(["svc"], ttl=60)
+            except HeldError:
+                threading.Event().wait(0.1)
+        assert granted is not None, reasons
+        dead = _pidfds_dead(fds)
+        out, err = proc.communicate(timeout=60)
+    for fd in fds:
+        os.close(fd)
+    assert dead, f"another agent was granted {lease}'s scope while its command ran: {reasons}"
+    assert proc.returncode == 6, err
+
+
+def _trusted_worktree(host: SignedHost, name: str, key: str) -> Path:
+    wt = Path(host.worktree(name, key))
+    git(wt, "config", "--worktree", "lease.agent", key)
+    return wt
+
+
+def test_a_crashed_signed_holder_is_reclaimed_by_an_ordinary_key_on_its_host(tmp_path):
+    """Issue 17, item 3: `kill -9` of a `git lease run` holder on a signed store (the default `git lease init`:
+    no admin key among the workers). Another worker on the same host, with its ordinary trusted key, reclaims
+    the lease by the dead-holder rule once the holder's stop deadline plus the skew has passed, long before its
+    expiry; the reclaim is audited, signed, and verifies for every reader. A sweeper on another host still
+    needs an admin key for an early rule."""
+    import signal
+
+    from test_run import WORKER, start_run, started, wait_dead
+
+    from gitlease.core.record import canonical
+    from gitlease.identity.trust import check_audit_entry
+    from gitlease.ops.sweep import Sweeper, history
+    from gitlease.service.audit import read_log
+
+    host = SignedHost(tmp_path)
+    holder = _trusted_worktree(host, "a", "w1")
+    sweeper_wt = _trusted_worktree(host, "b", "w2")
+    proc = start_run(holder, "--scope", "svc", "--ttl", "60", "--renew-every", "5", "--", "sh", "-c", WORKER)
+    lease, fds = started(proc)
+    os.kill(proc.pid, signal.SIGKILL)  # the holder (the run supervisor, the pid its lease records) crashes
+    proc.communicate()
+    wait_dead(fds)  # its watchdog stops the command's group at once
+    rec = _record(host.bare, lease)
+    assert rec["owner"]["pid"] == proc.pid and rec["owner"]["key"]
+    stop = parse_iso(rec.get("stopBy") or rec["expiresAt"])
+    expires = parse_iso(rec["expiresAt"])
+    clock = FakeClock(stop + 30 - 1)  # the default skew: 30 s
+    w2 = open_service(str(sweeper_wt), clock=clock)
+    assert Sweeper(w2).sweep().results == []  # before the stop deadline + skew: nothing, not even refused
+    clock.advance(2)
+    assert clock.now() < expires + 30  # the expiry rule would still wait
+    elsewhere = Sweeper(open_service(str(sweeper_wt), clock=FakeClock(clock.now())), host="elsewhere")
+    (far,) = elsewhere.sweep().results  # a sweeper on another host: only missed heartbeats, and no admin key
+    assert far.outcome == "forbidden" and far.rule == "missed-heartbeats", far.line()
+    got = Sweeper(w2).sweep()
+    assert [(r.lease_id, r.rule, r.outcome) for r in got.results] == [(lease, "dead-holder", "reclaimed")]
+    events = [e for e in history(w2) if e.event == "reclaim" and e.lease_id == lease]  # git lease log
+    assert len(events) == 1 and events[0].signed and events[0].problem is None and events[0].by == "w2"
+    assert w2.acquire(["svc"]).lease_id
+    reader = host.reader(FakeClock(clock.now()))
+    trust = reader.trust()
+    (entry,) = [
+        e
+        for e in read_log(reader.store, verify=lambda data, sig, doc: check_audit_entry(trust, doc, data, sig))
+        if e.lease_id == lease
+    ]
+    assert entry.problem is None and entry.doc["by"] == "w2" and entry.doc["rule"] == "dead-holder"
+    assert entry.doc["host"] == entry.doc["owner"]["host"] == os.uname().nodename
+    forged = dict(entry.doc, host="another-host")  # the same claim made from another host: an admin's only
+    data = canonical(forged)
+    problem = check_audit_entry(trust, forged, data, sshsig.sign(host.keys["w2"], data, "gitlease").encode())
+    assert problem and "gitlease-admin" in problem

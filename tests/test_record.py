@@ -119,3 +119,24 @@ def test_fuzz_field_values(changes):
     except InvalidRecord:
         return
     assert rec.canonical() == data
+
+
+def test_stop_by_is_written_carried_over_and_optional_for_old_records():
+    """Issue 17: each version records its holder's stop deadline (``stopBy``); a record written before the field
+    existed still parses, keeps its exact bytes, and its stop deadline is its expiry."""
+    rec = sample(stop_after=40)
+    assert rec.stop_by == "2027-01-15T08:00:40Z" and rec.stop_deadline == rec.renewed + 40 and rec.stop_after == 40
+    nxt = rec.next_version(1_800_000_100.7)  # the horizon is carried over, from the renewal's whole second
+    assert nxt.renewed_at == "2027-01-15T08:01:40Z" and nxt.stop_deadline - nxt.renewed == 40
+    assert nxt.next_version(1_800_000_200, stop_after=70).stop_after == 70
+    assert nxt.next_version(1_800_000_200, ttl=30).stop_after == 30  # never past the expiry
+    assert sample().stop_deadline == sample().expires  # a holder that promises nothing: its TTL
+    old = json.loads(rec.canonical())
+    del old["stopBy"]
+    data = record.canonical(old)
+    parsed = record.parse(data)
+    assert parsed.stop_by is None and parsed.stop_deadline == parsed.expires and parsed.canonical() == data
+    assert parsed.next_version(1_800_000_100).stop_deadline == parsed.next_version(1_800_000_100).expires
+    for bad in ("2027-01-15T07:59:59Z", "2027-01-15T08:05:01Z", "soon"):  # before renewedAt, after expiresAt
+        with pytest.raises(InvalidRecord):
+            record.parse(record.canonical(dict(old, stopBy=bad)))

@@ -39,8 +39,22 @@ def sfleet(request, tmp_path):
     return Fleet(tmp_path, request.getfixturevalue("remote_file").url)
 
 
-def plant(svc, paths, *, ttl=60, renew_every=None, task="job_4818", host=HOST, pid=0, pid_start=None, now=None):
-    """A lease with exactly the owner fields a test needs, created like acquire does (one atomic write)."""
+def plant(
+    svc,
+    paths,
+    *,
+    ttl=60,
+    renew_every=None,
+    task="job_4818",
+    host=HOST,
+    pid=0,
+    pid_start=None,
+    now=None,
+    stop_after=None,
+):
+    """A lease with exactly the owner fields a test needs, created like acquire does (one atomic write).
+    ``stop_after``: the holder's stop horizon (stopBy; the early rules wait for it plus the skew); 0 for a holder
+    that promised to stop at once, where only the rule itself decides."""
     now = svc.clock.now() if now is None else now
     owner = Owner(task_id=task, agent_id="holder", host=host, pid=pid, pid_start=pid_start)
     rec = records.new_record(
@@ -52,6 +66,7 @@ def plant(svc, paths, *, ttl=60, renew_every=None, task="job_4818", host=HOST, p
         now=now,
         ttl=ttl,
         renew_every=renew_every,
+        stop_after=stop_after,
     )
     oid = svc._write_version(rec, None, "acquire")
     ups = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in rec.paths]
@@ -119,9 +134,9 @@ def test_half_deleted_lease_is_reclaimed_once_expired(sfleet):
 
 def test_missed_heartbeats_rule(sfleet):
     a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
-    beat = a.acquire(["hb/beat"], ttl=3600, renew_every=60)
+    beat = a.acquire(["hb/beat"], ttl=3600, renew_every=60, stop_after=120)  # as hold() and run: stop after 2
     quiet = a.acquire(["hb/quiet"], ttl=3600)  # declares no interval: only its TTL counts
-    renewing = a.acquire(["hb/renewing"], ttl=3600, renew_every=60)
+    renewing = a.acquire(["hb/renewing"], ttl=3600, renew_every=60, stop_after=120)
     sfleet.clock.advance(100)
     a.renew(renewing.lease_id)
     sfleet.clock.advance(2 * 60 + 30 - 100)  # beat: silent 150 s = two intervals + skew: not yet
@@ -137,12 +152,15 @@ def test_dead_holder_rule_uses_pid_and_start_time(sfleet):
     a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
     me = os.getpid()
     gone = dead_pid()
-    live = a.acquire(["p/live"], ttl=3600, holder_pid=me)
+    live = a.acquire(["p/live"], ttl=3600, holder_pid=me, stop_after=0)
     assert live.record.owner.pid_start == process_start(me)
-    dead = a.acquire(["p/dead"], ttl=3600, holder_pid=gone)  # start time unknown: the rule cannot tell
-    dead_known = plant(a, ["p/dead-known"], ttl=3600, pid=gone, pid_start=12345)
-    reused = plant(a, ["p/reused"], ttl=3600, pid=me, pid_start=process_start(me) - 1)  # pid now someone else's
-    elsewhere = plant(a, ["p/elsewhere"], ttl=3600, pid=gone, pid_start=12345, host="other-host.example")
+    dead = a.acquire(["p/dead"], ttl=3600, holder_pid=gone, stop_after=0)  # start time unknown: cannot tell
+    dead_known = plant(a, ["p/dead-known"], ttl=3600, pid=gone, pid_start=12345, stop_after=0)
+    reused = plant(a, ["p/reused"], ttl=3600, pid=me, pid_start=process_start(me) - 1, stop_after=0)  # reused pid
+    elsewhere = plant(a, ["p/elsewhere"], ttl=3600, pid=gone, pid_start=12345, host="other-host.example", stop_after=0)
+    sfleet.clock.advance(30)
+    assert Sweeper(sw).sweep().results == []  # stopBy + skew: not yet (a holder's command may still run)
+    sfleet.clock.advance(1)
     got = Sweeper(sw).sweep()
     assert outcomes(got) == {dead_known: "reclaimed", reused: "reclaimed"}
     reasons = {r.lease_id: r.reason for r in got.results}
@@ -154,9 +172,9 @@ def test_stalled_progress_rule(sfleet):
     a = sfleet.agent("a")
     sw = sfleet.agent("sweeper", progress_timeout=600)
     off = sfleet.agent("sweeper-off")
-    stalls = a.acquire(["pr/stalls"], ttl=300)
-    silent = a.acquire(["pr/silent"], ttl=300)  # never reports progress: the rule does not apply
-    moving = a.acquire(["pr/moving"], ttl=300)
+    stalls = a.acquire(["pr/stalls"], ttl=300, stop_after=250)  # stopBy 250 s after each renewal
+    silent = a.acquire(["pr/silent"], ttl=300, stop_after=250)  # never reports progress: the rule does not apply
+    moving = a.acquire(["pr/moving"], ttl=300, stop_after=250)
     a.renew(stalls.lease_id, progress="step 1")
     a.renew(moving.lease_id, progress="step 1")
     for step in range(1, 4):  # renewed every 200 s (alive by TTL); only `moving` reports progress
@@ -166,11 +184,43 @@ def test_stalled_progress_rule(sfleet):
         a.renew(moving.lease_id, progress=f"step {step + 1}")
     assert Sweeper(sw).sweep().results == []  # stalls: 600 s since its progress, within timeout + skew
     sfleet.clock.advance(31)
+    assert Sweeper(sw).sweep().results == []  # stalled, but its holder's stop deadline (850 s) + skew is to come
+    sfleet.clock.advance(250)
     assert Sweeper(off).sweep().results == []  # progressTimeout unset: the rule is off
     got = Sweeper(sw).sweep()
     assert outcomes(got) == {stalls.lease_id: "reclaimed"}
-    assert got.results[0].reason == "stalled=631s"
+    assert got.results[0].reason == "stalled=881s"
     assert lease_ids(sw) == {silent.lease_id, moving.lease_id}
+
+
+def test_early_rules_wait_for_the_holders_stop_deadline_plus_skew(sfleet):
+    """Issue 17: no early rule reclaims before the version's stopBy + lease.skew (its holder may still run until
+    stopBy); a record from before stopBy existed is judged as if stopBy were its expiry."""
+    import dataclasses
+
+    from gitlease.ops.sweep import judge
+
+    a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
+    beat = a.acquire(["stop/beat"], ttl=600, renew_every=60, stop_after=300)  # may run on 300 s unheard
+    dead = plant(a, ["stop/dead"], ttl=600, pid=dead_pid(), pid_start=12345, stop_after=200)
+    sfleet.clock.advance(2 * 60 + 31)  # silent 151 s: two intervals + skew, so missed heartbeats would apply
+    assert Sweeper(sw).sweep().results == []
+    sfleet.clock.advance(200 + 30 - 151)  # the dead holder's stopBy + skew: not yet
+    assert Sweeper(sw).sweep().results == []
+    sfleet.clock.advance(1)
+    assert outcomes(Sweeper(sw).sweep()) == {dead: "reclaimed"}
+    sfleet.clock.advance(300 + 30 - 231)
+    assert Sweeper(sw).sweep().results == []
+    sfleet.clock.advance(1)
+    got = Sweeper(sw).sweep()
+    assert outcomes(got) == {beat.lease_id: "reclaimed"} and got.results[0].rule == "missed-heartbeats"
+    assert lease_ids(sw) == set()
+    old = a.acquire(["stop/old"], ttl=600, renew_every=60)
+    v = sw.snapshot(use_cache=False).find(old.lease_id)
+    v.record = dataclasses.replace(v.record, stop_by=None)  # as an older gitlease wrote it
+    at = v.record.renewed + 600 + 30
+    assert judge(v, at, sw.settings, host=HOST) is None  # missed heartbeats long ago, but no stopBy: its expiry
+    assert judge(v, at + 1, sw.settings, host=HOST).rule == "expired"
 
 
 @pytest.mark.parametrize("rule", ["expired", "missed-heartbeats", "dead-holder"])
@@ -178,8 +228,8 @@ def test_each_rule_can_be_turned_off_and_dry_run_changes_nothing(sfleet, rule):
     a = sfleet.agent("a")
     leases = {
         "expired": plant(a, ["off/expired"], ttl=60),
-        "missed-heartbeats": plant(a, ["off/beat"], ttl=3600, renew_every=60),
-        "dead-holder": plant(a, ["off/dead"], ttl=3600, pid=dead_pid(), pid_start=12345),
+        "missed-heartbeats": plant(a, ["off/beat"], ttl=3600, renew_every=60, stop_after=120),
+        "dead-holder": plant(a, ["off/dead"], ttl=3600, pid=dead_pid(), pid_start=12345, stop_after=0),
     }
     sfleet.clock.advance(200)
     flags = {
@@ -216,9 +266,10 @@ def test_invalid_lease_is_never_reclaimed_by_a_rule(sfleet):
 
 def test_renewed_between_read_and_delete_survives(sfleet):
     a, sw = sfleet.agent("a"), sfleet.agent("sweeper")
-    lease = a.acquire(["race/x"], ttl=3600, renew_every=60)
+    lease = a.acquire(["race/x"], ttl=3600, renew_every=60, stop_after=120)
     other = plant(a, ["race/y"], ttl=60)
-    sfleet.clock.advance(200)  # both stale by the time the sweeper reads
+    sfleet.clock.advance(100)  # the holder renews before its stop deadline (120 s) ...
+    sw.clock = FakeClock(sfleet.clock.now() + 100)  # ... while a sweeper whose clock runs ahead finds both stale
     renewed = []
 
     def holder_renews(view, verdict):
@@ -378,7 +429,7 @@ def test_sweeper_20s_ahead_respects_the_skew_margin(sfleet):
     ahead = FakeClock(holder_clock.now() + 20)
     sw.clock = ahead
     exp = a.acquire(["skew/ttl"], ttl=60)
-    beat = a.acquire(["skew/beat"], ttl=3600, renew_every=60)
+    beat = a.acquire(["skew/beat"], ttl=3600, renew_every=60, stop_after=120)
 
     def at(holder_seconds):  # move both clocks to holder t0 + seconds (the sweeper stays 20 s ahead)
         step = holder_seconds - (holder_clock.now() - t0)

@@ -324,11 +324,27 @@ def _key_words(key: str | None) -> str | None:
     return " ".join(words[:2]) if len(words) >= 2 else None
 
 
+def same_host_dead_holder(doc: Mapping[str, object]) -> bool:
+    """An audit entry of a reclaim by the dead-holder rule, written on the host its lease's holder ran on (both
+    host names as the writer and the holder reported them): what an ordinary trusted agent may do."""
+    owner = doc.get("owner")
+    host = doc.get("host")
+    return (
+        doc.get("action") == "reclaim"
+        and doc.get("rule") == "dead-holder"
+        and isinstance(owner, Mapping)
+        and isinstance(host, str)
+        and bool(host)
+        and owner.get("host") == host
+    )
+
+
 def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None) -> str | None:
     """The problem with one audit entry's signature (None: fine). Same rules as a lease version: the SSHSIG
     (namespace gitlease) must verify over the exact ``entry.json`` bytes by the key the entry names; on a
     signed store that key must be trusted for the writer (``by``), and be a gitlease-admin key for what only
-    an admin may do (a forced release, a reclaim of a live lease by an early rule)."""
+    an admin may do (a forced release, a reclaim of a live lease by an early rule, except a dead-holder reclaim
+    written on the holder's own host: ``same_host_dead_holder``)."""
     if sig is None:
         if doc.get("key"):
             return "the entry names a key but carries no signature"
@@ -351,7 +367,7 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
     admin_only = doc.get("action") == "force-release" or doc.get("rule") not in ("expired", "half-deleted", None)
     if trust.admin_principals(key, when):
         return None
-    if admin_only:
+    if admin_only and not same_host_dead_holder(doc):
         return (
             f"{doc.get('action')} by rule {doc.get('rule')!r} needs a {ADMIN_NAMESPACE} key, and key {fp} "
             f"is not one ({trust.source})"

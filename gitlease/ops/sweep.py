@@ -1,4 +1,5 @@
-"""The stale-lease sweeper: which leases may be reclaimed and why, and the forced (admin) reclaim.
+"""The stale-lease sweeper: which leases may be reclaimed, why and by whom (the judgement), and the reclaims
+themselves (the execution), kept apart; and the forced (admin) reclaim.
 
 Rules (docs/sweeping.md), each can be turned off in git config; a lease is judged on what one listing showed:
 
@@ -9,6 +10,11 @@ Rules (docs/sweeping.md), each can be turned off in git config; a lease is judge
   so a reused pid is not mistaken for the holder (``lease.sweep.deadHolder``);
 * ``stalled``: the lease reported progress once (``renew --progress``) and then not for ``lease.progressTimeout``
   plus the skew margin (only when that key is set).
+
+The three early rules (all but ``expired``) never apply before the version's stop deadline (``stopBy``: the
+instant by which its holder will have stopped if it heard of no later renewal) plus ``lease.skew``: a reclaim
+never precedes the holder's stop. Who may reclaim (``authorize``): anyone trusted for what is expired; an
+ordinary trusted key for a dead holder on its own host; a gitlease-admin key for the other early rules.
 
 An invalid lease is never reclaimed by a rule (it fails closed); only ``--force`` by an admin clears it.
 Every reclaim is ``LeaseService.reclaim``: one atomic transaction deleting exactly the lease's refs at the
@@ -36,6 +42,17 @@ from gitlease.service.views import HALF_DELETED, LeaseView
 class Verdict:
     rule: str  # expired | missed-heartbeats | dead-holder | stalled | forced
     reason: str  # key=value words, e.g. "expired=164s"
+
+
+@dataclass
+class Planned:
+    """One lease the judgement found reclaimable now: why (``verdict``) and who reclaims it (``by``: the audit
+    entry's ``by``), or why this sweeper may not (``refusal``; ``by`` None)."""
+
+    view: LeaseView
+    verdict: Verdict
+    by: str | None
+    refusal: str = ""
 
 
 @dataclass
@@ -115,6 +132,8 @@ def judge(
     rec, skew = view.record, settings.skew
     if settings.sweep_expired and now > rec.expires + skew:
         return Verdict("expired", f"expired={int(now - rec.expires)}s")
+    if now <= rec.stop_deadline + skew:
+        return None  # the early rules wait until the holder has stopped by its own promise (and the skew margin)
     own = rec.owner
     if settings.sweep_dead_holder and proc_start and own.host == host and own.pid > 0 and own.pid_start is not None:
         start = proc_start(own.pid)
@@ -131,6 +150,25 @@ def judge(
         if stalled > settings.progress_timeout + skew:
             return Verdict("stalled", f"stalled={int(stalled)}s")
     return None
+
+
+def authorize(service: LeaseService, view: LeaseView, verdict: Verdict, now: float, *, host: str) -> str:
+    """Who reclaims ``view`` by ``verdict`` (the audit entry's ``by``), or Forbidden. An expired lease: any agent.
+    A live lease of a dead holder on this host (the rule can only be judged here, where its pid lived): a key
+    trusted for this agent, or an admin. Any other early rule: a gitlease-admin key (unsigned stores: anyone)."""
+    if verdict.rule in EXPIRY_RULES or view.state(now, service.settings.skew) == "expired":
+        return service.settings.agent
+    action = f"reclaiming a live lease by the {verdict.rule} rule"
+    rec = view.record
+    if verdict.rule == "dead-holder" and rec is not None and rec.owner.host == host:
+        try:
+            return service.require_trusted(f"{action} on the holder's host")
+        except Forbidden as exc:
+            try:
+                return service.require_admin(action)
+            except Forbidden:
+                raise exc from None
+    return service.require_admin(action)
 
 
 # -------------------------------------------------------------------------------- sweeper
@@ -152,22 +190,38 @@ class Sweeper:
         self.host = host or os.uname().nodename
         self.rotate = rotate  # start at a random stale lease, so concurrent sweepers rarely race for the same one
 
-    def sweep(self, *, dry_run: bool = False, limit: int = 0) -> Sweep:
+    def plan(self, snap=None, *, authorized: bool = True) -> tuple[list[Planned], int, float]:
+        """The judgement, from one listing (``snap``, else a fresh one): each lease that may be reclaimed now,
+        why, and by whom (``authorized``: decided too; else ``by`` is left None). Changes nothing. Returns
+        (planned, leases examined, the time judged at)."""
         svc = self.service
-        snap = svc.snapshot(use_cache=False)
+        snap = snap if snap is not None else svc.snapshot(use_cache=False)
         now = svc.clock.now()
         proc = process_start if proc_available() else None
-        stale = [
-            (v, verdict)
-            for v in snap.leases
-            if (verdict := judge(v, now, svc.settings, host=self.host, proc_start=proc)) is not None
-        ]
-        if self.rotate and stale:
-            k = random.randrange(len(stale))
-            stale = stale[k:] + stale[:k]
+        planned: list[Planned] = []
+        for view in snap.leases:
+            verdict = judge(view, now, svc.settings, host=self.host, proc_start=proc)
+            if verdict is None:
+                continue
+            if not authorized:
+                planned.append(Planned(view, verdict, None))
+                continue
+            try:
+                planned.append(Planned(view, verdict, authorize(svc, view, verdict, now, host=self.host)))
+            except Forbidden as exc:
+                planned.append(Planned(view, verdict, None, exc.message))
+        return planned, len(snap.leases), now
+
+    def sweep(self, *, dry_run: bool = False, limit: int = 0) -> Sweep:
+        """Judge (``plan``), then reclaim what the judgement allows, one audited transaction each."""
+        planned, examined, now = self.plan(authorized=not dry_run)
+        if self.rotate and planned:
+            k = random.randrange(len(planned))
+            planned = planned[k:] + planned[:k]
         results: list[SweepResult] = []
         fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
-        for view, verdict in stale:
+        for p in planned:
+            view, verdict = p.view, p.verdict
             if limit and len(results) >= limit:
                 break
             if dry_run:
@@ -176,19 +230,13 @@ class Sweeper:
             if fresh is not None and any(fresh.get(r) != o for r, o in view.refs().items()):
                 results.append(_lost(view, verdict, fresh))
                 continue
-            by = svc.settings.agent
-            if verdict.rule not in EXPIRY_RULES and view.state(now, svc.settings.skew) != "expired":
-                # issue 3: ordinary agents reclaim only expired leases; the early rules need a gitlease-admin
-                # key when leases are signed (unsigned mode has no identities: anyone)
-                try:
-                    by = svc.require_admin(f"reclaiming a live lease by the {verdict.rule} rule")
-                except Forbidden as exc:
-                    results.append(_result(view, verdict, "forbidden", detail=exc.message))
-                    continue
-            res, refs = self._reclaim(view, verdict, action="reclaim", by=by)
+            if p.by is None:
+                results.append(_result(view, verdict, "forbidden", detail=p.refusal))
+                continue
+            res, refs = self._reclaim(view, verdict, action="reclaim", by=p.by)
             fresh = refs if refs else fresh
             results.append(res)
-        return Sweep(results, len(snap.leases), now, dry_run)
+        return Sweep(results, examined, now, dry_run)
 
     def _reclaim(
         self, view: LeaseView, verdict: Verdict, *, action: str, by: str
@@ -367,4 +415,4 @@ def _lease_versions(service: LeaseService, heads: list[str], trust):
     return out
 
 
-__all__ = ["Sweeper", "Sweep", "SweepResult", "Verdict", "judge", "history", "LogEvent"]
+__all__ = ["Sweeper", "Sweep", "SweepResult", "Verdict", "Planned", "judge", "authorize", "history", "LogEvent"]

@@ -133,6 +133,7 @@ class AuditLog:
             nonce=os.urandom(16).hex(),
             key=self.signer.public_key,
             signing="sshsig" if self.signer.public_key else "unsigned",
+            host=self.host,  # the writer's host (self-reported): a dead-holder reclaim is trusted only from there
         )
         data = canonical(doc)
         sig = self.signer.sign(data)

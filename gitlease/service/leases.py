@@ -199,6 +199,26 @@ class LeaseService:
         )
         return f"{name} ({self.signer.fingerprint})"
 
+    def require_trusted(self, action: str) -> str:
+        """This agent's id, when its key is trusted for it (namespace ``gitlease``), for what an ordinary agent
+        may do to another's lease (a same-host dead-holder reclaim); or Forbidden. Unsigned stores: anyone."""
+        trust = self.trust()
+        key = self.signer.public_key
+        agent = self.settings.agent
+        if key is None:
+            if trust.signed:
+                raise Forbidden(
+                    f"{action} needs a key trusted for agent {agent!r}: this store is signed ({trust.source}) "
+                    "and lease.signingKey is not set"
+                )
+            return agent
+        if not trust.trusted_for(agent, key, self.clock.now()):
+            raise Forbidden(
+                f"{action} needs a key trusted for agent {agent!r} (or a {ADMIN_NAMESPACE} key): key "
+                f"{self.signer.fingerprint} is not, in {trust.source}"
+            )
+        return agent
+
     def _require_owner_key(self, rec: Record, action: str) -> None:
         """Owner binding on the writer's side: a lease is renewed or released only with the key that signed
         its version 1 (or, unsigned, only without a key)."""
