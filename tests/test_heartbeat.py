@@ -15,7 +15,7 @@ from gitlease.core.clock import FakeClock
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Progress
 from gitlease.core.refnames import id_ref
-from gitlease.liveness.heartbeat import Heartbeat, Timing
+from gitlease.liveness.heartbeat import Confirmed, Heartbeat, Timing
 from gitlease.liveness.wait import Backoff, acquire_wait
 
 # ----------------------------------------------------------------------------- timing
@@ -371,3 +371,80 @@ def test_fenced_push_needs_the_lease_store_on_the_pushed_remote(pushers, tmp_pat
     lg = la.acquire(["svc"])
     with pytest.raises(errors.UsageError, match="this repository's own refs"):
         la.push_fenced(lg.lease_id, "origin", ["refs/heads/main:refs/heads/main"])
+
+
+# ----------------------------------------------------------------- the stop deadline and progress (issue 17)
+
+
+def test_stop_after_is_two_intervals_with_room_for_one_whole_attempt():
+    assert Timing.for_ttl(300).stop_after == 200  # the defaults: renew every 100 s, stop 200 s after a renewal
+    assert Timing.for_ttl(60, renew_every=20).stop_after == 40
+    assert Timing.for_ttl(6, renew_every=1, grace=1).stop_after == 5  # 1 + timeout 1 + grace 1 + 2 x margin
+    assert Timing.for_ttl(60, renew_every=55 - 15, timeout=5, grace=5).stop_after == 60  # never past the TTL
+    for ttl in (5, 10, 60, 300, 86400):
+        t = Timing.for_ttl(ttl)
+        # after an interval, a whole attempt still fits before the stop deadline (stopBy has 1 s resolution)
+        assert t.stop_after - 1 - t.grace - t.margin / 2 >= t.renew_every + t.timeout or t.stop_after == int(ttl)
+
+
+class StopLease(FakeLease):
+    """Each confirmed renewal is recorded with a stop deadline ``stop_after`` after it (Confirmed)."""
+
+    def __init__(self, clock, ttl, stop_after, script=()):
+        super().__init__(clock, ttl, script)
+        self.stop_after = stop_after
+
+    def attempt(self, budget, progress):
+        expires = super().attempt(budget, progress)
+        return Confirmed(expires, expires - self.ttl + self.stop_after)
+
+
+def test_a_holder_stops_by_its_recorded_stop_deadline_not_its_expiry():
+    """The early reclaim rules wait for stopBy + skew: the holder's worker must be told to stop at stopBy - grace
+    - margin/2, well before the expiry, when it cannot renew."""
+    clock = FakeClock()
+    timing = Timing(ttl=60, renew_every=10, timeout=5, grace=5)
+    fail = errors.RemoteUnavailable("connection refused")
+    lease = StopLease(clock, 60, 25, [None] + [fail] * 100)
+    hb = Heartbeat(lease.attempt, timing, clock.now() + 60, clock=clock, stop_by=clock.now() + 25)
+    hb.run()
+    # renewed at 10: stopBy 35, so the worker is told to stop by 35 - 5 - 0.5 = 29.5 (its expiry is 70)
+    assert hb.lost.is_set() and 29.5 - 5 <= hb.stopped_at <= 29.5 and hb.hard_stop == 35
+    for start, budget, _ in lease.calls:
+        assert start + budget <= 29.5 + 1e-9
+
+
+def test_silence_after_progress_loses_the_lease_before_the_stalled_rule():
+    """lease.progressTimeout for hold() and run: a holder that reported progress once and then none (the same
+    note again is no progress) is lost ``grace + margin/2`` before the timeout runs out."""
+    clock = FakeClock()
+    timing = Timing(ttl=60, renew_every=20, timeout=5, grace=5)
+    lease = FakeLease(clock, 60)
+    hb = beat(clock, lease, timing, progress_timeout=100)
+
+    def on_renewed(expiry):  # the worker reports at 20 and 40 (progress), then repeats itself
+        n = len(lease.calls)
+        hb.report({1: "tests 1/9", 2: "tests 2/9"}.get(n, "tests 2/9"))
+
+    hb.on_renewed = on_renewed
+    hb.run()
+    assert hb.lost.is_set() and "no progress reported for 100s" in hb.reason
+    assert hb.stopped_at == 40 + 100 - 5 - 0.5  # progress last made at 40
+    assert [c[2] for c in lease.calls][:3] == [None, "tests 1/9", "tests 2/9"]  # each sent with the next renewal
+
+
+def test_hold_stops_a_silent_body_with_progress_timeout(tmp_path):
+    clock = GatedClock()
+    fleet = Fleet(tmp_path, None, clock)
+    a = fleet.agent("a", progress_timeout=30)
+    with pytest.raises(errors.LeaseLost) as err:
+        with gitlease.hold(scope=["svc"], ttl=60, renew_every=20, service=a) as lease:
+            lease.progress("step 1/3")  # at 0; then silent: lost at 30 - grace 6 - 0.5
+            clock.wait_parked(1)
+            clock.step()  # the renewal at 20 (it records the note)
+            clock.wait_parked(2)
+            clock.step()  # woken at the progress deadline
+            assert lease.lost.wait(30)
+            assert lease.heartbeat.stopped_at == 23.5
+            assert a.snapshot().find(lease.lease_id).record.progress.note == "step 1/3"
+    assert "no progress reported for 30s" in str(err.value)

@@ -279,3 +279,223 @@ def test_a_crashed_signed_holder_is_reclaimed_by_an_ordinary_key_on_its_host(tmp
     data = canonical(forged)
     problem = check_audit_entry(trust, forged, data, sshsig.sign(host.keys["w2"], data, "gitlease").encode())
     assert problem and "gitlease-admin" in problem
+
+
+# ------------------------------------------------------------------ renewal proves the holder is alive
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    fields = fh.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def test_a_frozen_holder_tree_loses_its_lease_on_time_and_its_command_never_writes_again(tmp_path, remote_file):
+    """Issue 17, item 1: the whole holder tree of `git lease run` (supervisor, watchdog, command) is SIGSTOPped
+    past its TTL, while the per-host renewal agent runs on. The agent must stop renewing a holder that no longer
+    checks in: another agent gets the scope once the lease expired (plus its 1 s skew). On SIGCONT the stale
+    command, about to write, is stopped first: its `git lease progress` (what it calls before each write) exits
+    6 because the lease's stop deadline has passed, and the run exits 6."""
+    import signal
+    import subprocess
+
+    from test_run import FAST, agent_repo, env, wait_dead
+
+    from gitlease.core.config import resolve
+    from gitlease.core.errors import HeldError
+    from gitlease.core.repo import Repo
+    from gitlease.liveness.agent import AgentClient
+    from gitlease.service.leases import LeaseService
+
+    work = agent_repo(tmp_path, remote_file.url)
+    out = tmp_path / "written"
+    command = (
+        'echo "$GITLEASE_LEASE $$"; read go; git lease progress "writing" || exit 6; '
+        f'echo late > "{out}"; exec sleep 1000'
+    )
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(__import__("sys").executable), "git-lease"), "run", "--scope", "svc", *FAST]
+        + ["--", "sh", "-c", command],
+        cwd=work,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    lease, cmd_pid = proc.stdout.readline().split()
+    cmd_fd = os.pidfd_open(int(cmd_pid))
+    client = AgentClient()
+    assert client.request("status", lease=lease)["state"] == "held"  # renewed by the agent (this poll: no check-in)
+    (watchdog,) = [p for p in _children(proc.pid) if "gitlease.liveness.watchdog" in _cmdline(p)]
+    tree = [proc.pid, watchdog]
+    for pid in tree:
+        os.kill(pid, signal.SIGSTOP)
+    os.killpg(int(cmd_pid), signal.SIGSTOP)
+    repo = Repo.discover(agent_repo(tmp_path, remote_file.url, "b"))
+    b = LeaseService(repo, resolve(repo.config, env={}, agent="b", skew=1, timeout=20))
+    try:
+        granted, last = None, None
+        give_up = time.monotonic() + 40
+        while granted is None and time.monotonic() < give_up:
+            last = _record(remote_file.path, lease) or last
+            try:
+                granted = b.acquire(["svc"], ttl=60)
+            except HeldError:
+                threading.Event().wait(0.2)
+        assert granted is not None and granted.cleared == (lease,), (
+            f"the frozen holder's lease was still renewed: {last}"
+        )
+        assert time.time() > parse_iso(last["expiresAt"]) + 1  # taken only once expired beyond the skew
+        assert client.request("status", lease=lease)["state"] in ("dropped", "unknown")  # not renewed any more
+        proc.stdin.write("go\n")  # the command's next step: write
+        proc.stdin.flush()
+    finally:
+        os.killpg(int(cmd_pid), signal.SIGCONT)  # the command first: it runs before its supervisor can act
+        for pid in tree:
+            os.kill(pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    wait_dead([cmd_fd])
+    assert proc.returncode == 6, err
+    assert not out.exists(), "the stale command wrote after its lease was taken"
+
+
+def test_the_agent_renews_only_holders_that_check_in(tmp_path):
+    """The agent's side of a frozen, stopped or hung holder (hold() or run alike: their heartbeats poll the agent
+    every renewal interval): while it checks in, the lease is renewed; once it stops, at most one more interval,
+    then no renewal, and the registration ends at the lease's stop deadline. A poll from another process (a
+    status query) is not the holder checking in."""
+    clock = FakeClock(time.time())
+    bare = make_bare(tmp_path / "store.git")
+    wt = tmp_path / "a"
+    git(tmp_path, "init", "-q", str(wt))
+    git(wt, "config", "lease.remote", bare.as_uri())
+    svc = open_service(str(wt), clock=clock)
+    agent = Agent(lambda repo, remote: svc, clock=clock, alive=lambda pid, start: True)
+    got = svc.acquire(["svc"], ttl=60, renew_every=20, stop_after=40, holder_pid=os.getpid())
+    agent.register(str(wt), got.lease_id, os.getpid(), every=20, stop_after=40)
+    for v in (2, 3):
+        clock.advance(20)
+        agent.status(got.lease_id, peer=os.getpid())  # the holder's poll
+        agent.tick()
+        assert agent.status(got.lease_id, peer=1).version == v
+    clock.advance(20)  # the holder froze right after its last poll: 20 s silent, within 20 + 5
+    agent.tick()
+    assert agent.status(got.lease_id, peer=1).version == 4
+    clock.advance(20)  # 40 s silent: not renewed
+    agent.status(got.lease_id, peer=1)  # someone else asking is no check-in
+    agent.tick()
+    reg = agent.status(got.lease_id, peer=1)
+    assert reg.state == "held" and reg.version == 4 and "not checked in" in reg.error
+    clock.advance(20)  # past the stop deadline of v4 (renewed at 60 s, stopBy 100 s)
+    agent.tick()
+    assert agent.status(got.lease_id, peer=1).state == "dropped"
+    assert _record(bare, got.lease_id)["version"] == 4
+
+
+def test_the_agent_exits_once_it_renews_nothing(tmp_path, agent_socket):
+    """Issue 17, item 6: a registration whose holder died is dropped, and then forgotten; with nothing left to
+    renew the agent stops after its idle time (a stale registration used to keep it alive)."""
+    import subprocess
+    import sys
+
+    from gitlease.liveness.agent import AgentClient
+
+    bare = make_bare(tmp_path / "store.git")
+    wt = tmp_path / "a"
+    git(tmp_path, "init", "-q", str(wt))
+    git(wt, "config", "lease.remote", bare.as_uri())
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    lid = open_service(str(wt)).acquire(["svc"], ttl=300, holder_pid=holder.pid).lease_id
+    client = AgentClient(agent_socket, timeout=20)
+    assert client.ensure_running(idle=1)
+    agent_fd = os.pidfd_open(client.request("ping")["pid"])
+    ans = client.request("register", repo=str(wt), lease=lid, pid=holder.pid, remote=bare.as_uri())
+    assert ans["ok"] and ans["state"] == "held"
+    holder.communicate(b"")  # the holder exits without unregistering
+    import select
+
+    assert select.select([agent_fd], [], [], 30)[0], "the agent kept running with only a dead holder's lease"
+    os.close(agent_fd)
+    # and in-process, on a fake clock: dropped at the next round, forgotten at the one after
+    clock = FakeClock(time.time())
+    agent = Agent(lambda repo, remote: open_service(repo, remote=remote, clock=clock), clock=clock, idle=60)
+    agent.register(str(wt), lid, holder.pid, bare.as_uri())
+    assert agent.idle_for() == 0
+    agent.tick()
+    assert agent.status(lid).state == "dropped"
+    clock.advance(60)
+    assert agent.idle_for() >= 60
+    agent.tick()
+    assert agent.status(lid) is None and agent.regs == {}
+
+
+# ------------------------------------------------------------------------------ progress from any command
+
+
+def test_progress_from_a_run_command_is_recorded_and_silence_stops_it(tmp_path, remote_file):
+    """Issue 17, item 5: `git lease progress` inside `git lease run` reaches the run's lease (from the
+    environment) and is recorded with the next renewal; with lease.progressTimeout, a command that reported
+    once and then goes silent loses its lease and is stopped (exit 6), by its own supervisor."""
+    import subprocess
+
+    from test_run import agent_repo, env, wait_dead
+
+    from gitlease.core.clock import parse_iso as _iso
+
+    work = agent_repo(tmp_path, remote_file.url)
+    git(work, "config", "lease.progressTimeout", "4")
+    lease = json.loads(
+        subprocess.run(
+            ["git", "lease", "acquire", "--scope", "svc", "--ttl", "12", "--json"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            env=env(),
+        ).stdout
+    )["result"]["leaseId"]
+    command = (
+        'git lease progress "tests 40/120" >/dev/null || exit 9; echo "reported $$"; trap "" TERM; exec sleep 1000'
+    )
+    proc = subprocess.Popen(
+        ["git", "lease", "run", "--lease", lease, "--renew-every", "1", "--grace", "1", "--", "sh", "-c", command],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    word, pid = proc.stdout.readline().split()
+    assert word == "reported"
+    fd = os.pidfd_open(int(pid))
+    wait_dead([fd])  # silent since: stopped once the timeout (4 s) ran out
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 6 and "no progress reported for 4s" in err, err
+    rec = _record(remote_file.path, lease)  # a --lease given is kept: its last version shows the progress
+    assert rec["progress"]["note"] == "tests 40/120" and rec["progress"]["counter"] == 40
+    assert rec["version"] >= 2 and _iso(rec["progress"]["at"]) <= _iso(rec["renewedAt"])
+    res = subprocess.run(
+        ["git", "lease", "progress", "tests 41/120", "--lease", lease, "--json"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
+    assert res.returncode == 0, res.stderr  # outside a run: a renewal carrying the note
+    assert _record(remote_file.path, lease)["progress"]["counter"] == 41

@@ -16,6 +16,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "acquire": ("core", "Lease path prefixes; exit 3 naming the holder when another lease overlaps."),
     "renew": ("core", "Extend a lease this worktree holds; exit 6 means stop: the lease was lost."),
+    "progress": ("core", "Report progress (inside run: with the next renewal); exit 6 means stop: the lease was lost."),
     "release": ("core", "Give a lease back."),
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),

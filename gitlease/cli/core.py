@@ -173,6 +173,53 @@ def release(
     run("release", as_json, body)
 
 
+def progress(
+    note: Annotated[str, typer.Argument(help="A short note, e.g. 'tests 40/120' (its first number is the counter).")],
+    lease: Annotated[
+        str | None, typer.Option("--lease", help="The lease (default: $GITLEASE_LEASE, or the only one held here).")
+    ] = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Report progress. Inside `git lease run`: for the run's lease, sent with its next renewal (and what
+    lease.progressTimeout measures); exit 6 once that lease is lost or past its stop deadline: stop, write
+    nothing. Elsewhere: renew the lease now, with the note."""
+
+    def body():
+        import os
+
+        if not note.strip():
+            raise errors.UsageError("git lease progress needs a note, e.g. git lease progress 'tests 40/120'")
+        path = os.environ.get("GITLEASE_PROGRESS_FILE")
+        lease_id = lease or os.environ.get("GITLEASE_LEASE")
+        if path and lease_id and lease_id == os.environ.get("GITLEASE_LEASE"):
+            from gitlease.core.clock import SYSTEM
+            from gitlease.liveness.supervise import report_progress
+
+            stop = report_progress(path, lease_id, note, SYSTEM.now())
+            return (
+                {"leaseId": lease_id, "note": note, "sent": "with the next renewal", "stopBy": iso(stop)},
+                [f"progress: {note} (sent with the next renewal of {lease_id})"],
+            )
+        svc = service(remote)
+        if lease_id is None:
+            held = [h.lease_id for h in svc.held_here().values() if h.store == svc.store.name]
+            if len(held) != 1:
+                raise errors.UsageError(
+                    "name the lease: --lease ID (this worktree holds "
+                    + (f"{len(held)} leases)" if held else "no lease on the lease store)")
+                )
+            lease_id = held[0]
+        got = svc.renew(lease_id, progress=note)
+        rec = got.record
+        return (
+            {"leaseId": lease_id, "note": note, "version": rec.version, "expiresAt": rec.expires_at},
+            [f"lease renewed: version={rec.version} expiresAt={rec.expires_at} progress: {note}"],
+        )
+
+    run("progress", as_json, body)
+
+
 _MARKS = {"verified": "", "unsigned": " [unsigned]", "untrusted": " [signed, unverified: no trust file]"}
 
 
@@ -330,6 +377,7 @@ def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = Fals
 COMMANDS = {
     "acquire": acquire,
     "renew": renew,
+    "progress": progress,
     "release": release,
     "status": status,
     "show": show,

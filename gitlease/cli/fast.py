@@ -1,4 +1,4 @@
-"""The fast path: the core commands (acquire, renew, release, status, show, can-start) on a well-formed
+"""The fast path: the core commands (acquire, renew, progress, release, status, show, can-start) on a well-formed
 command line, parsed here with the standard library instead of typer and click, whose import and command
 building are most of a `git lease` call's start-up (docs/performance.md, part 3).
 
@@ -46,6 +46,7 @@ SPECS: dict[str, Spec] = {
         required=frozenset({"scope"}),
     ),
     "renew": Spec({"--ttl": ("ttl", "str"), "--progress": ("progress", "str"), **_COMMON}, ("lease_id",)),
+    "progress": Spec({"--lease": ("lease", "str"), **_COMMON}, ("note",)),
     "release": Spec({"--force": ("force", "flag"), **_COMMON}, ("lease_id",)),
     "status": Spec(dict(_COMMON)),
     "show": Spec(dict(_COMMON), ("lease_id",)),

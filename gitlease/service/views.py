@@ -80,6 +80,9 @@ class LeaseView:
             "workspaceId": rec.workspace_id if rec else None,
             "expiresAt": rec.expires_at if rec else None,
             "secondsLeft": int(rec.expires - now) if rec else None,
+            "renewedAt": rec.renewed_at if rec else None,
+            "stopBy": (rec.stop_by or rec.expires_at) if rec else None,  # the holder's stop deadline
+            "progress": rec.progress.to_json() if rec and rec.progress else None,  # {note, counter, at}
             "refs": self.refs(),
         }
 
