@@ -168,6 +168,8 @@ def run(args, tmp: Path, log) -> dict:
                 busy[(h, i)] = (now + durations[idx], lease_id)
         held_per_step.append(sum(len(agent.regs) for agent, _ in hosts))
         for h, (agent, _) in enumerate(hosts):
+            for lid in list(agent.regs):  # each holder's heartbeat polls its agent (its check-in) every step
+                agent.status(lid)
             before = agent.pushes
             agent.tick()
             if agent.pushes != before:
