@@ -460,7 +460,7 @@ def test_progress_from_a_run_command_is_recorded_and_silence_stops_it(tmp_path, 
     from gitlease.core.clock import parse_iso as _iso
 
     work = agent_repo(tmp_path, remote_file.url)
-    git(work, "config", "lease.progressTimeout", "4")
+    git(work, "config", "lease.progressTimeout", "6")
     lease = json.loads(
         subprocess.run(
             ["git", "lease", "acquire", "--scope", "svc", "--ttl", "12", "--json"],
@@ -484,9 +484,9 @@ def test_progress_from_a_run_command_is_recorded_and_silence_stops_it(tmp_path, 
     word, pid = proc.stdout.readline().split()
     assert word == "reported"
     fd = os.pidfd_open(int(pid))
-    wait_dead([fd])  # silent since: stopped once the timeout (4 s) ran out
+    wait_dead([fd])  # silent since: stopped once the timeout (6 s) ran out
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 6 and "no progress reported for 4s" in err, err
+    assert proc.returncode == 6 and "no progress reported for 6s" in err, err
     rec = _record(remote_file.path, lease)  # a --lease given is kept: its last version shows the progress
     assert rec["progress"]["note"] == "tests 40/120" and rec["progress"]["counter"] == 40
     assert rec["version"] >= 2 and _iso(rec["progress"]["at"]) <= _iso(rec["renewedAt"])

@@ -165,6 +165,7 @@ class AgentLink:
             return False
         if not ans.get("ok"):
             self.log(f"renewal agent: {ans.get('error') or 'it refused'}; renewing {lease_id} by itself")
+            self.unregister(lease_id)  # an acquire through the agent registered it already
         return bool(ans.get("ok"))
 
     def attempt(

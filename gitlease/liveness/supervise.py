@@ -272,7 +272,7 @@ class Supervisor:
         hb = self.heartbeat
         if self.svc.clock.monotonic() >= hb.deadline:
             raise GitLeaseError(
-                f"lease {self.lease_id} is too close to its expiry to start a command under it; renew it first"
+                f"lease {self.lease_id} is too close to its stop deadline to start a command under it; renew it first"
             )
         previous = {sig: signal.getsignal(sig) for sig in FORWARDED}
         for sig in FORWARDED:
