@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "acquire": ("core", "Lease path prefixes; exit 3 naming the holder when another lease overlaps."),
     "renew": ("core", "Extend a lease this worktree holds; exit 6 means stop: the lease was lost."),
     "release": ("core", "Give a lease back."),
+    "extend": ("agents", "Add paths to a held lease in one atomic push; exit 3 naming the holder on overlap."),
+    "narrow": ("agents", "Give paths of a held lease back in one atomic push."),
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),
     "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
