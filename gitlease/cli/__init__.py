@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("sweep", "ci install github|gitlab: a scheduled CI job that sweeps stale leases."),
     "install-hooks": ("hooks", "Install the pre-commit and pre-push hooks that refuse edits outside held leases."),
     "uninstall-hooks": ("hooks", "Remove gitlease's hooks; put back the hooks they replaced."),
+    "agent-hooks": (
+        "agents",
+        "agent-hooks install|uninstall claude|codex|gemini: refuse an agent's edit outside the leases.",
+    ),
+    "mcp": ("agents", "Serve the Model Context Protocol over stdio: lease tools for any MCP client (gitlease[mcp])."),
     "verify": ("hooks", "CI check: a change's paths lie inside its lease and outside others'; exit 4 if not."),
     "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
     "worktree": ("worktree", "Worktrees bound to leases: add, list, prune, remove."),

@@ -47,3 +47,65 @@ def narrow(lease_id: LeaseArg, scope: ScopeOpt, ttl: TtlOpt = None, remote: Remo
         return got.to_json(), _resized_lines("narrowed", got)
 
     run("narrow", as_json, body)
+
+
+hooks_app = typer.Typer(
+    name="agent-hooks",
+    help="Install gitlease's edit-time guard into a coding agent's hook settings (docs/agents.md).",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(hooks_app, name="agent-hooks")
+
+AgentArg = Annotated[str, typer.Argument(help="claude, codex or gemini (any other agent: docs/agents.md).")]
+UserOpt = Annotated[
+    bool,
+    typer.Option("--user", help="The agent's settings in your home folder (all projects), not this project's."),
+]
+
+
+def _hook_lines(change) -> list[str]:
+    lines = [f"{change.agent}: {change.action} {change.path}"]
+    if change.note and change.action in ("installed", "updated"):
+        lines.append(f"note: {change.note}")
+    return lines
+
+
+@hooks_app.command("install")
+def hooks_install(
+    agent: AgentArg,
+    user: UserOpt = False,
+    portable: Annotated[
+        bool,
+        typer.Option(
+            "--portable",
+            help="Run git-lease-hook from PATH instead of this Python's absolute path (for a settings file you "
+            "commit; slower start).",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+):
+    """Merge gitlease's hooks into the agent's settings, keeping every other hook: a pre-tool hook on its file
+    edits (git-lease-hook pre-edit: an edit outside the leases is refused before it is written) and a post-tool
+    hook on its shell tool (git-lease-hook post-shell). Idempotent."""
+
+    def body():
+        from gitlease.enforce.agenthooks import install
+
+        change = install(agent, user=user, portable=portable)
+        return change.to_json(), _hook_lines(change)
+
+    run("agent-hooks install", as_json, body)
+
+
+@hooks_app.command("uninstall")
+def hooks_uninstall(agent: AgentArg, user: UserOpt = False, as_json: JsonOpt = False):
+    """Remove gitlease's hooks from the agent's settings; every other hook stays."""
+
+    def body():
+        from gitlease.enforce.agenthooks import uninstall
+
+        change = uninstall(agent, user=user)
+        return change.to_json(), _hook_lines(change)
+
+    run("agent-hooks uninstall", as_json, body)
