@@ -109,3 +109,48 @@ def hooks_uninstall(agent: AgentArg, user: UserOpt = False, as_json: JsonOpt = F
         return change.to_json(), _hook_lines(change)
 
     run("agent-hooks uninstall", as_json, body)
+
+
+@app.command("mcp")
+def mcp_cmd(
+    remote: RemoteOpt = None,
+    on_exit: Annotated[
+        str,
+        typer.Option(
+            "--on-exit",
+            help="What happens to the leases this session acquired when it ends: release (default), or keep "
+            "(left to expire).",
+        ),
+    ] = "release",
+):
+    """Serve the Model Context Protocol over stdio (for an MCP client: Claude Code, Codex CLI, Cursor, Gemini
+    CLI, an orchestrator): lease tools and a resource with this worktree's leases. Needs the mcp extra:
+    pip install 'gitlease[mcp]'."""
+    import sys
+
+    from gitlease.cli.common import echo
+    from gitlease.core import errors
+
+    try:
+        import mcp  # noqa: F401  (only to say clearly what is missing)
+    except ImportError:
+        echo("git-lease: git lease mcp needs the MCP SDK: pip install 'gitlease[mcp]'", err=True)
+        raise SystemExit(errors.ERROR) from None
+    from gitlease.mcp.server import serve
+
+    try:
+        problems = serve(".", remote=remote, on_exit=on_exit)
+    except errors.GitLeaseError as exc:
+        echo(f"git-lease: {exc.message}", err=True)
+        raise SystemExit(exc.exit_code) from None
+    except Exception as exc:  # a bug, or an SDK we do not know: one line, never a traceback
+        import os
+
+        if os.environ.get("GITLEASE_DEBUG"):
+            raise
+        echo(f"git-lease: mcp: internal error: {type(exc).__name__}: {exc}", err=True)
+        raise SystemExit(errors.ERROR) from None
+    for line in problems:
+        echo(f"git-lease: mcp: {line}", err=True)
+    sys.stderr.flush()
+    raise SystemExit(1 if problems else 0)
