@@ -158,3 +158,40 @@ def test_without_the_sdk_the_command_says_what_to_install(make_repo, tmp_path):
     res = cli(make_repo("w"), "mcp", env={"PYTHONPATH": str(blocker)})
     assert res.returncode == 1
     assert res.stderr.strip() == "git-lease: git lease mcp needs the MCP SDK: pip install 'gitlease[mcp]'"
+
+
+def test_session_renews_what_it_acquired_and_releases_it_at_the_end(tmp_path):
+    """The session's heartbeat (hold()'s machinery) on an injected clock: a renewal carries the progress note;
+    the end of the session releases the lease, or keeps it (on_exit="keep")."""
+    from helpers import Fleet
+    from test_heartbeat import GatedClock
+
+    from gitlease.core.config import resolve
+    from gitlease.core.repo import Repo
+    from gitlease.mcp.session import Session
+    from gitlease.service.leases import LeaseService
+
+    for on_exit in ("release", "keep"):
+        clock = GatedClock()
+        (tmp_path / on_exit).mkdir()
+        where = Fleet(tmp_path / on_exit, None, clock).path("a")
+
+        def open_service(path, remote=None, clock=clock, **flags):
+            repo = Repo.discover(path)
+            return LeaseService(repo, resolve(repo.config, env={}, agent="a", **flags), clock=clock)
+
+        s = Session(str(where), on_exit=on_exit, open_service=open_service)
+        got = s.acquire(["svc"], task="t-1", ttl=60)
+        clock.wait_parked(1)
+        s.progress("step 1/3")
+        clock.step()
+        clock.wait_parked(2)  # renewed once, waiting for the next interval
+        view = s.svc.snapshot().find(got["leaseId"])
+        assert view.record.version == 2 and view.record.progress.note == "step 1/3"
+        assert view.record.owner.task_id == "t-1"
+        for beat in s.held.values():
+            beat.heartbeat.stop()
+        clock.step()  # the parked heartbeat wakes, sees the stop, and ends
+        assert s.close() == []
+        left = s.svc.store.list_refs()
+        assert (left == {}) == (on_exit == "release")
