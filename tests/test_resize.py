@@ -170,7 +170,9 @@ def test_hold_extend_and_narrow(tmp_path):
 
     import gitlease
 
-    fleet = Fleet(tmp_path, None)
+    from gitlease.core.clock import SYSTEM
+
+    fleet = Fleet(tmp_path, None, SYSTEM)  # a real clock: the heartbeat waits its interval, not a spin on fake time
     svc = fleet.agent("a")
     with gitlease.hold(str(svc.repo.cwd), ["src"], service=svc, renew_agent=False) as lease:
         lease.extend(["docs"])
