@@ -169,7 +169,6 @@ def test_hold_extend_and_narrow(tmp_path):
     from helpers import Fleet
 
     import gitlease
-
     from gitlease.core.clock import SYSTEM
 
     fleet = Fleet(tmp_path, None, SYSTEM)  # a real clock: the heartbeat waits its interval, not a spin on fake time
