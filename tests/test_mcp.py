@@ -195,3 +195,22 @@ def test_session_renews_what_it_acquired_and_releases_it_at_the_end(tmp_path):
         assert s.close() == []
         left = s.svc.store.list_refs()
         assert (left == {}) == (on_exit == "release")
+
+
+def test_acquire_with_a_worktree_of_its_own(make_repo):
+    repo = make_repo("w")
+
+    async def body(s):
+        err, got = await call(s, "lease_acquire", paths=["svc"], worktree=True)
+        assert not err, got
+        assert got["worktree"] and os.path.isdir(got["worktree"])
+        doc = json.loads((await s.read_resource("gitlease://leases")).contents[0].text)
+        assert any(row["leaseId"] == got["leaseId"] and row.get("worktree") for row in doc["leases"])
+        err, ext = await call(s, "lease_extend", lease=got["leaseId"], paths=["docs"])
+        assert not err and ext["paths"] == ["docs", "svc"]
+        return got
+
+    got = talk(repo, body)
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/leases/").split()
+    assert refs == []  # released at the end of the session, from the worktree that holds it
+    assert os.path.isdir(got["worktree"])  # releasing a lease never removes its worktree
