@@ -26,8 +26,8 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 check: $(STAMP)
-	$(BIN)/ruff check gitlease tests bench soak
-	$(BIN)/ruff format --check gitlease tests bench soak
+	$(BIN)/ruff check gitlease testing tests bench soak
+	$(BIN)/ruff format --check gitlease testing tests bench soak
 	$(BIN)/python -m pytest -q tests/test_layers.py
 
 bench: $(STAMP)
