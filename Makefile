@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow check bench soak clean
+.PHONY: demo test test-slow fuzz check bench soak clean
 
 DURATION ?= 600
 WORKERS  ?= 16
@@ -24,6 +24,9 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+fuzz: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(JOBS) --hypothesis-profile=long tests/test_fuzz.py tests/test_fuzz_cli.py tests/test_fuzz_hooks.py tests/test_fuzz_records.py tests/test_fuzz_trust.py
 
 check: $(STAMP)
 	$(BIN)/ruff check gitlease testing tests bench soak

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import testing.fuzz  # noqa: F401  (registers the long hypothesis profile before pytest loads one)
 from testing.gitutil import cli, git  # noqa: F401  (re-exported: tests import them from conftest)
 
 pytest_plugins = ["servers"] if os.path.exists(os.path.join(os.path.dirname(__file__), "servers.py")) else []
