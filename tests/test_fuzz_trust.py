@@ -41,6 +41,7 @@ from gitlease.core.record import Owner, new_record
 from gitlease.core.repo import Repo
 from gitlease.identity import sshsig
 from gitlease.identity.signer import SshSigner
+from gitlease.identity.sshsig import wire
 from gitlease.identity.trust import INVALID, VERIFIED, Trust, _parse
 from gitlease.service.leases import LeaseService
 from testing.fuzz import examples
@@ -476,15 +477,15 @@ def _resigned(namespace: bytes, hash_alg: bytes, digest_of: str = "sha512", data
 
     data = DATA.canonical() if data is None else data
     digest = getattr(hashlib, digest_of)(data).digest()
-    to_sign = sshsig._signed_data(namespace, b"", hash_alg, digest)
+    to_sign = wire._signed_data(namespace, b"", hash_alg, digest)
     sig_blob = ssh_string(b"ssh-ed25519") + ssh_string(KA._private.sign(to_sign))
     version, fields = split_blob(unarmor(GOOD_SIG))
     return (
-        sshsig._SIG_BEGIN
+        wire._SIG_BEGIN
         + "\n"
         + base64.b64encode(pack_blob(version, [fields[0], namespace, b"", hash_alg, sig_blob])).decode()
         + "\n"
-        + sshsig._SIG_END
+        + wire._SIG_END
         + "\n"
     )
 
