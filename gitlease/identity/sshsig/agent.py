@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from gitlease.core.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    import socket
 
 from gitlease.identity.sshsig.wire import (
     _KEY_TYPE_B,
@@ -121,7 +121,7 @@ class AgentKey:
         return sig_blob
 
 
-def _recv_exact(sock, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))

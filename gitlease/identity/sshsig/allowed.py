@@ -200,12 +200,12 @@ def _parse_time(value: str, name: str) -> datetime:
         digits, utc = digits[:-3], True
     if len(digits) not in (8, 12, 14) or not (digits.isascii() and digits.isdigit()):
         raise _Malformed(f"invalid {name} time {_show(value)} (expected YYYYMMDD[HHMM[SS]][Z])")
-    parts = [int(digits[:4]), int(digits[4:6]), int(digits[6:8])]
-    parts += [int(digits[j : j + 2]) for j in range(8, len(digits), 2)]
+    year, month, day = int(digits[:4]), int(digits[4:6]), int(digits[6:8])
+    hour, minute, second = (int(digits[j : j + 2]) if j < len(digits) else 0 for j in (8, 10, 12))
     try:
         if utc:
-            return datetime(*parts, tzinfo=UTC)
-        return datetime(*parts).astimezone()
+            return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+        return datetime(year, month, day, hour, minute, second).astimezone()
     except (ValueError, OverflowError, OSError):
         raise _Malformed(f"invalid {name} time {_show(value)}") from None
 

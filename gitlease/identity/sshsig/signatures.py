@@ -85,7 +85,7 @@ def _dearmor(armored: object) -> bytes:
         raise InvalidRecord(f"malformed signature: {exc}") from None
 
 
-def verify(armored: str, data: bytes, namespace: str) -> str:
+def verify(armored: str | bytes, data: bytes, namespace: str) -> str:
     """Check an armored SSHSIG over ``data`` in ``namespace``; return the signer's ``"ssh-ed25519 <base64>"``.
 
     The caller decides whether that key is trusted (compare it, or look it up with ``allowed``). Any problem

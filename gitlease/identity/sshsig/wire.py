@@ -161,7 +161,7 @@ def fingerprint_of(public_key: str) -> str:
 
 def _show_path(path: object) -> str:
     try:
-        text = os.fspath(path)  # type: ignore[arg-type]
+        text = os.fspath(path)  # type: ignore[call-overload]
     except TypeError:
         return repr(path)
     if isinstance(text, bytes):
@@ -183,7 +183,8 @@ def _check_namespace(namespace: str) -> bytes:
 def _hash(alg: str, data: bytes) -> bytes:
     import hashlib
 
-    return getattr(hashlib, alg)(data).digest()
+    digest: bytes = hashlib.new(alg, data).digest()
+    return digest
 
 
 def _signed_data(namespace: bytes, reserved: bytes, hash_alg: bytes, digest: bytes) -> bytes:
