@@ -1,12 +1,8 @@
 """The reliability harness, short: real worker processes, real faults, an independent checker (soak/)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from soak import checker, serverlog  # noqa: E402
 from soak import run as soak_run  # noqa: E402
