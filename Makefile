@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow check bench soak clean
+.PHONY: demo test test-slow fuzz check bench soak clean
 
 DURATION ?= 600
 WORKERS  ?= 16
@@ -25,14 +25,19 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
+fuzz: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(JOBS) --hypothesis-profile=long tests/test_fuzz.py tests/test_fuzz_cli.py tests/test_fuzz_hooks.py tests/test_fuzz_records.py tests/test_fuzz_trust.py
+
 check: $(STAMP)
-	$(BIN)/ruff check gitlease tests bench soak
-	$(BIN)/ruff format --check gitlease tests bench soak
+	$(BIN)/ruff check gitlease testing tests bench soak
+	$(BIN)/ruff format --check gitlease testing tests bench soak
 	$(BIN)/python -m pytest -q tests/test_layers.py
+	$(BIN)/mypy --follow-imports=silent gitlease/core gitlease/identity
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write docs/performance.md
 	$(BIN)/python bench/hooks.py --write docs/performance.md
+	$(BIN)/python bench/guard.py --write docs/performance.md
 	$(BIN)/python bench/plan.py --write docs/performance.md
 	$(BIN)/python bench/fleet.py --write docs/performance.md
 

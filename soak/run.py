@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from servers import GitDaemon, SmartHTTPServer, make_bare  # noqa: E402
+from testing.servers import GitDaemon, SmartHTTPServer, make_bare  # noqa: E402
 
 from . import checker, serverlog  # noqa: E402
 

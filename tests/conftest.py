@@ -1,16 +1,16 @@
 """Every test runs real git in temporary folders, isolated from the developer's machine: HOME, git's global
-and system config are replaced. Servers (file://, git daemon, smart HTTP) come from servers.py."""
+and system config are replaced. Servers (file://, git daemon, smart HTTP) come from testing/servers.py, their
+fixtures from servers.py; the git helper and the fleet of agents from testing/."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+import testing.fuzz  # noqa: F401  (registers the long hypothesis profile before pytest loads one)
+from testing.gitutil import cli, git  # noqa: F401  (re-exported: tests import them from conftest)
 
 pytest_plugins = ["servers"] if os.path.exists(os.path.join(os.path.dirname(__file__), "servers.py")) else []
 
@@ -54,13 +54,6 @@ def agent_socket(monkeypatch):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def git(cwd, *args, check=True, input=None):
-    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, input=input)
-    if check and res.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {res.stderr}")
-    return res.stdout
-
-
 @pytest.fixture
 def make_repo(tmp_path):
     """A fresh repository with one commit; each call makes another (another agent's clone)."""
@@ -77,22 +70,10 @@ def make_repo(tmp_path):
     return make
 
 
-def cli(cwd, *args, env=None, timeout=60):
-    """Run the real installed ``git lease`` (git dispatching to the git-lease executable)."""
-    full_env = dict(os.environ)
-    bindir = os.path.dirname(sys.executable)
-    full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
-    if env:
-        full_env.update(env)
-    return subprocess.run(
-        ["git", "lease", *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout
-    )
-
-
 @pytest.fixture(params=["local", "file", "daemon", "http"])
 def fleet(request, tmp_path):
     """Agents sharing one lease store of each kind."""
-    from helpers import Fleet
+    from testing.fleet import Fleet
 
     if request.param == "local":
         return Fleet(tmp_path, None)

@@ -175,10 +175,6 @@ def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
     """Issue 11's acceptance: 20 holders on one host over a file:// remote; the server's own
     reference-transaction log shows one renewal push per round for all 20; a lease taken over stops only its
     holder."""
-    import sys as _sys
-    from pathlib import Path
-
-    _sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from soak import serverlog
 
     bare = make_bare(tmp_path / "store.git")
@@ -225,10 +221,6 @@ def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
 def test_release_and_the_next_acquire_go_in_one_push(tmp_path):
     """Issue 11: a worker moving to its next task pays one push (counted at the server), not two; overlapping
     scopes fall back to two; a refused next scope still gives the old lease back."""
-    import sys as _sys
-    from pathlib import Path
-
-    _sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from gitlease.core.errors import HeldError
     from soak import serverlog
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from conftest import cli, git
@@ -26,8 +25,6 @@ from gitlease.core.refnames import id_ref
 from gitlease.core.repo import Repo
 from gitlease.liveness.agent import Agent, AgentClient, serve
 from gitlease.service.leases import LeaseService
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from soak import serverlog  # noqa: E402
 
 

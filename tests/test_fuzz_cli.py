@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitlease.core import scope as scopes
 from gitlease.core.errors import ScopeError
+from testing.fuzz import examples
 
 BIN = os.path.dirname(sys.executable)
 CODES = {"acquire": {0, 1, 2, 3}, "can-start": {0, 1, 2, 3}}
@@ -111,12 +111,7 @@ def check_scopes(repo, examples):
 
 
 def test_fuzz_scope_arguments_json_envelope(make_repo):
-    check_scopes(make_repo("cli"), 8)
-
-
-@pytest.mark.slow
-def test_fuzz_scope_arguments_json_envelope_long(make_repo):
-    check_scopes(make_repo("cli"), 300)
+    check_scopes(make_repo("cli"), examples(8, 300))
 
 
 def test_click_usage_errors_print_the_envelope_too(make_repo):

@@ -10,7 +10,8 @@ Properties, against real repositories and a real bare remote:
   scope (pre-push) or inside another's lease (pre-receive) is refused whatever else the input holds; a push
   option or trailer claims a lease only when it names it exactly.
 
-Each property runs a handful of examples by default (the suite stays fast) and many under ``-m slow``.
+Each property runs a handful of examples by default (the suite stays fast) and many under the long hypothesis
+profile (``make fuzz``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from test_hooks import acquire, commit
 from gitlease.core.errors import GitLeaseError
 from gitlease.enforce import server as receive
 from gitlease.enforce import verify
+from testing.fuzz import examples
 
 HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 REF = re.compile(r"[^\x00-\x20\x7f]+")
@@ -279,12 +281,7 @@ def check_pre_push(world, examples):
 
 
 def test_fuzz_pre_push_stdin(push_world):
-    check_pre_push(push_world, 60)
-
-
-@pytest.mark.slow
-def test_fuzz_pre_push_stdin_long(push_world):
-    check_pre_push(push_world, 2000)
+    check_pre_push(push_world, examples(60, 2000))
 
 
 def test_fuzz_pre_push_hook_process(push_world):
@@ -474,12 +471,7 @@ def check_pre_receive(world, examples):
 
 
 def test_fuzz_pre_receive_stdin(receive_world):
-    check_pre_receive(receive_world, 60)
-
-
-@pytest.mark.slow
-def test_fuzz_pre_receive_stdin_long(receive_world):
-    check_pre_receive(receive_world, 2000)
+    check_pre_receive(receive_world, examples(60, 2000))
 
 
 def _option_values(lease):

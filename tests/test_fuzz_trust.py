@@ -41,8 +41,10 @@ from gitlease.core.record import Owner, new_record
 from gitlease.core.repo import Repo
 from gitlease.identity import sshsig
 from gitlease.identity.signer import SshSigner
+from gitlease.identity.sshsig import wire
 from gitlease.identity.trust import INVALID, VERIFIED, Trust, _parse
 from gitlease.service.leases import LeaseService
+from testing.fuzz import examples
 
 NS = "gitlease"
 KA, KB = in_process_key(7), in_process_key(8)
@@ -256,12 +258,7 @@ def parse_outcome(data: bytes) -> tuple[sshsig.AllowedSigner, ...] | None:
 
 
 def test_fuzz_trust_file_parsing(other_keys):
-    check_parsing(other_keys, 400)
-
-
-@pytest.mark.slow
-def test_fuzz_trust_file_parsing_long(other_keys):
-    check_parsing(other_keys, 20000)
+    check_parsing(other_keys, examples(400, 20000))
 
 
 def check_parsing(other_keys, examples):
@@ -293,13 +290,7 @@ def test_huge_trust_file_parses_or_refuses_in_bounded_time():
 @needs_ssh_keygen
 def test_fuzz_trust_file_against_ssh_keygen(tmp_path, other_keys):
     """Differential: when we trust KA for a principal, OpenSSH does too (never more trust than ssh-keygen)."""
-    check_against_ssh_keygen(tmp_path, other_keys, 50)
-
-
-@needs_ssh_keygen
-@pytest.mark.slow
-def test_fuzz_trust_file_against_ssh_keygen_long(tmp_path, other_keys):
-    check_against_ssh_keygen(tmp_path, other_keys, 3000)
+    check_against_ssh_keygen(tmp_path, other_keys, examples(50, 3000))
 
 
 def check_against_ssh_keygen(tmp_path, other_keys, examples):
@@ -365,12 +356,7 @@ def commit_trust(r, data: bytes):
 
 
 def test_fuzz_trust_file_end_to_end(signed_repo, other_keys):
-    check_end_to_end(signed_repo, other_keys, 30)
-
-
-@pytest.mark.slow
-def test_fuzz_trust_file_end_to_end_long(signed_repo, other_keys):
-    check_end_to_end(signed_repo, other_keys, 1000)
+    check_end_to_end(signed_repo, other_keys, examples(30, 1000))
 
 
 def check_end_to_end(signed_repo, other_keys, examples):
@@ -491,15 +477,15 @@ def _resigned(namespace: bytes, hash_alg: bytes, digest_of: str = "sha512", data
 
     data = DATA.canonical() if data is None else data
     digest = getattr(hashlib, digest_of)(data).digest()
-    to_sign = sshsig._signed_data(namespace, b"", hash_alg, digest)
+    to_sign = wire._signed_data(namespace, b"", hash_alg, digest)
     sig_blob = ssh_string(b"ssh-ed25519") + ssh_string(KA._private.sign(to_sign))
     version, fields = split_blob(unarmor(GOOD_SIG))
     return (
-        sshsig._SIG_BEGIN
+        wire._SIG_BEGIN
         + "\n"
         + base64.b64encode(pack_blob(version, [fields[0], namespace, b"", hash_alg, sig_blob])).decode()
         + "\n"
-        + sshsig._SIG_END
+        + wire._SIG_END
         + "\n"
     )
 

@@ -13,6 +13,8 @@ import time
 import pytest
 from servers import GitDaemon, HangingServer, SmartHTTPServer, _group_alive, free_port, make_bare
 
+from testing.gitutil import run_git
+
 LEASE_REF = "refs/leases/scope/a"
 
 
@@ -25,13 +27,7 @@ def git_env(isolated_git, monkeypatch):
 
 
 def git(cwd, *args, check=True, env=None, timeout=30, input=None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    res = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout, input=input
-    )
-    if check and res.returncode != 0:
-        raise AssertionError(f"git {' '.join(map(str, args))} failed ({res.returncode}):\n{res.stderr}")
-    return res
+    return run_git(cwd, *args, check=check, env=env, timeout=timeout, input=input)
 
 
 def lease_commit(repo, text: str) -> str:

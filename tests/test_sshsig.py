@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gitlease.core.errors import ConfigError, InvalidRecord
 from gitlease.identity import sshsig
+from gitlease.identity.sshsig import patterns
 
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 needs_ssh_keygen = pytest.mark.skipif(not os.path.exists(SSH_KEYGEN), reason="OpenSSH ssh-keygen not installed")
@@ -640,7 +641,7 @@ _GLOB = st.text(alphabet="ab*?", max_size=8)
 @given(_GLOB, st.text(alphabet="ab", max_size=8))
 def test_match_pattern_agrees_with_a_regex(pattern, text):
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    assert sshsig._match_pattern(text.encode(), pattern.encode()) == bool(re.fullmatch(regex, text, re.S))
+    assert patterns._match_pattern(text.encode(), pattern.encode()) == bool(re.fullmatch(regex, text, re.S))
 
 
 @settings(deadline=None, max_examples=300)

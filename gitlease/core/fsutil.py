@@ -9,7 +9,10 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gitlease.core.clock import Clock
 
 
 def atomic_write(path: str, data: bytes, *, mode: int | None = None, tmp_prefix: str | None = None) -> None:
@@ -42,7 +45,7 @@ class LockBusy(BlockingIOError):
     """``lock_file`` gave up: another process holds the lock (``wait`` 0, or the wait ran out)."""
 
 
-def lock_file(path: str, *, shared: bool = False, wait: float | None = None, clock=None) -> IO:
+def lock_file(path: str, *, shared: bool = False, wait: float | None = None, clock: Clock | None = None) -> IO[str]:
     """Open ``path`` (created if needed, with its folder) and take an flock on it; the returned file holds the
     lock until it is closed. ``wait`` None: block until the lock is free; 0: try once; more: poll every 20 ms
     for that many seconds by ``clock`` (``monotonic`` and ``sleep``; the real clock when None). Raises
@@ -74,7 +77,9 @@ def lock_file(path: str, *, shared: bool = False, wait: float | None = None, clo
 
 
 @contextlib.contextmanager
-def locked(path: str, *, shared: bool = False, wait: float | None = None, clock=None) -> Iterator[IO]:
+def locked(
+    path: str, *, shared: bool = False, wait: float | None = None, clock: Clock | None = None
+) -> Iterator[IO[str]]:
     """``lock_file`` as a ``with`` block: the lock is held inside it (closing the file drops it)."""
     fh = lock_file(path, shared=shared, wait=wait, clock=clock)
     with fh:

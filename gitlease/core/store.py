@@ -141,10 +141,10 @@ class Store:
         if res.returncode != 0 and stop:
             return self.parents(heads)
         if res.returncode != 0 and len(heads) > 1:  # one unreadable head: the others still answer
-            out = {}
+            each: dict[str, tuple[str, ...]] = {}
             for h in heads:
-                out.update(self.parents([h]))
-            return out
+                each.update(self.parents([h]))
+            return each
         out: dict[str, tuple[str, ...]] = {}
         for line in res.out.splitlines():
             parts = line.split()

@@ -1,4 +1,4 @@
-"""Who signs lease versions. The service sees only this small interface; SSHSIG lives in sshsig.py and
+"""Who signs lease versions. The service sees only this small interface; SSHSIG lives in the sshsig package and
 ``cryptography`` is imported only when a key is configured (``load_signer``), so it is not a start-up cost of
 unsigned commands."""
 

@@ -30,6 +30,7 @@ from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.fsutil import lock_file, write_json
+from gitlease.core.store import Blob, Store
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
 
@@ -116,7 +117,7 @@ class Trust:
         head: str,
         grant: str | None,
         parents: Mapping[str, Sequence[str]],
-        blobs: Mapping[str, object],
+        blobs: Mapping[str, Blob],
         when: float,
         known: Mapping[str, records.Record] | None = None,
         memo: ChainMemo | None = None,
@@ -131,10 +132,11 @@ class Trust:
         chain: list[str] = []
         oid: str | None = head
         ident = self.identity if memo is not None else None
+        remembered = memo if ident is not None else None  # memo and identity, or neither
         base: list[HistoryCheck] = []
         while oid is not None:
-            if ident is not None:
-                cached = memo.versions(ident, lease_id, oid)
+            if remembered is not None and ident is not None:
+                cached = remembered.versions(ident, lease_id, oid)
                 if cached:
                     base = cached
                     break
@@ -155,10 +157,10 @@ class Trust:
             out.problems.append("the id ref's history does not lead to the grant the scope refs point at")
         parsed: list[tuple[str, records.Record]] = []
         for c in chain:
-            blob = blobs.get(c)
-            data = getattr(blob, "record", None)
+            blob = blobs.get(c) or Blob(None, None, "record missing")
+            data = blob.record
             if data is None:
-                out.problems.append(f"version {c[:12]}: {getattr(blob, 'problem', None) or 'record missing'}")
+                out.problems.append(f"version {c[:12]}: {blob.problem or 'record missing'}")
                 out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
                 continue
             try:
@@ -167,10 +169,10 @@ class Trust:
                 out.problems.append(f"version {c[:12]}: {exc}")
                 out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))
                 continue
-            check = self.check_version(rec, data, getattr(blob, "signature", None), when)
-            if getattr(blob, "problem", None):
+            check = self.check_version(rec, data, blob.signature, when)
+            if blob.problem:
                 check = VersionCheck(rec.version, INVALID, check.key, check.fingerprint, problem=blob.problem)
-            out.versions.append(HistoryCheck(c, rec, check, getattr(blob, "signature", None) is not None))
+            out.versions.append(HistoryCheck(c, rec, check, blob.signature is not None))
             parsed.append((c, rec))
             if check.problem:
                 out.problems.append(check.problem)
@@ -191,8 +193,8 @@ class Trust:
         if root is not None:
             out.signer = root.check.fingerprint
             out.principal = root.check.principal
-        if ident is not None and out.status != INVALID and new:
-            memo.remember(ident, lease_id, out.versions, new)
+        if remembered is not None and ident is not None and out.status != INVALID and new:
+            remembered.remember(ident, lease_id, out.versions, new)
         return out
 
     @staticmethod
@@ -215,14 +217,15 @@ class Trust:
             assert rec is not None
             if rec.lease_id != lease_id:
                 out.problems.append(f"version {oid[:12]} names lease {rec.lease_id}")
-            if (rec.owner, rec.paths, rec.acquired_at, rec.repo, rec.workspace_id) != (
+            # the scope may change (extend, narrow: docs/protocol.md); the scope refs are checked against the
+            # current version's scope where the views are built
+            if (rec.owner, rec.acquired_at, rec.repo, rec.workspace_id) != (
                 root.owner,
-                root.paths,
                 root.acquired_at,
                 root.repo,
                 root.workspace_id,
             ):
-                out.problems.append(f"v{rec.version} changes the owner, scope or grant fields of v1")
+                out.problems.append(f"v{rec.version} changes the owner or grant fields of v1")
         for h in out.versions[:-1]:
             if h.check.key is not None and h.check.key != root_key:
                 out.problems.append(
@@ -352,11 +355,12 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
             return f"the entry is unsigned, but this store is signed ({trust.source})"
         return None
     try:
-        key = sshsig.verify(sig, data, NAMESPACE)  # type: ignore[arg-type]  (bytes are de-armored too)
+        key = sshsig.verify(sig, data, NAMESPACE)
     except InvalidRecord as exc:
         return f"signature: {exc}"
     fp = sshsig.fingerprint_of(key)
-    if _key_words(doc.get("key") if isinstance(doc.get("key"), str) else None) != key:
+    named = doc.get("key")
+    if _key_words(named if isinstance(named, str) else None) != key:
         return f"signed by key {fp}, not by the key the entry names (forged or replaced)"
     if not trust.signed:
         return None
@@ -380,7 +384,7 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def load_trust(store, path: str, *, cache_dir: str, required: bool, offline: bool = False) -> Trust:
+def load_trust(store: Store, path: str, *, cache_dir: str, required: bool, offline: bool = False) -> Trust:
     """Read the allowed-signers file. ``path`` relative: a file in the store's default branch (the remote's
     HEAD branch by ``git ls-remote --symref``, fetched by oid; for the local store the repository's own HEAD
     branch). ``path`` absolute (or ``~/...``): a local file, for a single machine or a test.

@@ -59,6 +59,7 @@ from gitlease.service.views import (
 if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
     from gitlease.identity.trust import Trust
     from gitlease.service.audit import Appended, AuditLog
+    from gitlease.service.resize import Resized
 
 
 ACQUIRE_ATTEMPTS = 4
@@ -491,6 +492,31 @@ class LeaseService:
         assert got is not None
         return got
 
+    def renewable(self, lease_id: str, action: str = "renew") -> tuple[Held, Record]:
+        """The held state and current record of ``lease_id``, when this worktree may write its next version
+        (renew, extend, narrow): a pending write settled first; Forbidden for another key than the owner's;
+        LeaseLost (the lease forgotten here) once it expired or passed its stop deadline by the local clock."""
+        h = self.held_lease(lease_id)
+        if h.pending:
+            h = self._settle_pending(h)
+        current = records.parse(h.record.encode("utf-8"))
+        self._require_owner_key(current, action)
+        what = "renewal" if action == "renew" else action
+        now = self.clock.now()
+        if now >= current.expires:
+            self.forget(lease_id)
+            raise LeaseLost(
+                f"lease {lease_id} expired at {current.expires_at}; {what} after expiry is refused "
+                "(stop writing and acquire again)"
+            )
+        if now >= current.stop_deadline:
+            self.forget(lease_id)
+            raise LeaseLost(
+                f"lease {lease_id} passed its stop deadline ({current.stop_by}): its holder has stopped, and the "
+                f"early reclaim rules may take it; {what} is refused (stop writing and acquire again)"
+            )
+        return h, current
+
     # One renewal in two steps, for whoever renews: ``renew`` above, the batch of the renewal agent
     # (gitlease/liveness/batch.py: many leases in one push, or riding in an acquire's or release's push).
     def prepare_renewal(
@@ -518,24 +544,8 @@ class LeaseService:
             except LockBusy:
                 raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
         try:
-            h = self.held_lease(lease_id)  # under the lock: what another renewer may just have written
-            if h.pending:
-                h = self._settle_pending(h)
-            current = records.parse(h.record.encode("utf-8"))
-            self._require_owner_key(current, "renew")
+            h, current = self.renewable(lease_id)  # under the lock: what another renewer may just have written
             now = self.clock.now()
-            if now >= current.expires:
-                self.forget(lease_id)
-                raise LeaseLost(
-                    f"lease {lease_id} expired at {current.expires_at}; renewal after expiry is refused "
-                    "(stop writing and acquire again)"
-                )
-            if now >= current.stop_deadline:
-                self.forget(lease_id)
-                raise LeaseLost(
-                    f"lease {lease_id} passed its stop deadline ({current.stop_by}): its holder has stopped, and "
-                    "the early reclaim rules may take it; renewal is refused (stop writing and acquire again)"
-                )
             prog = next_progress(progress, current.progress, now) if progress is not None else None
             nxt = current.next_version(now, ttl=ttl, progress=prog, stop_after=stop_after)
             records.validate(nxt)
@@ -569,6 +579,18 @@ class LeaseService:
             )
         finally:
             prep.close()
+
+    def extend(self, lease_id: str, raw_scopes: Sequence[str], *, ttl: int | None = None) -> Resized:
+        """Add paths to a lease this worktree holds, in one atomic push (gitlease/service/resize.py)."""
+        from gitlease.service import resize
+
+        return resize.extend(self, lease_id, raw_scopes, ttl=ttl)
+
+    def narrow(self, lease_id: str, raw_scopes: Sequence[str], *, ttl: int | None = None) -> Resized:
+        """Give paths of a lease this worktree holds back, in one atomic push (gitlease/service/resize.py)."""
+        from gitlease.service import resize
+
+        return resize.narrow(self, lease_id, raw_scopes, ttl=ttl)
 
     def push_fenced(self, lease_id: str, remote: str, refspecs: Sequence[str], *, ttl: int | None = None) -> Renewed:
         """Push ``refspecs`` (branches; never ``+``) and renew ``lease_id`` in ONE atomic push to the lease
@@ -604,6 +626,7 @@ class LeaseService:
                 cur.current, cur.record = cur.pending, cur.pending_record
                 rec = records.parse(cur.record.encode("utf-8"))
                 cur.version, cur.expires_at = rec.version, rec.expires_at
+                cur.paths = list(rec.paths)  # an extend or narrow changes it
             cur.pending = cur.pending_record = None
             return Held(**vars(cur))
 
@@ -617,6 +640,7 @@ class LeaseService:
                     rec.version,
                     rec.expires_at,
                 )
+                h.paths = list(rec.paths)  # an extend or narrow changes it
                 h.pending = h.pending_record = None
 
     def forget(self, lease_id: str) -> None:
