@@ -115,6 +115,47 @@ def test_a_signed_lease_renewed_20_times_through_the_agent_verifies_at_every_ver
     assert holder.held_here()[got.lease_id].version == 21  # the holder's own state moved with the agent
 
 
+def test_a_signed_hold_renewed_by_a_real_agent_started_in_a_removed_folder(tmp_path, agent_socket):
+    """End to end: an agent process started from a folder that is then removed renews a signed hold() (each
+    renewal made by the agent's push, none by the holder), and every version verifies."""
+    import subprocess
+    import sys
+
+    import gitlease
+    from gitlease.liveness.agent import AgentClient
+
+    host = SignedHost(tmp_path)
+    wt = host.worktree("a", "w1")
+    start = tmp_path / "agent-start"
+    start.mkdir()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gitlease.liveness.agent", "--socket", agent_socket, "--idle", "30"],
+        cwd=start,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        shutil.rmtree(start)
+        client = AgentClient(agent_socket, timeout=20)
+        ready = threading.Event()
+        while not client.available() and agent.poll() is None and not ready.wait(0.05):
+            pass
+        with gitlease.hold(wt, scope=["svc"], ttl=6, renew_every=1, grace=1) as lease:
+            assert lease.agent is not None
+            wait = threading.Event()
+            deadline = time.monotonic() + 30
+            while (_record(host.bare, lease.lease_id) or {}).get("version", 0) < 4 and time.monotonic() < deadline:
+                wait.wait(0.1)
+            lease.check()
+            assert lease.agent.self_renewals == 0 and not lease.agent.fallen
+            version = _record(host.bare, lease.lease_id)["version"]
+            assert version >= 4
+            _all_verified(host.reader(FakeClock(time.time())), lease.lease_id, version)
+    finally:
+        client.request("stop")
+        agent.wait(30)
+
+
 def test_the_agent_drops_what_it_knew_of_a_repository_removed_and_made_again(tmp_path):
     """The fleet trial: a worktree served unsigned, removed, made again at the same path signed (git lease init);
     the agent must renew the new holder's lease with the new configuration, never from its cached service."""

@@ -174,21 +174,35 @@ class Session:
         svc = self._open(self.repo, remote=self.remote, **({"task": task} if task else {}))
         the_ttl = int(ttl or svc.settings.ttl)
         timing = _timing(svc.settings, the_ttl, None, None, None)
-        args = dict(ttl=the_ttl, holder_pid=os.getpid())
+        args = dict(
+            ttl=the_ttl,
+            holder_pid=os.getpid(),
+            renew_every=max(1, int(timing.renew_every)),
+            stop_after=timing.stop_after,
+        )
         where = None
+        manager = None
         if worktree:
             from gitlease.worktree.manager import WorktreeManager
 
-            att = WorktreeManager(svc).acquire(list(paths), **args)
-            got, where = att.acquired, att.path
+            manager = WorktreeManager(svc)
+        from gitlease.liveness.wait import obtain
+
+        got, att = obtain(svc, list(paths), worktree=manager, **args)
+        holder_svc = svc
+        if att is not None:
+            where = att.path
             holder_svc = self._open(where, remote=self.remote, **({"task": task} if task else {}))
-        else:
-            got = svc.acquire(list(paths), renew_every=max(1, int(timing.renew_every)), **args)
-            holder_svc = svc
         from gitlease.service.leases import LeaseService
 
         beat_svc = LeaseService(holder_svc.repo, holder_svc.settings, clock=holder_svc.clock, signer=holder_svc.signer)
-        hb = Heartbeat(service_attempt(beat_svc, got.lease_id), timing, got.record.expires, clock=svc.clock)
+        hb = Heartbeat(
+            service_attempt(beat_svc, got.lease_id, stop_after=timing.stop_after),
+            timing,
+            got.record.expires,
+            clock=svc.clock,
+            stop_by=got.record.stop_deadline,
+        )
         thread = threading.Thread(target=hb.run, name=f"gitlease-mcp-{got.lease_id}", daemon=True)
         thread.start()
         with self.lock:
