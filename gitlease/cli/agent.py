@@ -40,6 +40,10 @@ def agent(
             ]
         if client.available():
             raise errors.GitLeaseError(f"an agent already answers on {path}", socket=path)
+        import os
+
+        path = os.path.abspath(path)
+        os.chdir("/")  # as the background agent: the folder it was started from may be removed while it runs
         agents.serve(agents.Agent(agents._open_service, idle=idle, fraction=fraction), path)
         return {"socket": path, "stopped": "idle"}, [f"agent stopped after {idle:g}s idle"]
 
