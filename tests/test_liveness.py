@@ -492,51 +492,66 @@ def test_the_agent_exits_once_it_renews_nothing(tmp_path, agent_socket):
 
 def test_progress_from_a_run_command_is_recorded_and_silence_stops_it(tmp_path, remote_file):
     """Issue 17, item 5: `git lease progress` inside `git lease run` reaches the run's lease (from the
-    environment) and is recorded with the next renewal; with lease.progressTimeout, a command that reported
-    once and then goes silent loses its lease and is stopped (exit 6), by its own supervisor."""
+    environment) and is recorded with the next renewal (here through the renewal agent); with
+    lease.progressTimeout, a command that reported once and then goes silent loses its lease and is stopped
+    (exit 6) by its own supervisor."""
     import subprocess
 
     from test_run import agent_repo, env, wait_dead
 
-    from gitlease.core.clock import parse_iso as _iso
-
     work = agent_repo(tmp_path, remote_file.url)
-    git(work, "config", "lease.progressTimeout", "6")
-    lease = json.loads(
-        subprocess.run(
-            ["git", "lease", "acquire", "--scope", "svc", "--ttl", "12", "--json"],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            env=env(),
-        ).stdout
-    )["result"]["leaseId"]
-    command = (
-        'git lease progress "tests 40/120" >/dev/null || exit 9; echo "reported $$"; trap "" TERM; exec sleep 1000'
-    )
+    run = ["git", "lease", "run", "--renew-every", "1", "--grace", "1"]
+    command = 'git lease progress "tests 40/120" >/dev/null || exit 9; echo "reported $GITLEASE_LEASE $$"; '
     proc = subprocess.Popen(
-        ["git", "lease", "run", "--lease", lease, "--renew-every", "1", "--grace", "1", "--", "sh", "-c", command],
+        [*run, "--scope", "svc", "--ttl", "30", "--", "sh", "-c", command + "read go"],
+        cwd=work,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    word, lease, _pid = proc.stdout.readline().split()
+    assert word == "reported"
+    recorded, give_up = None, time.monotonic() + 60
+    while recorded is None and time.monotonic() < give_up:  # the agent's next round renews it with the note
+        recorded = ((_record(remote_file.path, lease) or {}).get("progress") or {}).get("note")
+        threading.Event().wait(0.1)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=60)
+    assert recorded == "tests 40/120" and proc.returncode == 0, err
+    git(work, "config", "lease.progressTimeout", "6")  # now a command that goes silent after reporting once
+    proc = subprocess.Popen(
+        [
+            *run,
+            "--no-renew-agent",
+            "--scope",
+            "svc",
+            "--ttl",
+            "30",
+            "--",
+            "sh",
+            "-c",
+            command + 'trap "" TERM; exec sleep 1000',
+        ],
         cwd=work,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
     )
-    word, pid = proc.stdout.readline().split()
-    assert word == "reported"
+    word, lease, pid = proc.stdout.readline().split()
     fd = os.pidfd_open(int(pid))
     wait_dead([fd])  # silent since: stopped once the timeout (6 s) ran out
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 6 and "no progress reported for 6s" in err, err
-    rec = _record(remote_file.path, lease)  # a --lease given is kept: its last version shows the progress
-    assert rec["progress"]["note"] == "tests 40/120" and rec["progress"]["counter"] == 40
-    assert rec["version"] >= 2 and _iso(rec["progress"]["at"]) <= _iso(rec["renewedAt"])
     res = subprocess.run(
-        ["git", "lease", "progress", "tests 41/120", "--lease", lease, "--json"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=env(),
+        ["git", "lease", "acquire", "--scope", "svc", "--json"], cwd=work, capture_output=True, text=True, env=env()
     )
-    assert res.returncode == 0, res.stderr  # outside a run: a renewal carrying the note
-    assert _record(remote_file.path, lease)["progress"]["counter"] == 41
+    held = json.loads(res.stdout)["result"]["leaseId"]  # the lost lease was released: the scope is free
+    res = subprocess.run(
+        ["git", "lease", "progress", "tests 41/120", "--json"], cwd=work, capture_output=True, text=True, env=env()
+    )
+    assert res.returncode == 0, res.stderr  # outside a run: a renewal carrying the note, now
+    assert _record(remote_file.path, held)["progress"]["counter"] == 41
