@@ -52,7 +52,7 @@ def test_unknown_command_and_no_command_are_usage_errors(tmp_path):
 )
 def test_a_usage_error_with_json_prints_the_envelope_too(tmp_path, argv, command, needle):
     res = cli(tmp_path, *argv)
-    assert res.returncode == 2 and "Usage: git-lease" in res.stderr
+    assert res.returncode == 2 and "Usage: git lease" in res.stderr
     doc = json.loads(res.stdout)
     assert doc["ok"] is False and doc["command"] == command
     assert doc["error"]["kind"] == "usage" and doc["error"]["exitCode"] == 2 and needle in doc["error"]["message"]

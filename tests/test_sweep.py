@@ -469,13 +469,13 @@ def test_cli_sweep_log_and_forced_release(make_repo, tmp_path):
     assert [e["event"] for e in events] == ["acquire", "reclaim"] and events[1]["detail"].startswith("forced=")
     res = cli(repo, "show", live, env=env)
     assert res.returncode == 1 and re.fullmatch(
-        rf"git-lease: lease {live} is gone from store {re.escape(bare.as_uri())}: force-release by "
+        rf"git-lease: lease {live} is gone from store {re.escape(bare.as_uri())}: force-released by "
         rf"unsigned:ops-sweeper at 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ \(rule forced\); "
         rf"see 'git lease log --lease {live}'\n",
         res.stderr,
     ), res.stderr
     res = cli(repo, "show", "lease_01nosuchlease000000000", env=env)
-    assert res.returncode == 1 and "(released, or never there" in res.stderr
+    assert res.returncode == 1 and "no trace of it in the audit log (a typo?)" in res.stderr
     res = cli(repo, "log", "--since", "1m", "--json", env=env)
     assert {e["event"] for e in json.loads(res.stdout)["result"]["events"]} == {"reclaim", "force-release"}
     assert cli(repo, "log", "--since", "yesterday").returncode == 2

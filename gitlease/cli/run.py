@@ -161,7 +161,8 @@ def run_(
         }
         if res.lost:
             raise errors.LeaseLost(
-                f"lease lost: {lease_id}: {res.reason}; the command was stopped (its exit status: {res.returncode})",
+                f"{errors.LeaseLost.say(lease_id, res.reason or 'no renewal confirmed')}; the command was "
+                f"stopped (its exit status: {res.returncode})",
                 **result,
             )
         lines = []

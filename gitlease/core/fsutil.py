@@ -31,3 +31,10 @@ def write_json(path: str, doc: object, *, pretty: bool = False) -> None:
     """``atomic_write`` of ``doc`` as JSON (``pretty``: indented, sorted keys, a final newline)."""
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n" if pretty else json.dumps(doc)
     atomic_write(path, text.encode("utf-8"))
+
+
+def cache_path(folder: str, prefix: str, store_name: str) -> str:
+    """The cache file ``prefix`` keeps for one store in ``folder`` (``cache/<prefix>-<hash of the store>.json``)."""
+    import hashlib
+
+    return os.path.join(folder, "cache", f"{prefix}-{hashlib.sha1(store_name.encode()).hexdigest()[:16]}.json")

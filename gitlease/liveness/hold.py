@@ -51,9 +51,7 @@ class Lease:
     def check(self) -> None:
         """Raise LeaseLost (exit code 6) once the lease is lost."""
         if self.heartbeat.lost.is_set():
-            raise LeaseLost(
-                f"lease lost: {self.lease_id}: {self.heartbeat.reason} (stop writing)", leaseId=self.lease_id
-            )
+            raise LeaseLost.of(self.lease_id, self.heartbeat.reason or "no renewal confirmed")
 
     def progress(self, note: str) -> None:
         """A progress note ("tests 40/120") sent with the next renewal."""

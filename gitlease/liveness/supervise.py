@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gitlease.core.errors import GitLeaseError, UsageError
+from gitlease.core.errors import GitLeaseError, LeaseLost, UsageError
 from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
 
 PR_SET_PDEATHSIG = 1
@@ -168,7 +168,7 @@ class Supervisor:
                 pass
 
     def _on_lost(self, reason: str) -> None:
-        self.log(f"lease lost: {self.lease_id}: {reason}")
+        self.log(LeaseLost.say(self.lease_id, reason))
         self.stop_group("lease lost")
 
     def _on_renewed(self, expiry: float) -> None:
