@@ -183,7 +183,9 @@ def release(
     ] = False,
     force: Annotated[
         bool,
-        typer.Option("--force", help="Release a lease this worktree does not hold, live or invalid: admin only, audited."),
+        typer.Option(
+            "--force", help="Release a lease this worktree does not hold, live or invalid: admin only, audited."
+        ),
     ] = False,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
@@ -206,8 +208,10 @@ def release(
             dict(got.to_json(), auditRef=svc.audit.ref),
             [f"lease released: {lease_id}", f"audited: {got.reason} in {svc.audit.ref}"],
         )
-    ids = [lease_id] if lease_id is not None else sorted(
-        h.lease_id for h in svc.held_here().values() if h.store == svc.store.name
+    ids = (
+        [lease_id]
+        if lease_id is not None
+        else sorted(h.lease_id for h in svc.held_here().values() if h.store == svc.store.name)
     )
     done, lines = [], []
     for lid in ids:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run, service, ttl_seconds
+from gitlease.cli.common import run, seconds, service, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 from gitlease.core import errors
 
@@ -24,9 +24,7 @@ LeaseOpt = Annotated[
 
 
 def _seconds(name: str, value: str | None, lo: int = 1) -> int | None:
-    from gitlease.core.config import parse_duration
-
-    return None if value is None else parse_duration(name, value, lo)
+    return None if value is None else seconds(name, value, lo)
 
 
 def _log(line: str) -> None:

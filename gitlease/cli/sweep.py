@@ -70,7 +70,7 @@ def log(
         str | None,
         typer.Option(
             help="Only events at or after this: a duration back from now "
-            "(30m, 2h, 7d) or a time (2026-06-22T12:00:00Z)."
+            "(30m, 2h, 7d), a time (2026-06-22T12:00:00Z; UTC unless it says) or a date (2026-06-22)."
         ),
     ] = None,
     lease: Annotated[str | None, typer.Option(help="Only events of this lease.")] = None,
@@ -92,18 +92,24 @@ def log(
 
 
 def _since(text: str, now: float) -> float:
-    from gitlease.core.clock import parse_iso
+    """A duration back from now (30m, 2h, 7d), or a time: 2026-06-22T12:00:00Z, 2026-06-22 12:00 (UTC unless
+    an offset is given), or a date alone (its midnight, UTC)."""
+    from datetime import UTC, datetime
+
     from gitlease.core.config import parse_duration
 
     try:
-        return parse_iso(text)
+        when = datetime.fromisoformat(text.strip())
     except ValueError:
         pass
+    else:
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     try:
         return now - parse_duration("--since", text)
     except errors.ConfigError:
         raise errors.UsageError(
-            f"--since takes a duration (30m, 2h, 7d) or a time like 2026-06-22T12:00:00Z, not {text!r}"
+            f"--since takes a duration (30m, 2h, 7d), a time like 2026-06-22T12:00:00Z or a date like 2026-06-22, "
+            f"not {text!r}"
         ) from None
 
 

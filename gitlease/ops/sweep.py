@@ -165,6 +165,8 @@ class Sweeper:
         if self.rotate and stale:
             k = random.randrange(len(stale))
             stale = stale[k:] + stale[:k]
+        if stale and not dry_run:
+            svc.check_writer()  # an audit entry every reader reports INVALID helps no one: refused (exit 5)
         results: list[SweepResult] = []
         fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
         for view, verdict in stale:

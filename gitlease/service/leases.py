@@ -181,7 +181,8 @@ class LeaseService:
                 self.store, self.settings.allowed_signers, cache_dir=self.repo.shared_dir(), required=False
             )
 
-        trust = self._trust or (TrustCache(self.repo.shared_dir(), self.store.name).load(label=False) if cached else None)
+        cache = TrustCache(self.repo.shared_dir(), self.store.name)
+        trust = self._trust or (cache.load(label=False) if cached else None)
         if os.path.isabs(os.path.expanduser(self.settings.allowed_signers)) or trust is None:
             trust = fresh()
         now = self.clock.now()
