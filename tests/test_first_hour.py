@@ -3,6 +3,7 @@
 store git never reached, a lease nobody would trust."""
 
 import json
+import re
 
 import pytest
 from conftest import cli, git
@@ -297,3 +298,91 @@ def test_an_unsigned_sweeper_on_a_signed_store_is_refused(tmp_path, remote_file)
     assert "lease.signingKey is not set" in str(err.value)
     assert [v.lease_id for v in sweeper.status().leases] == [got.lease_id]  # no INVALID reclaim written
     assert Sweeper(sweeper).sweep(dry_run=True).results[0].outcome == "would-reclaim"
+
+
+# ---------------------------------------------------------------------------------------------- CI job
+
+
+def test_the_ci_install_line_is_this_gitlease_pinned_or_a_question(make_repo, tmp_path):
+    from gitlease.ops.templates import install_spec_for
+
+    vcs = json.dumps(
+        {"url": "https://example.invalid/acme/gitlease.git", "vcs_info": {"vcs": "git", "commit_id": "c0ffee"}}
+    )
+    assert install_spec_for(vcs)[0] == "git+https://example.invalid/acme/gitlease.git@c0ffee"
+    assert install_spec_for(None)[0] is None  # from an index: which one serves "gitlease" is not ours to guess
+    checkout = make_repo("checkout")
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    url = json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}})
+    spec, why = install_spec_for(url)
+    assert spec is None and "on no remote branch" in why  # a commit only this machine has
+    git(checkout, "remote", "add", "local", str(tmp_path))
+    git(checkout, "update-ref", "refs/remotes/local/main", head)
+    assert install_spec_for(url)[0] is None  # a runner cannot clone a local path
+    git(checkout, "remote", "add", "origin", "git@example.invalid:acme/gitlease.git")
+    git(checkout, "update-ref", "refs/remotes/origin/main", head)
+    assert install_spec_for(url)[0] == f"git+ssh://git@example.invalid/acme/gitlease.git@{head}"
+
+    repo = make_repo("project")
+    res = cli(repo, "ci", "install", "github", "--json")
+    if res.returncode == 0:  # this gitlease came from a clonable commit: pinned to it
+        text = (repo / ".github/workflows/gitlease-sweep.yml").read_text()
+        assert re.search(r'pip install --quiet "git\+\S+@[0-9a-f]{40}"', text), text
+    else:
+        assert res.returncode == 2 and "--install SPEC" in res.stderr
+        assert json.loads(res.stdout)["error"]["kind"] == "usage"
+    assert "gitlease==0.1.0" not in res.stdout + res.stderr
+
+
+def test_the_ci_jobs_sign_with_a_key_from_a_ci_secret(make_repo):
+    repo = make_repo("project")
+    res = cli(repo, "ci", "install", "github", "--install", "git+https://example.invalid/acme/gitlease@v1")
+    assert res.returncode == 0, res.stderr
+    assert "GITLEASE_SIGNING_KEY" in res.stdout and "git lease keygen --agent gitlease-sweeper-github" in res.stdout
+    text = (repo / ".github/workflows/gitlease-sweep.yml").read_text()
+    assert "${{ secrets.GITLEASE_SIGNING_KEY }}" in text and "git config --global lease.signingKey" in text
+    assert text.index("lease.signingKey") < text.index("git lease sweep-stale")
+    res = cli(repo, "ci", "install", "gitlab", "--install", "git+https://example.invalid/acme/gitlease@v1")
+    assert res.returncode == 0 and "File-type CI/CD variable GITLEASE_SIGNING_KEY" in res.stdout
+    text = (repo / ".gitlab/gitlease-sweep.yml").read_text()
+    assert 'install -m 600 "$GITLEASE_SIGNING_KEY"' in text
+
+
+def test_init_without_a_terminal_says_how_to_create_the_key_and_yes_creates_it(make_repo, tmp_path):
+    repo, _ = _remote_repo(make_repo, tmp_path)
+    res = cli(repo, "init", "--agent", "worker-1", input="")
+    assert res.returncode == 0 and "re-run with --yes" in res.stdout and "without a terminal" in res.stdout
+    assert not (repo / ".gitlease" / "allowed_signers").exists()
+    res = cli(repo, "init", "--agent", "worker-1", "--yes", input="")
+    assert res.returncode == 0 and "key: set: created" in res.stdout, res.stdout
+    assert "worker-1 namespaces" in (repo / ".gitlease" / "allowed_signers").read_text()
+
+
+def test_init_agents_sets_up_a_signed_fleet_with_one_trust_line(make_repo, tmp_path, isolated_git):
+    """Three agents on this host, one key, one trust-file line, one commit; each agent signs as itself and
+    every reader verifies it; an agent outside the fleet is refused before it writes."""
+    repo, bare = _remote_repo(make_repo, tmp_path)
+    git(repo, "push", "-q", bare.as_uri(), "HEAD:refs/heads/main")
+    git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
+    res = cli(repo, "init", "--agents", "agent-1..3", "--yes", "--json", input="")
+    assert res.returncode == 0, res.stderr
+    steps = {s["name"]: s for s in json.loads(res.stdout)["result"]["steps"]}
+    assert "agent-1, agent-2, agent-3" in steps["agents"]["detail"] and steps["key"]["status"] == "set"
+    lines = (repo / ".gitlease" / "allowed_signers").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('agent-1,agent-2,agent-3 namespaces="gitlease" ssh-ed25519 ')
+    git(repo, "add", ".gitlease/allowed_signers")
+    git(repo, "commit", "-q", "-m", "trust the fleet")
+    git(repo, "push", "-q", bare.as_uri(), "HEAD:refs/heads/main")
+    again = cli(repo, "init", "--agents", "agent-1..3", "--yes", "--json", input="")
+    assert json.loads(again.stdout)["result"]["changed"] is False  # idempotent
+    got = {}
+    for n in (1, 2, 3):
+        res = cli(repo, "acquire", "-s", f"pkg{n}", "--agent", f"agent-{n}", "--json")
+        got[n] = _lease(res)
+    res = cli(repo, "status")
+    assert res.stdout.startswith("signed: trust from .gitlease/allowed_signers")
+    assert res.stdout.count("[held here]") == 3 and "INVALID" not in res.stdout and "[unsigned]" not in res.stdout
+    assert cli(repo, "show", got[2]).returncode == 0
+    res = cli(repo, "acquire", "-s", "pkg4", "--agent", "agent-4")
+    assert res.returncode == 5 and "it is trusted as agent-1, agent-2, agent-3" in res.stderr
+    assert cli(repo, "init", "--agents", "bad name", input="").returncode == 2

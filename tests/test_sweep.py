@@ -515,15 +515,16 @@ def test_ci_install_github_validates_against_the_workflow_schema(make_repo):
     assert doc["concurrency"] == {"group": "gitlease-sweep", "cancel-in-progress": False}
     steps = doc["jobs"]["sweep"]["steps"]
     assert any("git lease sweep-stale" in s.get("run", "") for s in steps)
-    assert cli(repo, "ci", "install", "github").returncode == 1  # a different install spec: refuses to clobber
+    res = cli(repo, "ci", "install", "github", "--install", "gitlease==0.2")
+    assert res.returncode == 1  # a different install spec: refuses to clobber
     res = cli(repo, "ci", "install", "github", "--install", "gitlease>=0.1")
     assert res.returncode == 0 and "up to date" in res.stdout
-    assert cli(repo, "ci", "install", "github", "--overwrite").returncode == 0
+    assert cli(repo, "ci", "install", "github", "--install", "gitlease==0.2", "--overwrite").returncode == 0
 
 
 def test_ci_install_gitlab_validates_against_the_gitlab_schema(make_repo):
     repo = make_repo("gl")
-    res = cli(repo, "ci", "install", "gitlab")
+    res = cli(repo, "ci", "install", "gitlab", "--install", "gitlease>=0.1")
     assert res.returncode == 0, res.stderr
     job = repo / ".gitlab/gitlease-sweep.yml"
     _check_schema("vendor.gitlab-ci", job)
@@ -533,7 +534,7 @@ def test_ci_install_gitlab_validates_against_the_gitlab_schema(make_repo):
     assert spec["resource_group"] == "gitlease-sweep" and "schedule" in spec["rules"][0]["if"]
     other = make_repo("gl2")
     (other / ".gitlab-ci.yml").write_text("test:\n  script: [make test]\n")
-    res = cli(other, "ci", "install", "gitlab")
+    res = cli(other, "ci", "install", "gitlab", "--install", "gitlease>=0.1")
     assert res.returncode == 0 and "add to .gitlab-ci.yml" in res.stdout
     assert (other / ".gitlab-ci.yml").read_text() == "test:\n  script: [make test]\n"  # theirs, untouched
     assert cli(other, "ci", "install", "jenkins").returncode == 2

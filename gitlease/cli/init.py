@@ -23,6 +23,13 @@ def init(
         ),
     ] = None,
     agent: Annotated[str | None, typer.Option(help="This agent's id (lease.agent; the trust-file principal).")] = None,
+    agents: Annotated[
+        str | None,
+        typer.Option(
+            help="Set up a fleet on this host instead: worker-1..5, a,b,c or a pattern 'worker-*'. One key for the "
+            "host, one trust-file line for all of them (one commit); each agent runs with --agent NAME."
+        ),
+    ] = None,
     key: Annotated[str | None, typer.Option(help="Use this signing key (lease.signingKey).")] = None,
     sign: Annotated[
         bool | None, typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote is configured).")
@@ -53,6 +60,7 @@ def init(
             remote=remote,
             lease_repo=lease_repo,
             agent=agent,
+            agents=agents,
             key=key,
             sign=sign,
             hooks=hooks,
@@ -62,7 +70,13 @@ def init(
         lines = [s.line() for s in steps]
         if not any(s.status == "set" for s in steps):
             lines.append("nothing to change")
-        lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
+        if agents is not None:
+            lines.append(
+                "next: commit .gitlease/allowed_signers to the default branch once (through review), then each "
+                "agent: git lease acquire --agent NAME --scope PATH (or GITLEASE_AGENT=NAME)"
+            )
+        else:
+            lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
         return {"steps": [s.to_json() for s in steps], "changed": any(s.status == "set" for s in steps)}, lines
 
     run("init", as_json, body)
