@@ -85,8 +85,7 @@ def init(
             Step(
                 "agents",
                 "todo",
-                f"{which} share this host's key; each agent process runs with --agent NAME "
-                "(or GITLEASE_AGENT=NAME)",
+                f"{which} share this host's key; each agent process runs with --agent NAME (or GITLEASE_AGENT=NAME)",
             )
         )
     else:

@@ -129,9 +129,7 @@ def install(root: str, kind: str, *, install_spec: str | None = None, overwrite:
     out = Installed(kind)
     _write(root, KINDS[kind][1], text, overwrite, out)
     if not install_spec:
-        out.next_steps.append(
-            f"the job runs `pip install {spec}` (this gitlease, pinned); --install SPEC to change"
-        )
+        out.next_steps.append(f"the job runs `pip install {spec}` (this gitlease, pinned); --install SPEC to change")
     agent = "gitlease-sweeper-" + kind
     secret = (
         f"a repository secret {SECRET}"
