@@ -386,3 +386,21 @@ def test_init_agents_sets_up_a_signed_fleet_with_one_trust_line(make_repo, tmp_p
     res = cli(repo, "acquire", "-s", "pkg4", "--agent", "agent-4")
     assert res.returncode == 5 and "it is trusted as agent-1, agent-2, agent-3" in res.stderr
     assert cli(repo, "init", "--agents", "bad name", input="").returncode == 2
+
+
+# ---------------------------------------------------------------------------------------------- item 17
+
+
+def test_worktree_list_calls_a_worktree_with_a_shell_in_it_busy_not_dirty(make_repo):
+    import subprocess
+    import sys
+
+    repo = make_repo("a")
+    res = cli(repo, "acquire", "-s", "docs", "--worktree", "--json")
+    path = json.loads(res.stdout)["result"]["worktree"]["path"]
+    shell = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], cwd=path, stdin=subprocess.PIPE)
+    try:
+        row = next(ln for ln in cli(repo, "worktree", "list").stdout.splitlines() if ln.startswith("wt-docs-1"))
+        assert f"busy: process {shell.pid} has its working directory in it" in row and "dirty" not in row
+    finally:
+        shell.communicate(b"")

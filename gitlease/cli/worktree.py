@@ -71,7 +71,14 @@ def list_(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
         lines = []
         for e in entries:
             wt = e.worktree
-            clean = "clean" if e.inspection.clean else "dirty: " + "; ".join(e.inspection.reasons())
+            insp = e.inspection
+            clean = (
+                "; ".join(
+                    ([f"dirty: {'; '.join(insp.dirt)}"] if insp.dirt else [])
+                    + ([f"busy: {'; '.join(insp.busy)}"] if insp.busy else [])
+                )
+                or "clean"
+            )
             age = f"{e.age}s" if e.age is not None else "-"
             lines.append(f"{wt.id}  {e.state}  lease={e.lease or '-'} ({e.lease_state})  {clean}  age={age}  {wt.path}")
         return {"worktrees": [e.to_json() for e in entries]}, lines or ["no linked worktrees"]
