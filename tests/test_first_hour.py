@@ -206,8 +206,9 @@ def test_usage_lines_say_git_lease_not_git_dash_lease(make_repo):
 
 def test_hold_takes_a_scope_string_and_release_answers_true(make_repo):
     repo = make_repo("a")
-    with gitlease.hold(str(repo), scope="services/tax", ttl=60, renew_agent=False) as lease:
-        assert lease.paths == ("services/tax",)
+    for through_agent in (False, True):
+        with gitlease.hold(str(repo), scope="services/tax", ttl=60, renew_agent=through_agent) as lease:
+            assert lease.paths == ("services/tax",)
     svc = gitlease.open_service(str(repo))
     got = svc.acquire("libs/tax")
     assert got.record.paths == ("libs/tax",)
