@@ -11,7 +11,8 @@
 ``lease.lost`` is a threading.Event, set when a renewal is refused or none is confirmed by the stop deadline
 (``Timing``: ``grace`` seconds before the lease could expire). Leaving the block stops the heartbeat and releases
 the lease; leaving it normally after a loss raises LeaseLost (also when the body caught one from ``check()``),
-so a caller never mistakes unprotected work for protected work. Every git call of the heartbeat has a hard timeout that ends before the stop deadline.
+so a caller never mistakes unprotected work for protected work. Every git call of the heartbeat has a hard
+timeout that ends before the stop deadline.
 
 By default the lease is handed to the per-host renewal agent (docs/agent.md; started on demand): the acquire
 and the release go through it (due renewals of other local leases ride in the same push), and the heartbeat
