@@ -405,3 +405,13 @@ def test_worktree_list_calls_a_worktree_with_a_shell_in_it_busy_not_dirty(make_r
         assert f"busy: process {shell.pid} has its working directory in it" in row and "dirty" not in row
     finally:
         shell.communicate(b"")
+
+
+# ---------------------------------------------------------------------------------------------- items 13, 14
+
+
+def test_dangerous_flags_have_no_negative_twin_and_holder_pid_is_in_the_help(make_repo):
+    repo = make_repo("a")
+    assert cli(repo, "release", "lease_01m8vf6hkhda1tsp", "--no-force").returncode == 2
+    assert "--no-force" not in cli(repo, "release", "-h").stdout
+    assert "--holder-pid" in cli(repo, "acquire", "-h").stdout
