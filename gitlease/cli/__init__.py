@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 EXIT_CODES = (
     "Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
-    "5 invalid record or signature (or a writer the trust file does not trust), 6 lease lost, 130 interrupted."
+    "5 invalid record or signature, or an untrusted writer, 6 lease lost, 130 interrupted."
 )
 
 
