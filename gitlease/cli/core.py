@@ -13,7 +13,6 @@ Each command returns ``(result, lines)``; ``@command`` (``cli/common.py``) rende
 from __future__ import annotations
 
 import json
-import shlex
 from typing import TYPE_CHECKING
 
 from gitlease.cli.common import command, echo, seconds, service, ttl_seconds
@@ -149,7 +148,7 @@ def _untracked_warnings(svc, paths) -> list[str]:
 
     missing = absent_paths(svc.repo, paths)
     return [
-        f"scope {shlex.quote(p)} matches no path in HEAD or the work tree (a typo?); it is leased all the same"
+        f"scope {_quote(p)} matches no path in HEAD or the work tree (a typo?); it is leased all the same"
         for p in missing
     ]
 
@@ -230,8 +229,20 @@ def _invalid(problems) -> str:
     return f"  INVALID (scope stays blocked; only a gitlease-admin key can clear it): {'; '.join(problems)}"
 
 
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+
+
+def _quote(path: str) -> str:
+    """A scope as a shell would need it (``'my dir/x'``); plain ones as they are (shlex only when needed)."""
+    if path and all(c in _PLAIN for c in path):
+        return path
+    import shlex
+
+    return shlex.quote(path)
+
+
 def _scope_text(paths) -> str:
-    return " ".join(shlex.quote(p) for p in paths)
+    return " ".join(_quote(p) for p in paths)
 
 
 def _time_text(state: str, left: int) -> str:

@@ -98,6 +98,7 @@ def run_(
         if lease:
             from gitlease.core import record as records
 
+            records.check_lease_id(lease)
             held = svc.held_here().get(lease)
             if held is None:
                 raise errors.NotHeld(f"lease {lease} is not held by this worktree")

@@ -82,6 +82,10 @@ def log(
     def body():
         from gitlease.ops.sweep import history
 
+        if lease is not None:
+            from gitlease.core.record import check_lease_id
+
+            check_lease_id(lease)
         svc = service(remote)
         cut = _since(since, svc.clock.now()) if since else None
         events = history(svc, since=cut, lease_id=lease)

@@ -52,7 +52,9 @@ def add(
     The lease moves into it (renew and release it there)."""
 
     def body():
-        att = manager(remote).add(lease_id, base=base, branch=branch)
+        from gitlease.core.record import check_lease_id
+
+        att = manager(remote).add(check_lease_id(lease_id), base=base, branch=branch)
         return att.to_json(), [
             f"worktree attached: {att.path}",
             f"workspace: {att.id}",

@@ -207,6 +207,9 @@ class Sweeper:
 
     def force(self, lease_id: str, *, action: str = "reclaim") -> SweepResult:
         """Reclaim ``lease_id`` whatever its state (live, invalid): admin only, audited."""
+        from gitlease.core.record import check_lease_id
+
+        check_lease_id(lease_id)
         svc = self.service
         admin = svc.require_admin("a forced release" if action == "force-release" else "reclaiming a live lease")
         view = svc.snapshot(use_cache=False).find(lease_id)
