@@ -207,9 +207,12 @@ class Sweeper:
 
     def force(self, lease_id: str, *, action: str = "reclaim") -> SweepResult:
         """Reclaim ``lease_id`` whatever its state (live, invalid): admin only, audited."""
+        import re
+
         from gitlease.core.record import check_lease_id
 
-        check_lease_id(lease_id)
+        if not re.fullmatch(r"\?[0-9a-f]{6,64}", lease_id):  # "?<oid>": an unreadable lease, named by its ref
+            check_lease_id(lease_id)
         svc = self.service
         admin = svc.require_admin("a forced release" if action == "force-release" else "reclaiming a live lease")
         view = svc.snapshot(use_cache=False).find(lease_id)
