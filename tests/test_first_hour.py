@@ -359,6 +359,7 @@ def test_init_without_a_terminal_says_how_to_create_the_key_and_yes_creates_it(m
     assert not (repo / ".gitlease" / "allowed_signers").exists()
     res = cli(repo, "init", "--agent", "worker-1", "--yes", input="")
     assert res.returncode == 0 and "key: set: created" in res.stdout, res.stdout
+    assert "--yes answered yes: create an Ed25519 signing key for worker-1" in res.stdout
     assert "worker-1 namespaces" in (repo / ".gitlease" / "allowed_signers").read_text()
 
 

@@ -47,8 +47,11 @@ def init(
     if ci is not None and ci not in ("github", "gitlab"):
         raise errors.UsageError(f"--ci must be github or gitlab, not {ci!r}")
 
+    answered: list[str] = []  # questions --yes answered, said in the output (no terminal needed)
+
     def decide(question: str) -> bool:
         if yes:
+            answered.append(question)
             return True
         if as_json or not sys.stdin.isatty():
             return False
@@ -66,7 +69,7 @@ def init(
         ci=ci,
         decide=decide,
     )
-    lines = [s.line() for s in steps]
+    lines = [s.line() for s in steps] + [f"--yes answered yes: {q}" for q in answered]
     if not any(s.status == "set" for s in steps):
         lines.append("nothing to change")
     if agents is not None:
@@ -76,4 +79,8 @@ def init(
         )
     else:
         lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
-    return {"steps": [s.to_json() for s in steps], "changed": any(s.status == "set" for s in steps)}, lines
+    return {
+        "steps": [s.to_json() for s in steps],
+        "changed": any(s.status == "set" for s in steps),
+        "answeredYes": answered,
+    }, lines
