@@ -37,6 +37,7 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write docs/performance.md
 	$(BIN)/python bench/hooks.py --write docs/performance.md
+	$(BIN)/python bench/guard.py --write docs/performance.md
 	$(BIN)/python bench/plan.py --write docs/performance.md
 	$(BIN)/python bench/fleet.py --write docs/performance.md
 

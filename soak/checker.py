@@ -6,8 +6,10 @@ Properties checked (docs/reliability.md):
   P1  a scope ref is created or deleted, never moved from one lease to another (a `+` push would);
   P2  a lease's refs appear together in one transaction (id ref and every scope ref at version 1) and
       disappear together in one transaction;
-  P3  every id-ref update is a proper successor: parent = previous version, version + 1, same lease, scope,
-      owner and key, made no later than the previous version's expiry (plus tolerance);
+  P3  every id-ref update is a proper successor: parent = previous version, version + 1, same lease, owner
+      and key, made no later than the previous version's expiry (plus tolerance); its scope changes only
+      with exactly the matching scope refs created (extend: at the lease's grant) or deleted (narrow) in
+      the same transaction;
   P4  no two overlapping leases exist at once (read from the server's refs, not from git's refusal);
   P5  never two overlapping *active* leases: a lease is active from its grant until its last expiry unless its
       holder released it (or died: an audited ``dead-holder`` reclaim); every deletion other than a release is
@@ -337,14 +339,20 @@ def check(
             problems.append("parent is not the previous version")
         if rec.version != prev.version + 1:
             problems.append(f"version {rec.version} after {prev.version}")
-        if (rec.lease_id, rec.paths, rec.acquired_at, rec.owner.key, rec.owner.agent_id) != (
+        if (rec.lease_id, rec.acquired_at, rec.owner.key, rec.owner.agent_id) != (
             prev.lease_id,
-            prev.paths,
             prev.acquired_at,
             prev.owner.key,
             prev.owner.agent_id,
         ):
-            problems.append("lease, scope, acquiredAt or owner changed")
+            problems.append("lease, acquiredAt or owner changed")
+        if rec.paths != prev.paths:  # an extend or a narrow: the scope refs change with it, in this transaction
+            added = {_scope_ref(p) for p in set(rec.paths) - set(prev.paths)}
+            removed = {_scope_ref(p) for p in set(prev.paths) - set(rec.paths)}
+            made = {r for o, n, r in t.updates if is_zero(o) and n == lease.grant and not r.startswith(ID_PREFIX)}
+            gone_now = {r for o, n, r in t.updates if is_zero(n) and o == lease.grant and not r.startswith(ID_PREFIX)}
+            if made != added or gone_now != removed:
+                problems.append("scope changed without exactly the matching scope refs created or deleted")
         if t.time > prev.expires + tolerance:
             problems.append(f"renewed {t.time - prev.expires:.1f}s after expiry")
         if sigs is not None:  # P8
@@ -382,10 +390,23 @@ def check(
             if not ref.startswith(ID_PREFIX) and not is_zero(old) and not is_zero(new):
                 bad(f"txn {t.seq}: scope ref {ref} moved from {old[:10]} to {new[:10]} (a lease overwritten)")
 
+        # leases whose id ref moves in this transaction (a renewal, an extend, a narrow): scope refs of theirs
+        # deleted (a narrow) or created at their grant (an extend) are not an end or a grant
+        moving = {
+            ref[len(ID_PREFIX) :]
+            for old, new, ref in lease_ups
+            if ref.startswith(ID_PREFIX) and not is_zero(old) and not is_zero(new)
+        }
+
         # ---- deletions: releases, reclaims, and the clearing of what half-landed transactions left
         deleted: dict[str, list[str]] = {}
         for old, new, ref in lease_ups:
             if is_zero(new) and not is_zero(old):
+                holder = owner_of.get(ref)
+                if holder is not None and holder.lease_id in moving and not ref.startswith(ID_PREFIX):
+                    owner_of.pop(ref)  # a narrow: the holder gives the path back (P3 checks it matches)
+                    holder.present.discard(ref)
+                    continue
                 lease = owner_of.pop(ref, None)
                 if lease is None:
                     bad(f"txn {t.seq}: {ref} deleted but no lease was known to have it")
@@ -439,6 +460,20 @@ def check(
         for grant, refs in created.items():
             rec = objs.record(grant)
             lid = rec.lease_id if rec else "?"
+            if lid in moving and lid in leases and leases[lid].grant == grant and id_ref_of(lid) not in refs:
+                lease = leases[lid]  # an extend (P3 checks it matches the new version's scope)
+                new_paths = [path_of(r) for r in refs]
+                for other in {id(x): x for x in owner_of.values()}.values():  # P4
+                    theirs = [path_of(r) for r in other.present if not r.startswith(ID_PREFIX)]
+                    if other is not lease and scopes.sets_overlap(theirs, new_paths):
+                        bad(
+                            f"txn {t.seq}: {lid} extended by {' '.join(new_paths)} while {other.lease_id} "
+                            f"({' '.join(theirs)}) still holds scope refs"
+                        )
+                lease.present.update(refs)
+                for r in refs:
+                    owner_of[r] = lease
+                continue
             if rec is None or rec.version != 1:
                 bad(f"txn {t.seq}: {refs[:2]} created at {grant[:10]}, which is not version 1 of a lease")
                 continue
@@ -500,6 +535,7 @@ def check(
                 bad(f"txn {t.seq}: renewal of {ref[len(ID_PREFIX) :]} to {new[:10]}: {p}")
             if lease is not None and rec is not None:
                 lease.versions.append((new, rec))
+                lease.paths = rec.paths  # an extend or a narrow moves what it covers (P5, P6)
                 if not problems:
                     renewed.append(lease)
             rep.renewals += 1

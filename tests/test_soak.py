@@ -152,3 +152,41 @@ def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(
     renew = serverlog.Txn(2, t0 + 2, 3, ((a.oid, b.oid, id_ref(a.lease_id)),))
     rep = checker.check(bare, [half, grant_b, renew], tolerance=2, final_refs={})
     assert any("never granted whole" in x for x in rep.anomalies), rep.anomalies
+
+
+def test_checker_follows_extend_and_narrow(tmp_path):
+    """A lease extended and narrowed (real pushes, logged by the server's reference-transaction hook): no
+    anomaly; the same extend without its scope ref, or a grant overlapping an extended path, is one."""
+    import subprocess
+
+    from gitlease.core.config import resolve
+    from gitlease.core.refnames import id_ref
+    from gitlease.core.repo import Repo
+    from gitlease.service.leases import LeaseService
+
+    bare = tmp_path / "store.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    serverlog.install(bare)
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    repo = Repo.discover(str(work))
+    svc = LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent="w0", ttl=60))
+    early = svc.acquire(["docs/a"])
+    svc.release(early.lease_id)
+    got = svc.acquire(["src"])
+    ext = svc.extend(got.lease_id, ["docs", "lib"])
+    nar = svc.narrow(got.lease_id, ["src"])
+    svc.release(got.lease_id)
+    assert nar.record.paths == ("docs", "lib")
+    txns = serverlog.settle(serverlog.parse(serverlog.log_path(bare).read_text()), {})
+    intents = {early.lease_id, got.lease_id}
+    rep = checker.check(bare, txns, tolerance=2, release_intents=intents, final_refs={})
+    assert rep.anomalies == [] and rep.leases == 2 and rep.renewals == 2 and rep.releases == 2
+    early_grant, grant, extend_t = txns[0], txns[2], txns[3]
+    # the extend's transaction without its scope refs: the scope changed without them
+    bare_extend = serverlog.Txn(extend_t.seq, extend_t.time, extend_t.pid, ((got.oid, ext.oid, id_ref(got.lease_id)),))
+    rep = checker.check(bare, [grant, bare_extend], tolerance=2, final_refs={})
+    assert any("scope changed without" in x for x in rep.anomalies), rep.anomalies
+    # an extend over a path another lease still holds (had git let it through): an overlap
+    rep = checker.check(bare, [early_grant, grant, extend_t], tolerance=2, final_refs={})
+    assert any("extended by docs lib while" in x for x in rep.anomalies), rep.anomalies

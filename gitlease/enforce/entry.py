@@ -2,6 +2,9 @@
 
     git-lease-hook pre-commit            # what the installed hook runs on every commit
     git-lease-hook pre-push REMOTE URL   # refs on stdin, as git gives them
+    git-lease-hook pre-edit              # an agent's pre-tool hook (JSON on stdin): gitlease/enforce/guard.py
+    git-lease-hook post-shell            # an agent's post-tool hook for shell tools
+    git-lease-hook check-path PATH...    # any agent, any script: exit 0 may write, 4 refused
 
 Speed is the point of this module: it runs on every commit. The installed hook starts Python with ``-S``
 (no site: an editable install's path finder alone costs about 15 ms) and this module imports the standard
@@ -235,14 +238,55 @@ def _say(lines) -> None:
     sys.stderr.flush()
 
 
-USAGE = "usage: git-lease-hook pre-commit | pre-push REMOTE URL | pre-receive"
+USAGE = (
+    "usage: git-lease-hook pre-commit | pre-push REMOTE URL | pre-receive | pre-edit | post-shell | check-path PATH..."
+)
+AGENT_HOOKS = ("pre-edit", "post-shell")  # exit 2 is the only code an agent's hook runner treats as "block"
+
+
+def agent_hook(name: str) -> int:
+    """``pre-edit`` / ``post-shell``: the payload on stdin; fail closed with exit 2 (any other code lets the
+    agent's tool call through), unless the repository's lease.enforce is warn or off (decided in the guard)."""
+    import time
+
+    from gitlease.enforce import guard
+
+    try:
+        data = sys.stdin.buffer.read()
+        got = (guard.pre_edit if name == "pre-edit" else guard.post_shell)(data, time.time())
+    except KeyboardInterrupt:
+        return 130
+    except GitLeaseError as exc:
+        _say([f"gitlease: {name} refused: {exc.message}"])
+        return guard.REFUSE
+    except Exception as exc:  # a bug: fail closed, one line, no traceback
+        if os.environ.get("GITLEASE_DEBUG"):
+            raise
+        _say([f"gitlease: {name} refused: internal error: {type(exc).__name__}: {exc}"])
+        return guard.REFUSE
+    _say(got.lines)
+    return got.code
+
+
+def check_path(paths: list[str]) -> int:
+    import time
+
+    from gitlease.enforce import guard
+
+    got = guard.check_path(paths, time.time())
+    _say(got.lines)
+    return got.code
 
 
 def run(argv: list[str]) -> int:
     if not argv:
         _say([USAGE])
         return 2
+    if argv[0] in AGENT_HOOKS and len(argv) == 1:
+        return agent_hook(argv[0])
     try:
+        if argv[0] == "check-path" and len(argv) >= 2:
+            return check_path(argv[1:])
         if argv[0] == "pre-commit":
             return pre_commit()
         if argv[0] == "pre-receive":

@@ -385,16 +385,41 @@ def holders_from_refs(paths, refs: dict, mine_grants, records, now: float, skew:
     return out
 
 
+_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def epoch(stamp) -> int:
+    """``YYYY-MM-DDTHH:MM:SSZ`` (what records hold) -> seconds since the epoch, without ``time.strptime`` (which
+    imports ``re``, ``locale`` and ``calendar``: more than the rest of a hook). ValueError on anything else,
+    as strptime would (fail closed: an unreadable expiry makes the holder invalid, so it keeps blocking)."""
+    if not isinstance(stamp, str) or len(stamp) != 20 or stamp[19] != "Z":
+        raise ValueError(stamp)
+    if stamp[4] != "-" or stamp[7] != "-" or stamp[10] != "T" or stamp[13] != ":" or stamp[16] != ":":
+        raise ValueError(stamp)
+    fields = (stamp[0:4], stamp[5:7], stamp[8:10], stamp[11:13], stamp[14:16], stamp[17:19])
+    if not all(f.isascii() and f.isdigit() for f in fields):
+        raise ValueError(stamp)
+    y, m, d, hh, mi, ss = (int(f) for f in fields)
+    if y < 1:
+        raise ValueError(stamp)
+    leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+    if not 1 <= m <= 12 or not 1 <= d <= _DAYS[m - 1] + (1 if m == 2 and leap else 0):
+        raise ValueError(stamp)
+    if hh > 23 or mi > 59 or ss > 61:
+        raise ValueError(stamp)
+    y -= m <= 2  # days from the civil date (H. Hinnant's algorithm)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return (era * 146097 + doe - 719468) * 86400 + hh * 3600 + mi * 60 + ss
+
+
 def holder_from_record(rec, scope: str, oid: str, now: float) -> Holder:
     try:
         owner = rec["owner"]
         exp = rec["expiresAt"]
-        if not isinstance(exp, str) or len(exp) != 20 or not exp.endswith("Z"):
-            raise ValueError(exp)
-        import calendar
-        import time
-
-        left = int(calendar.timegm(time.strptime(exp, "%Y-%m-%dT%H:%M:%SZ")) - now)
+        left = int(epoch(exp) - now)
         return Holder(str(rec["leaseId"]), scope, str(owner["taskId"]), str(owner["agentId"]), left)
     except (TypeError, KeyError, ValueError):
         return Holder(f"?{oid[:12]}", scope, invalid="unreadable lease record; see git lease status")

@@ -6,10 +6,12 @@ It refuses, for the whole push (git applies all or none of a push a pre-receive 
 * lease ref updates that are not what gitlease itself writes: a create must be version 1 of a canonical
   record, without parents, with its id ref and exactly its scope refs created together at that commit; a
   renewal must be a commit whose only parent is the version it replaces, ``version + 1``, the same lease
-  (id, scope, owner, acquiredAt, repo, workspace), renewed before the old version expired (by the records'
-  own timestamps: no server clock involved); scope refs never move; nothing else lives under
-  ``refs/leases/``. Deletes (release, clearing an expired lease) are compare-and-swap updates the client pins;
-  they pass. Signatures: ``signature_problem`` verifies each version against the server's trust file.
+  (id, owner, acquiredAt, repo, workspace), renewed before the old version expired (by the records'
+  own timestamps: no server clock involved); a renewal that changes the scope (extend, narrow) must create,
+  at the lease's grant, exactly the scope refs of the paths it adds and delete exactly those of the paths it
+  removes, in the same push; scope refs never move; nothing else lives under ``refs/leases/``. Deletes
+  (release, clearing an expired lease) are compare-and-swap updates the client pins; they pass.
+  Signatures: ``signature_problem`` verifies each version against the server's trust file.
 * branch and tag updates whose new commits touch a path inside a lease held by someone else: a push claims
   leases with push options (``git push -o lease=lease_...``) or ``Lease:`` trailers in its commits; without
   signatures such a claim is not proof (docs/limits.md).
@@ -125,7 +127,7 @@ def _parse(blob: Blob | None) -> tuple[records.Record | None, str | None]:
         return None, exc.message
 
 
-SAME = ("lease_id", "paths", "acquired_at", "owner", "repo", "workspace_id", "schema")
+SAME = ("lease_id", "acquired_at", "owner", "repo", "workspace_id", "schema")  # the scope: see scope_changes
 
 
 def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
@@ -144,10 +146,18 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
     wanted = {x for o, n, _ in lease for x in (o, n) if not ZERO.match(x)}
     blobs, parents = read_objects(wanted)
     scope_creates: dict[str, set[str]] = {}  # oid -> paths of the scope refs created at it
+    scope_deletes: dict[str, set[str]] = {}  # oid -> paths of the scope refs deleted (pinned to it)
     id_creates: dict[str, str] = {}  # oid -> lease id
+    scope_changes: list[tuple[str, str, set[str], set[str]]] = []  # (id ref, new version, added, removed)
     for old, new, ref in lease:
         if ZERO.match(new):
-            continue  # a delete: release, or clearing an expired lease (pinned by the pusher)
+            # a delete: release, or clearing an expired lease (pinned by the pusher), or a narrow's
+            if ref == SCOPE_REF or ref.startswith(SCOPE_REF + "/"):
+                try:
+                    scope_deletes.setdefault(old, set()).add(path_of_scope_ref(ref))
+                except ValueError:
+                    pass
+            continue
         if ref.startswith(ID_PREFIX):
             lid = ref[len(ID_PREFIX) :]
             rec, why = _parse(blobs.get(new))
@@ -175,6 +185,8 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
                     problems.append(f"{ref}: version {rec.version} does not follow version {prev.version}")
                     continue
                 changed = [f for f in SAME if getattr(rec, f) != getattr(prev, f)]
+                if rec.paths != prev.paths:
+                    scope_changes.append((ref, new, set(rec.paths) - set(prev.paths), set(prev.paths) - set(rec.paths)))
                 if changed:
                     problems.append(f"{ref}: a renewal may not change {', '.join(changed)}")
                     continue
@@ -197,6 +209,17 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
             scope_creates.setdefault(new, set()).add(path)
         else:
             problems.append(f"{ref}: not a gitlease ref (only {ID_PREFIX}* and {SCOPE_REF}/* live here)")
+    for ref, new, added, removed in scope_changes:
+        grant = _root(new)
+        made = scope_creates.get(grant, set()) if grant not in id_creates else set()
+        if grant is None or made != added or scope_deletes.get(grant, set()) != removed:
+            problems.append(
+                f"{ref}: a renewal may not change paths unless the same push creates, at the lease's grant, "
+                f"exactly the scope refs of the paths it adds ({' '.join(sorted(added)) or 'none'}) and deletes "
+                f"exactly those of the paths it removes ({' '.join(sorted(removed)) or 'none'})"
+            )
+        elif grant in scope_creates:
+            del scope_creates[grant]  # an extend's: accounted for
     for oid, paths in scope_creates.items():
         rec, _ = _parse(blobs.get(oid))
         if oid not in id_creates or rec is None:
@@ -212,6 +235,13 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
         if oid not in scope_creates:
             problems.append(f"lease {lid}: created without its scope refs")
     return problems
+
+
+def _root(oid: str) -> str | None:
+    """Version 1 of the lease whose version ``oid`` is: the root of its history (one parent per version)."""
+    res = _read(["rev-list", "--max-parents=0", oid], check=False)
+    roots = res.out.split() if res.returncode == 0 else []
+    return roots[0] if len(roots) == 1 else None
 
 
 def push_claims(cwd: str, new_oids: list[str]) -> set[str]:

@@ -7,6 +7,7 @@
             lease.check()          # raises LeaseLost once the lease is lost: stop writing
             step()
             lease.progress("tests 40/120")   # recorded with the next renewal
+            lease.extend(["docs/billing.md"])   # one more path, in one atomic push (exit 3 if held)
 
 ``lease.lost`` is a threading.Event, set when a renewal is refused or none is confirmed by the stop deadline
 (``Timing``: ``grace`` seconds before the lease could expire). Leaving the block stops the heartbeat and releases
@@ -40,6 +41,8 @@ class Lease:
     timing: Timing
     heartbeat: Heartbeat = field(repr=False)
     agent: Any = field(default=None, repr=False)  # the AgentAttempt when renewed through the agent, else None
+    service: Any = field(default=None, repr=False)  # the LeaseService that holds it (extend, narrow)
+    release_on_exit: bool = True  # False: leaving the block stops renewing and keeps the lease until it expires
 
     @property
     def lost(self) -> threading.Event:
@@ -57,6 +60,21 @@ class Lease:
     def progress(self, note: str) -> None:
         """A progress note ("tests 40/120") sent with the next renewal."""
         self.heartbeat.report(note)
+
+    def extend(self, paths: Sequence[str], *, ttl: int | None = None):
+        """Add ``paths`` to this lease in one atomic push (``LeaseService.extend``): HeldError (exit 3) naming the
+        holder when one overlaps another lease, and then nothing was added. Returns the service's ``Resized``."""
+        return self._resize(self.service.extend, paths, ttl)
+
+    def narrow(self, paths: Sequence[str], *, ttl: int | None = None):
+        """Give ``paths`` (whole scopes of this lease) back in one atomic push (``LeaseService.narrow``)."""
+        return self._resize(self.service.narrow, paths, ttl)
+
+    def _resize(self, method, paths: Sequence[str], ttl: int | None):
+        self.check()
+        got = method(self.lease_id, list(paths), ttl=ttl)
+        self.paths = got.record.paths  # the heartbeat renews from the held state, which has the new scope
+        return got
 
 
 def _timing(settings, ttl: int, renew_every: float | None, timeout: float | None, grace: float | None) -> Timing:
@@ -82,6 +100,7 @@ def hold(
     service=None,
     renew_agent: bool | None = None,
     agent_client=None,
+    release: bool = True,
     **flags: Any,
 ) -> Iterator[Lease]:
     """Acquire ``scope`` in ``repo`` (waiting up to ``wait`` seconds while it is held), renew it in a
@@ -92,7 +111,9 @@ def hold(
     ``lease.check()`` raised: work done after a loss was not protected, and the caller must hear it once more
     where it can act. Catch it around the ``with``, not only inside it.
     ``renew_agent``: renew through the per-host agent (default: git config ``lease.renewAgent``, true; never
-    for leases in the repository's own refs); ``agent_client``: an AgentClient (default: the usual socket)."""
+    for leases in the repository's own refs); ``agent_client``: an AgentClient (default: the usual socket).
+    ``release=False`` (or ``lease.release_on_exit = False`` inside the block): leaving the block stops renewing
+    but keeps the lease until it expires (it can be renewed or released later from the same worktree)."""
     from gitlease.liveness.delegate import AgentLink
     from gitlease.service.factory import open_service
     from gitlease.service.leases import LeaseService
@@ -121,7 +142,7 @@ def hold(
         link = None
     hb = Heartbeat(attempt, timing, got.record.expires, clock=svc.clock, on_lost=on_lost)
     thread = threading.Thread(target=hb.run, name=f"gitlease-heartbeat-{got.lease_id}", daemon=True)
-    lease = Lease(got.lease_id, got.record.paths, timing, hb, attempt if link else None)
+    lease = Lease(got.lease_id, got.record.paths, timing, hb, attempt if link else None, svc, release)
     thread.start()
     body_failed = False
     try:
@@ -137,7 +158,10 @@ def hold(
         if lost:  # the store may be what failed: do not let the release hang for the full timeout
             svc.store.timeout = min(float(saved), timing.timeout)
         try:
-            if link is not None and not attempt.fallen and not lost:
+            if not lease.release_on_exit and not lost:
+                if link is not None:
+                    link.unregister(got.lease_id)  # nobody renews it any more: it expires on its own
+            elif link is not None and not attempt.fallen and not lost:
                 link.release(got.lease_id)
             else:
                 if link is not None:

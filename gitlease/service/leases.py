@@ -61,6 +61,7 @@ from gitlease.service.views import (
 if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
     from gitlease.identity.trust import Trust
     from gitlease.service.audit import Appended, AuditLog
+    from gitlease.service.resize import Resized
 
 
 ACQUIRE_ATTEMPTS = 4
@@ -522,6 +523,18 @@ class LeaseService:
             f"lease lost or replaced: {lease_id} is no longer at the version this worktree wrote (stop writing)"
         )
 
+    def extend(self, lease_id: str, raw_scopes: Sequence[str], *, ttl: int | None = None) -> Resized:
+        """Add paths to a lease this worktree holds, in one atomic push (gitlease/service/resize.py)."""
+        from gitlease.service import resize
+
+        return resize.extend(self, lease_id, raw_scopes, ttl=ttl)
+
+    def narrow(self, lease_id: str, raw_scopes: Sequence[str], *, ttl: int | None = None) -> Resized:
+        """Give paths of a lease this worktree holds back, in one atomic push (gitlease/service/resize.py)."""
+        from gitlease.service import resize
+
+        return resize.narrow(self, lease_id, raw_scopes, ttl=ttl)
+
     def push_fenced(self, lease_id: str, remote: str, refspecs: Sequence[str], *, ttl: int | None = None) -> Renewed:
         """Push ``refspecs`` (branches; never ``+``) and renew ``lease_id`` in ONE atomic push to the lease
         store, so the branches land only if the lease is still at the version this worktree wrote: a holder
@@ -556,6 +569,7 @@ class LeaseService:
                 cur.current, cur.record = cur.pending, cur.pending_record
                 rec = records.parse(cur.record.encode("utf-8"))
                 cur.version, cur.expires_at = rec.version, rec.expires_at
+                cur.paths = list(rec.paths)  # an extend or narrow changes it
             cur.pending = cur.pending_record = None
             return Held(**vars(cur))
 
@@ -569,6 +583,7 @@ class LeaseService:
                     rec.version,
                     rec.expires_at,
                 )
+                h.paths = list(rec.paths)  # an extend or narrow changes it
                 h.pending = h.pending_record = None
 
     def _forget(self, lease_id: str) -> None:

@@ -197,9 +197,12 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         view.scope_refs.update({r: grant for r in refmap})
         if grec.version != 1:
             view.problems.append("scope refs do not point at version 1 of the lease")
-        if view.record is not None and view.record.paths != grec.paths:
-            view.problems.append("the current version's scope differs from the grant's")
-        if not set(paths) <= set(grec.paths):
+        # Scope refs point at the grant, and the *current* version says what the lease holds: an extend or a
+        # narrow changes the scope and the scope refs in one transaction (docs/protocol.md). A scope ref for a
+        # path the current version does not hold (a torn read of such a transaction, or a forgery) makes the
+        # lease invalid; its path stays blocked either way (``view.paths`` is the union).
+        holds = view.record.paths if view.record is not None else grec.paths
+        if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
     for view in views.values():

@@ -1,0 +1,232 @@
+"""Installing the edit-time guard (gitlease/enforce/guard.py) into coding agents' hook settings, next to the
+user's own hooks: ``git lease agent-hooks install|uninstall AGENT [--user]``.
+
+Each agent gets a pre-tool hook on its file-editing tools (``git-lease-hook pre-edit``: exit 2 blocks the call
+and its stderr goes to the model) and a post-tool hook on its shell tool (``git-lease-hook post-shell``: reports
+changed paths outside the leases). Formats, from each agent's own documentation and source (docs/agents.md):
+
+* claude (Claude Code): ``.claude/settings.json`` (``--user``: ``~/.claude/settings.json``); ``PreToolUse`` on
+  Edit, Write, MultiEdit, NotebookEdit; ``PostToolUse`` on Bash.
+* codex (Codex CLI): ``.codex/hooks.json`` (``~/.codex/hooks.json``); ``PreToolUse`` on apply_patch (Codex
+  also matches it as Edit and Write); ``PostToolUse`` on Bash.
+* gemini (Gemini CLI): ``.gemini/settings.json`` (``~/.gemini/settings.json``); ``BeforeTool`` on write_file
+  and replace; ``AfterTool`` on run_shell_command.
+
+All three read ``{"hooks": {EVENT: [{"matcher": REGEX, "hooks": [{"type": "command", "command": ...}]}]}}``.
+Install merges: every other key, event, group and hook of the file is kept as it was; gitlease's own entries
+(recognised by their command) are replaced, so installing twice changes nothing. Uninstall removes only them.
+A project file is written at the top of the current worktree. A file that is not a JSON object is an error and
+is left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+
+from gitlease.core import gitcmd
+from gitlease.core.errors import ConfigError, UsageError
+from gitlease.core.fsutil import atomic_write
+
+ENTRY = "import sys; sys.path.append(sys.argv.pop(1)); from gitlease.enforce.entry import main; main()"
+MARKERS = ("gitlease.enforce.entry", "git-lease-hook ")
+ACTIONS = ("pre-edit", "post-shell")
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    title: str
+    project: str  # relative to the worktree's top
+    user: str  # relative to the home folder
+    events: tuple[tuple[str, str, str], ...]  # (event, matcher, action)
+    timeout: int  # in the unit the agent reads (seconds, or milliseconds for Gemini CLI)
+    named: bool = False  # hook entries carry a "name" (Gemini CLI: /hooks enable|disable NAME)
+    note: str = ""
+
+
+AGENTS: dict[str, Format] = {
+    "claude": Format(
+        "claude",
+        "Claude Code",
+        ".claude/settings.json",
+        ".claude/settings.json",
+        (("PreToolUse", "Edit|Write|MultiEdit|NotebookEdit", "pre-edit"), ("PostToolUse", "Bash", "post-shell")),
+        timeout=30,
+    ),
+    "codex": Format(
+        "codex",
+        "Codex CLI",
+        ".codex/hooks.json",
+        ".codex/hooks.json",
+        (("PreToolUse", "apply_patch|Edit|Write", "pre-edit"), ("PostToolUse", "Bash", "post-shell")),
+        timeout=30,
+        note="Codex runs a new or changed hook only once you trust it: review it in codex's /hooks "
+        "(a project's .codex/ is read only in a trusted project)",
+    ),
+    "gemini": Format(
+        "gemini",
+        "Gemini CLI",
+        ".gemini/settings.json",
+        ".gemini/settings.json",
+        (("BeforeTool", "write_file|replace", "pre-edit"), ("AfterTool", "run_shell_command", "post-shell")),
+        timeout=30000,
+        named=True,
+        note="if the hooks system is off in your Gemini CLI, turn it on in /settings (Enable Hooks System)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    agent: str
+    path: str
+    action: str  # installed | updated | unchanged | removed | absent
+    note: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"agent": self.agent, "path": self.path, "action": self.action, "note": self.note}
+
+
+def package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def hook_command(action: str, *, portable: bool = False, python: str | None = None, root: str | None = None) -> str:
+    """The shell command an agent runs. Default: this Python, without site packages (``-S``), on the hooks'
+    entry, failing closed (exit 2) if that Python is gone. ``portable``: ``git-lease-hook ACTION`` from PATH,
+    for a settings file shared by people whose Python lives elsewhere (it pays the site start-up, and an
+    agent whose PATH lacks it runs no guard)."""
+    if portable:
+        return f"git-lease-hook {action}"
+    py = shlex.quote(python or sys.executable)
+    gone = shlex.quote(
+        f"gitlease: the guard's Python ({python or sys.executable}) is gone; run git lease agent-hooks install again"
+    )
+    return (
+        f"test -x {py} || {{ echo {gone} >&2; exit 2; }}; "
+        f"exec {py} -S -c {shlex.quote(ENTRY)} {shlex.quote(root or package_root())} {action}"
+    )
+
+
+def is_ours(hook: object) -> bool:
+    cmd = hook.get("command") if isinstance(hook, dict) else None
+    return isinstance(cmd, str) and any(m in cmd for m in MARKERS) and any(a in cmd for a in ACTIONS)
+
+
+def settings_path(agent: str, *, user: bool, cwd: str = ".") -> str:
+    fmt = agent_format(agent)
+    if user:
+        return os.path.join(os.path.expanduser("~"), fmt.user)
+    res = gitcmd.run(["rev-parse", "--show-toplevel"], cwd=cwd, check=False)
+    top = res.out.strip() if res.returncode == 0 else ""
+    if not top:
+        raise UsageError(f"not inside a git worktree ({os.path.abspath(cwd)}): run it in one, or use --user")
+    return os.path.join(top, fmt.project)
+
+
+def agent_format(agent: str) -> Format:
+    fmt = AGENTS.get(agent)
+    if fmt is None:
+        raise UsageError(
+            f"unknown agent {agent!r}: one of {', '.join(AGENTS)} (any other agent: docs/agents.md has a recipe "
+            "over git-lease-hook check-path)"
+        )
+    return fmt
+
+
+def _load(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    if not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not JSON ({exc}); fix it first (nothing was changed)") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path} is not a JSON object; fix it first (nothing was changed)")
+    hooks = doc.get("hooks")
+    if hooks is not None and not isinstance(hooks, dict):
+        raise ConfigError(f'{path}: "hooks" is not an object; fix it first (nothing was changed)')
+    return doc
+
+
+def _strip(hooks: dict) -> bool:
+    """Remove gitlease's hook entries (and the groups and events only they filled); True if any was there."""
+    found = False
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):  # e.g. Gemini CLI's "disabled": [names]
+            continue
+        kept = []
+        for group in groups:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list) or not any(is_ours(h) for h in inner):
+                kept.append(group)
+                continue
+            found = True
+            rest = [h for h in inner if not is_ours(h)]
+            if rest:
+                kept.append(dict(group, hooks=rest))
+        if kept:
+            hooks[event] = kept
+        else:
+            del hooks[event]
+    return found
+
+
+def _write(path: str, doc: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), mode=0o644)
+
+
+def install(agent: str, *, user: bool = False, cwd: str = ".", portable: bool = False) -> Change:
+    fmt = agent_format(agent)
+    path = settings_path(agent, user=user, cwd=cwd)
+    doc = _load(path)
+    existed = doc is not None
+    doc = doc or {}
+    before = json.dumps(doc, sort_keys=True)
+    hooks = dict(doc.get("hooks") or {})
+    had = _strip(hooks)
+    for event, matcher, action in fmt.events:
+        entry: dict[str, object] = {"type": "command", "command": hook_command(action, portable=portable)}
+        if fmt.named:
+            entry = {"name": f"gitlease-{action}", **entry, "description": f"gitlease: git-lease-hook {action}"}
+        entry["timeout"] = fmt.timeout
+        groups = hooks.get(event)
+        hooks[event] = (groups if isinstance(groups, list) else []) + [{"matcher": matcher, "hooks": [entry]}]
+    doc["hooks"] = hooks
+    if json.dumps(doc, sort_keys=True) == before:
+        return Change(agent, path, "unchanged", fmt.note)
+    _write(path, doc)
+    return Change(agent, path, "updated" if existed and had else "installed", fmt.note)
+
+
+def uninstall(agent: str, *, user: bool = False, cwd: str = ".") -> Change:
+    agent_format(agent)
+    path = settings_path(agent, user=user, cwd=cwd)
+    doc = _load(path)
+    if doc is None or not isinstance(doc.get("hooks"), dict):
+        return Change(agent, path, "absent")
+    hooks = dict(doc["hooks"])
+    if not _strip(hooks):
+        return Change(agent, path, "absent")
+    if hooks:
+        doc["hooks"] = hooks
+    else:
+        del doc["hooks"]
+    _write(path, doc)
+    return Change(agent, path, "removed")
+
+
+__all__ = ["AGENTS", "Change", "hook_command", "install", "uninstall", "settings_path", "is_ours"]
