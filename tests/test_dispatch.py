@@ -72,3 +72,18 @@ def test_the_write_path_imports_no_verification_audit_or_crypto():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_an_unsigned_acquire_loads_no_verification_code_even_after_a_status(tmp_path):
+    """The writer's trust check costs nothing on an unsigned store: the cached 'no trust file' is enough."""
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"], check=True)
+    assert cli(repo, "status").returncode == 0  # caches the store's trust: none
+    code = (
+        "import sys; from gitlease.cli import dispatch; rc = dispatch(['acquire', '-s', 'x', '--json']); "
+        "assert rc == 0, rc; heavy = [m for m in ('gitlease.identity.trust', 'gitlease.identity.sshsig', "
+        "'cryptography') if m in sys.modules]; assert not heavy, heavy"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

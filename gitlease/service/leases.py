@@ -172,9 +172,11 @@ class LeaseService:
         from gitlease.core.fsutil import cache_path
 
         key = self.signer.public_key
-        cached = os.path.exists(cache_path(self.repo.shared_dir(), "trust", self.store.name))
-        if key is None and not cached and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers)):
-            return
+        path = cache_path(self.repo.shared_dir(), "trust", self.store.name)
+        cached = os.path.exists(path)
+        if key is None and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers)):
+            if not cached or _unsigned_cache(path):
+                return  # unsigned, and no trust file known: nothing to judge (and no verification code loaded)
         from gitlease.identity.trust import TrustCache, load_trust
 
         def fresh() -> Trust:
@@ -841,6 +843,15 @@ class LeaseService:
 
 
 # ------------------------------------------------------------------------- view building
+
+
+def _unsigned_cache(path: str) -> bool:
+    """Whether the cached trust of a store says it has no trust file (read without the trust module)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh).get("text") is None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _worktree_states(common_dir: str) -> Iterator[tuple[str, HeldState]]:
