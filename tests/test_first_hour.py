@@ -268,9 +268,9 @@ def test_a_lease_nobody_would_trust_is_refused_exit_5_before_anything_is_written
     assert cli(w, "status", "--json").stdout.count("leaseId") == 0
     # the Python API says the same
     svc = gitlease.open_service(str(w), agent="worker-4")
-    with pytest.raises(errors.UntrustedWriter) as err:
+    with pytest.raises(gitlease.UntrustedWriter) as err:
         svc.acquire(["svc"])
-    assert err.value.exit_code == 5
+    assert err.value.exit_code == 5 and isinstance(err.value, gitlease.InvalidRecord)
     # unsigned on a signed store: refused too
     git(w, "config", "--unset", "lease.signingKey")
     res = cli(w, "acquire", "-s", "svc")
