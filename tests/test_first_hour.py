@@ -419,3 +419,21 @@ def test_dangerous_flags_have_no_negative_twin_and_holder_pid_is_in_the_help(mak
     assert cli(repo, "release", "lease_01m8vf6hkhda1tsp", "--no-force").returncode == 2
     assert "--no-force" not in cli(repo, "release", "-h").stdout
     assert "--holder-pid" in cli(repo, "acquire", "-h").stdout
+
+
+def test_the_docs_carry_no_stale_markers_and_no_raw_troff():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        assert not re.search(r"\*\(issue \d+\)\*", text), doc.name  # "being built in parallel": they are built
+        assert "what gitlease does today" not in text and "per-lease renewals (today)" not in text, doc.name
+        assert not re.search(r"(^|\s)\.PP(\s|$)", text), doc.name  # roff belongs in the man page only
+    cli_md = (root / "docs" / "cli.md").read_text(encoding="utf-8")
+    from gitlease.cli import COMMANDS
+
+    for name in COMMANDS:
+        assert f"| `{name}" in cli_md, name  # every command has its row
+    for code in (0, 1, 2, 3, 4, 5, 6, 130):
+        assert f"\n| {code} |" in cli_md
