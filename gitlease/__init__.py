@@ -26,6 +26,7 @@ from gitlease.core.errors import (
     RemoteUnavailable,
     ScopeError,
     ScopeViolation,
+    UntrustedWriter,
 )
 
 __version__ = "0.1.0"
@@ -56,5 +57,6 @@ __all__ = [
     "RemoteUnavailable",
     "ScopeError",
     "ScopeViolation",
+    "UntrustedWriter",
     "__version__",
 ]

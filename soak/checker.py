@@ -376,6 +376,10 @@ def check(
                     problem = sigs.audit_entry(n)
                     if problem:
                         bad(f"txn {t.seq}: {ref} at {n[:10]}: {problem}")
+        # a holder's release is recorded in the audit log too (action "release", issue 21): that is a release,
+        # judged by the harness's release intents below, not an audited reclaim
+        logged_releases = {e.get("leaseId") for e in entries if e.get("action") == "release"}
+        entries = [e for e in entries if e.get("action") != "release"]
         audited = bool(entries)
         early_ok = {e.get("leaseId") for e in entries if e.get("rule") in EARLY_RULES}
         lease_ups = [
@@ -410,6 +414,8 @@ def check(
                 lease.present.discard(ref)
                 deleted.setdefault(lease.lease_id, []).append(ref)
         forced = {e.get("leaseId") for e in entries if e.get("rule") == "forced"}
+        for lid in sorted(str(x) for x in logged_releases - set(deleted)):
+            bad(f"txn {t.seq}: a release of {lid} logged, but none of its refs deleted in that transaction")
         for lid, refs in deleted.items():
             lease = leases[lid]
             if lid in forced and lease.complete and lease.ended is None:  # only the harness's admin forces
@@ -435,6 +441,9 @@ def check(
             elif lid in release_intents:
                 lease.how = "released"
                 rep.releases += 1
+            elif lid in logged_releases:
+                lease.how = "unexplained"
+                bad(f"txn {t.seq}: {lid} released (audit log) by someone other than its holder")
             else:
                 lease.how = "unexplained"
                 bad(

@@ -92,6 +92,8 @@ class Worker:
 
             signer = load_signer(args.key)
         self.svc = LeaseService(repo, settings, clock=OffsetClock(args.offset), signer=signer)
+        if getattr(args, "no_writer_check", False):
+            self.svc.check_writer = lambda: None  # type: ignore[method-assign]
         self.repo = Path(args.repo)
         self.branch = f"refs/heads/soak/{args.name}"
         self.tip_ref = "refs/soak/tip"  # local: the last branch tip this worker saw land on the server
@@ -328,6 +330,11 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", type=float, default=0.0)
     ap.add_argument("--mode", choices=("safe", "force", "unfenced", "outside", "sweep"), default="safe")
     ap.add_argument("--key", default=None, help="an Ed25519 OpenSSH private key: sign every version")
+    ap.add_argument(
+        "--no-writer-check",
+        action="store_true",
+        help="skip the writer's own trust check (the untrusted control: a client that writes untrusted leases)",
+    )
     args = ap.parse_args(argv)
     w = Worker(args)
     (Path(args.dir) / f"{args.name}.pid").write_text(str(os.getpid()))

@@ -114,7 +114,7 @@ def test_agent_reports_loss_and_the_holder_stops_within_its_deadline(served):
     host, agent, client, clock = served
     svc = host.service(host.path("a"))
     reasons = []
-    with pytest.raises(errors.LeaseLost):
+    with pytest.raises(errors.LeaseLost) as err:
         with gitlease.hold(
             scope=["svc"], ttl=60, renew_every=20, service=svc, agent_client=client, on_lost=reasons.append
         ) as lease:
@@ -132,6 +132,9 @@ def test_agent_reports_loss_and_the_holder_stops_within_its_deadline(served):
             assert hb.stopped_at <= hb.deadline and "lost or replaced" in lease.reason
             lease.check()
     assert len(reasons) == 1
+    # said once, however many layers passed it on (agent, delegate, heartbeat, hold): issue 21, item 5
+    msg = str(err.value)
+    assert msg.count("lease lost") == 1 and msg.count("(stop writing)") == 1 and msg.count(lease.lease_id) == 1, msg
     assert git(host.bare, "rev-parse", id_ref(lease.lease_id)).strip() == other  # nothing of the taker's touched
 
 

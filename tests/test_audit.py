@@ -59,7 +59,12 @@ def test_entry_records_who_which_version_why_when_and_keeps_the_history(sfleet):
     sfleet.clock.advance(200)
     got = Sweeper(sw).sweep()
     assert [r.outcome for r in got.results] == ["reclaimed", "reclaimed"]
-    e1, e2 = sorted(read_log(sw.store), key=lambda e: e.doc["leaseId"] != first.lease_id)
+    entries = read_log(sw.store)
+    assert [(e.doc["action"], e.doc["leaseId"], e.doc["by"]) for e in entries if e.doc["action"] == "release"] == [
+        ("release", released.lease_id, "a")
+    ]  # a release is recorded too, by its holder
+    reclaims = [e for e in entries if e.doc["action"] == "reclaim"]
+    e1, e2 = sorted(reclaims, key=lambda e: e.doc["leaseId"] != first.lease_id)
     assert e1.doc["leaseId"] == first.lease_id and e2.doc["leaseId"] == second.lease_id
     d = e1.doc
     assert d["schema"] == "gitlease.audit/1" and d["action"] == "reclaim" and d["rule"] == "expired"
@@ -81,7 +86,11 @@ def test_entry_records_who_which_version_why_when_and_keeps_the_history(sfleet):
         and ("renew", first.lease_id, 2) in events
         and ("reclaim", first.lease_id, 2) in events
     )
-    assert not any(lid == released.lease_id for _, lid, _ in events)  # a plain release leaves no trace
+    # a release by its holder is in the log too, with the history it kept reachable: who held h/released when
+    assert [ev for ev in events if ev[1] == released.lease_id] == [
+        ("acquire", released.lease_id, 1),
+        ("release", released.lease_id, 1),
+    ]
     only = history(sw, lease_id=second.lease_id)
     assert [ev.event for ev in only] == ["acquire", "reclaim"]
 

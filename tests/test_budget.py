@@ -79,6 +79,9 @@ def test_cli(tmp_path):
     assert out["perLease"]["maxAgents"] == 12 and out["batched"]["maxAgents"] == 168
     res = cli(tmp_path, "budget", "--agents", "30")
     assert res.returncode == 0
-    assert "OVER the limit" in res.stdout and "per-lease renewals (what gitlease does today):" in res.stdout
+    assert (
+        "OVER the limit" in res.stdout
+        and "per-lease renewals (each holder renews its own lease: lease.renewAgent false):" in res.stdout
+    )
     res = cli(tmp_path, "budget", "--ttl", "60", "--renew-every", "90")
     assert res.returncode == 2 and "shorter than the TTL" in res.stderr

@@ -52,7 +52,7 @@ def test_unknown_command_and_no_command_are_usage_errors(tmp_path):
 )
 def test_a_usage_error_with_json_prints_the_envelope_too(tmp_path, argv, command, needle):
     res = cli(tmp_path, *argv)
-    assert res.returncode == 2 and "Usage: git-lease" in res.stderr
+    assert res.returncode == 2 and "Usage: git lease" in res.stderr
     doc = json.loads(res.stdout)
     assert doc["ok"] is False and doc["command"] == command
     assert doc["error"]["kind"] == "usage" and doc["error"]["exitCode"] == 2 and needle in doc["error"]["message"]
@@ -71,4 +71,19 @@ def test_the_write_path_imports_no_verification_audit_or_crypto():
         "if m in sys.modules]; assert not heavy, heavy"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_an_unsigned_acquire_loads_no_verification_code_even_after_a_status(tmp_path):
+    """The writer's trust check costs nothing on an unsigned store: the cached 'no trust file' is enough."""
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "i"], check=True)
+    assert cli(repo, "status").returncode == 0  # caches the store's trust: none
+    code = (
+        "import sys; from gitlease.cli import dispatch; rc = dispatch(['acquire', '-s', 'x', '--json']); "
+        "assert rc == 0, rc; heavy = [m for m in ('gitlease.identity.trust', 'gitlease.identity.sshsig', "
+        "'cryptography') if m in sys.modules]; assert not heavy, heavy"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

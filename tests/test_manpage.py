@@ -35,7 +35,7 @@ def test_page_documents_every_command_its_options_and_the_exit_codes():
     for name in COMMANDS:
         assert f".SS {manpage.esc(name)}\n" in text
     assert "\\fB\\-\\-renew\\-every TEXT\\fR" in text and "\\fB\\-\\-remote TEXT\\fR" in text
-    assert "\\-\\-holder\\-pid" not in text  # hidden options stay hidden
+    assert "\\-\\-holder\\-pid" in text  # documented and shown by -h (issue 21)
     assert "6\tlease lost" in text and "130\tinterrupted" in text
     assert "\\fBlease.remote\\fR, \\fB\\-\\-remote\\fR" in text  # configuration, from docs/cli.md
     assert manpage.render() == text  # deterministic

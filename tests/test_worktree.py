@@ -141,7 +141,9 @@ def test_released_clean_worktree_is_reused_and_reset_to_the_base(repo, clock):
     (Path(repo) / "README").write_text("three\n")
     git(repo, "commit", "-q", "-am", "three")  # the base moved on
     second = m.acquire(["b"], ttl=TTL)
-    assert second.reused and second.id == first.id and second.path == first.path
+    # the same worktree, renamed after its new task (issue 21): wt-a-1 now holding b would mislead
+    assert second.reused and (first.id, second.id) == ("wt-a-1", "wt-b-1")
+    assert not os.path.exists(first.path) and second.path == os.path.join(os.path.dirname(first.path), "wt-b-1")
     assert git(second.path, "rev-parse", "HEAD").strip() == git(repo, "rev-parse", "main").strip()
     assert (Path(second.path) / "README").read_text() == "three\n"
     assert git(repo, "branch", "--list", first.branch) == ""  # the old task branch (nothing only on it) is gone
@@ -241,7 +243,8 @@ def test_live_process_in_the_worktree_blocks_reuse(repo, clock):
         assert any(f"process {proc.pid} has its working directory in it" in r for r in dict(second.skipped)[first.id])
     finally:
         proc.communicate(b"")
-    assert m.acquire(["c"], ttl=TTL).id == first.id  # once it is gone, the worktree is free again
+    third = m.acquire(["c"], ttl=TTL)  # once it is gone, the worktree is free again (and named after c)
+    assert third.reused and third.id == "wt-c-1" and not os.path.exists(first.path)
 
 
 def test_pid_file_of_a_running_command_blocks_reuse_and_removal(repo, clock):
@@ -255,7 +258,7 @@ def test_pid_file_of_a_running_command_blocks_reuse_and_removal(repo, clock):
             m.remove(first.id)
         assert [a.action for a in m.prune() if a.id == first.id] == ["skipped"]
     assert Path(first.path).is_dir()
-    assert m.acquire(["c"], ttl=TTL).id == first.id
+    assert m.acquire(["c"], ttl=TTL).reused
 
 
 def test_an_active_lease_keeps_its_worktree_out_of_the_pool(repo, clock):
@@ -300,7 +303,7 @@ def test_prune_quarantines_a_crashed_holders_dirty_worktree_and_loses_nothing(re
     row = {e.worktree.id: e for e in m.list()}[crashed.id]
     assert row.state == "quarantined" and row.to_json()["quarantineRef"] == q.ref
     nxt = m.acquire(["x"], ttl=TTL)
-    assert nxt.id == tidy.id and nxt.reused
+    assert nxt.id == "wt-x-1" and nxt.reused and not os.path.exists(tidy.path)  # tidy, renamed after x
     assert [a.action for a in m.prune() if a.id == crashed.id] == ["kept"]
     # once its owner cleans it up, prune returns it to the pool
     git(wt, "checkout", "-q", "--", "README")
@@ -346,7 +349,7 @@ def test_two_agents_asking_at_once_get_different_worktrees(repo, clock):
         t.join()
     assert not errors
     ids = {r.id for r in results.values()}
-    assert len(ids) == 2 and pooled.id in ids
+    assert ids == {"wt-s0-1", "wt-s1-1"} and not os.path.exists(pooled.path)  # the pooled one, renamed
     assert sum(r.reused for r in results.values()) == 1
     for r in results.values():
         assert list(held_in(r.path)) == [r.lease_id]
@@ -497,15 +500,16 @@ def test_cli_acquire_worktree_list_add_prune_remove(repo, tmp_path):
     lease2 = json.loads(res.stdout)["result"]["leaseId"]
     res = cli(repo, "worktree", "add", lease2, "--branch", "task/libs")
     assert res.returncode == 0, res.stderr
-    assert "workspace: wt-billing-1" in res.stdout and "reused: yes" in res.stdout
+    assert "workspace: wt-libs-1" in res.stdout and "reused: yes" in res.stdout  # renamed after its new task
+    path = path.parent / "wt-libs-1"
 
     (path / "wip.txt").write_text("wip\n")
-    res = cli(repo, "worktree", "remove", "wt-billing-1", "--json")
+    res = cli(repo, "worktree", "remove", "wt-libs-1", "--json")
     env = json.loads(res.stdout)
     assert res.returncode == 1 and "uncommitted work: 1 untracked file" in env["error"]["message"]
-    res = cli(repo, "worktree", "remove", "wt-billing-1", "--save")
+    res = cli(repo, "worktree", "remove", "wt-libs-1", "--save")
     assert res.returncode == 0, res.stderr
-    assert "saved: refs/gitlease/quarantine/wt-billing-1/" in res.stdout
+    assert "saved: refs/gitlease/quarantine/wt-libs-1/" in res.stdout
     assert f"lease still held, now by this worktree: {lease2}" in res.stdout
     assert cli(repo, "release", lease2).returncode == 0
 
@@ -556,7 +560,7 @@ def test_a_lease_acquired_inside_a_released_worktree_keeps_it_out_of_the_pool(re
     inside.release(first.lease_id)
     assert m.acquire(["b"], ttl=TTL).id != first.id and m.prune() == []
     inside.release(extra.lease_id)
-    assert m.acquire(["c"], ttl=TTL).id == first.id
+    assert m.acquire(["c"], ttl=TTL).reused
 
 
 def test_two_cli_processes_at_once_get_different_worktrees(repo):
@@ -600,7 +604,7 @@ def test_an_expired_lease_whose_holder_process_lives_is_not_reclaimed(repo, cloc
         holder.communicate(b"")
     assert [a.action for a in m.prune() if a.id == att.id] == ["pooled"]
     assert held_in(att.path) == {}  # the dead lease's entry is forgotten on the way into the pool
-    assert m.acquire(["c"], ttl=TTL).id == att.id
+    assert m.acquire(["c"], ttl=TTL).reused
 
 
 def test_run_worktree_runs_the_command_inside_the_attached_worktree(repo):

@@ -4,7 +4,9 @@ Start-up time is part of the interface (every hook and heartbeat pays it), so th
 reads the command name, imports the one module that defines it (``gitlease.cli.<module>``, a small typer app),
 and lets typer parse the rest. ``git lease -h`` is answered from the table below without importing typer.
 
-To add a command: define it in a module's ``app`` (see ``common.make_app``) and add a row to ``COMMANDS``.
+To add a command: define it in a module's ``app`` (see ``common.make_app`` and ``common.command``) and add a
+row to ``COMMANDS``. The core commands also run without typer (``gitlease.cli.fast``): after changing one of
+them, regenerate the fast path's table with ``python -m gitlease.cli.fast`` (a test says when it is stale).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init", "Set up this repository: config, signing key, trust-file line, hooks, CI job (idempotent)."),
     "doctor": ("doctor", "Probe the lease remote with throw-away refs and check this set-up; exit 1 if unsafe."),
     "budget": ("doctor", "Pushes per minute a fleet makes against the host's limit; the largest fleet that fits."),
-    "completion": ("completion", "Print a bash or zsh completion script (generated from these commands)."),
+    "completion": ("completion", "Print a bash, zsh or fish completion script (generated from these commands)."),
     "agent": ("agent", "The per-host renewal agent: one push renews every local holder's leases."),
     "sweep-stale": ("sweep", "Reclaim stale leases (expired, heartbeats missed, holder gone, stalled), audited."),
     "sweep": ("sweep", "Alias of sweep-stale."),
@@ -50,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 EXIT_CODES = (
     "Exit codes: 0 ok, 1 error, 2 usage, 3 held by another, 4 scope violation, "
-    "5 invalid record or signature, 6 lease lost, 130 interrupted."
+    "5 invalid record or signature, or an untrusted writer, 6 lease lost, 130 interrupted."
 )
 
 
@@ -85,9 +87,7 @@ def dispatch(argv: list[str]) -> int:
     try:
         if kwargs is None:
             return _run_typer(name, argv)
-        from gitlease.cli import core
-
-        core.COMMANDS[name](**kwargs)
+        fast.function(name)(**kwargs)
         return 0
     except SystemExit as exc:  # how every command ends (cli/common.run), and typer/click's own exits
         code = exc.code
@@ -111,7 +111,7 @@ def _run_typer(name: str, argv: list[str]) -> int:
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
     group = typer.main.get_group(_only(module.app, name))
     try:
-        code = group.main(args=argv, prog_name="git-lease", standalone_mode=False)
+        code = group.main(args=argv, prog_name="git lease", standalone_mode=False)
     except click.exceptions.UsageError as exc:  # bad option or argument: click's usage text, and the envelope
         exc.show()
         if "--json" in argv:

@@ -9,6 +9,7 @@ Every command takes ``--json`` and then prints one envelope on stdout, on succes
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -46,6 +47,28 @@ def run(command: str, as_json: bool, body: Callable[[], tuple[dict[str, Any], li
     raise SystemExit(0)
 
 
+def command(name: str) -> Callable[[Callable[..., tuple[dict[str, Any], list[str]]]], Callable[..., None]]:
+    """A command's function returns ``(result, lines)``: the JSON result and the human lines. ``@command(NAME)``
+    makes it a command that renders them (or the error it raises) and exits, through ``run``; typer still sees
+    the function's own signature (``functools.wraps``), so the function is the command's one definition::
+
+        @app.command()
+        @command("extend")
+        def extend(lease_id: LeaseArg, as_json: JsonOpt = False):
+            got = service(None).extend(lease_id)
+            return got.to_json(), [f"lease extended: {got.lease_id}"]
+    """
+
+    def wrap(fn: Callable[..., tuple[dict[str, Any], list[str]]]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def runner(*args: Any, **kwargs: Any) -> None:
+            run(name, bool(kwargs.get("as_json")), lambda: fn(*args, **kwargs))
+
+        return runner
+
+    return wrap
+
+
 def _fail(command: str, as_json: bool, code: int, kind: str, message: str, details: dict[str, Any]) -> None:
     if as_json:
         _emit(
@@ -74,7 +97,15 @@ def echo(line: str, *, err: bool = False) -> None:
     stream.flush()
 
 
-def ttl_seconds(value: str | None) -> int | None:
+def seconds(flag: str, value: str, lo: int = 0) -> int:
+    """A duration given on the command line (300, 300s, 5m, 2h, 1d) in seconds; a bad one is a usage error."""
     from gitlease.core.config import parse_duration
 
-    return None if value is None else parse_duration("--ttl", value, 5)
+    try:
+        return parse_duration(flag, value, lo)
+    except errors.ConfigError as exc:
+        raise errors.UsageError(exc.message) from None
+
+
+def ttl_seconds(value: str | None) -> int | None:
+    return None if value is None else seconds("--ttl", value, 5)

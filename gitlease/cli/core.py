@@ -1,9 +1,13 @@
 """The core commands: acquire, renew, release, status, show, can-start.
 
-Written without importing typer, so that ``gitlease.cli.fast`` can run them on a well-formed command line
-without loading typer and click (most of a command's start-up). The annotations are strings (``from __future__
-import annotations``) that only typer reads: ``app`` (the typer app: help, usage errors, man page, completion)
-is built on first use by ``options.bind``, which puts the names they use (``typer``, ``JsonOpt``...) here.
+Written without importing typer, so that the fast path (``gitlease.cli.fast``) can run them on a well-formed
+command line without loading typer and click (most of a command's start-up). The typer definitions below are
+the only definition of these commands: their annotations are strings (``from __future__ import annotations``)
+that only typer reads, when ``app`` (help, usage errors, the man page, completion) is built on first use by
+``options.bind``; the fast path's table of options, ``gitlease/cli/fastspec.py``, is generated from that app
+(``python -m gitlease.cli.fast``) and a test fails when it is out of date.
+
+Each command returns ``(result, lines)``; ``@command`` (``cli/common.py``) renders them, or the error, and exits.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from gitlease.cli.common import echo, run, service, ttl_seconds
+from gitlease.cli.common import command, echo, seconds, service, ttl_seconds
 from gitlease.core import errors
 from gitlease.core.clock import iso
 
@@ -26,6 +30,7 @@ if TYPE_CHECKING:  # the names the annotations use: put here at run time by opti
 # ----------------------------------------------------------------------------- commands
 
 
+@command("acquire")
 def acquire(
     scope: ScopeOpt,
     task: Annotated[str | None, typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
@@ -33,7 +38,11 @@ def acquire(
     ttl: Annotated[str | None, typer.Option(help="Time to live: 300, 300s, 5m (default: lease.ttl, 300).")] = None,
     workspace: Annotated[str | None, typer.Option(help="Workspace id recorded in the lease.")] = None,
     holder_pid: Annotated[
-        int, typer.Option(help="Pid of the process that holds the lease (same-host sweep).", hidden=True)
+        int,
+        typer.Option(
+            help="Pid of the process that holds the lease: the sweeper reclaims the lease once that process "
+            "is gone (same host; default: none)."
+        ),
     ] = 0,
     wait: Annotated[
         str | None,
@@ -63,116 +72,150 @@ def acquire(
         str | None, typer.Option(help="With --worktree: task branch name (default: lease/LEASE).")
     ] = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Lease path prefixes. Refused with exit 3, naming the holder, when another lease overlaps."""
+    from gitlease.core import record as records
+    from gitlease.core import scope as scopes
 
-    def body():
-        svc = service(remote, task=task, agent=agent)
-        args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
-        if replace:
-            if worktree:
-                raise errors.UsageError(
-                    "--replace and --worktree do not go together (a worktree's lease is released from inside it)"
-                )
-            args["replace"] = replace
-        manager = None
+    paths = scopes.normalize_all(scope)
+    lifetime = ttl_seconds(ttl)
+    patience = seconds("--wait", wait) if wait is not None else None
+    svc = service(remote, task=task, agent=agent)
+    args = dict(ttl=lifetime, holder_pid=holder_pid, workspace=workspace)
+    if replace:
         if worktree:
-            if workspace:
-                raise errors.UsageError(
-                    "--workspace and --worktree do not go together: the worktree's id is the workspace"
-                )
-            from gitlease.worktree.manager import WorktreeManager
+            raise errors.UsageError(
+                "--replace and --worktree do not go together (a worktree's lease is released from inside it)"
+            )
+        args["replace"] = records.check_lease_id(replace)
+    manager = None
+    if worktree:
+        if workspace:
+            raise errors.UsageError("--workspace and --worktree do not go together: the worktree's id is the workspace")
+        from gitlease.worktree.manager import WorktreeManager
 
-            manager = WorktreeManager(svc)
-            args = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, base=base, branch=branch)
-        elif base or branch:
-            raise errors.UsageError("--base and --branch need --worktree")
-        from gitlease.core.config import parse_duration
-        from gitlease.liveness.wait import obtain
+        manager = WorktreeManager(svc)
+        args = dict(ttl=lifetime, holder_pid=holder_pid, base=base, branch=branch)
+    elif base or branch:
+        raise errors.UsageError("--base and --branch need --worktree")
+    from gitlease.liveness.wait import obtain
 
-        got, att = obtain(
-            svc,
-            scope,
-            wait=parse_duration("--wait", wait, 0) if wait is not None else None,
-            on_wait=lambda refusal, pause: echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
-            worktree=manager,
-            **args,
-        )
-        rec = got.record
-        lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
-        lines += [f"cleared expired lease: {c}" for c in got.cleared]
-        if replace:
-            lines.append(f"lease released: {replace}")
-        result = {
-            "leaseId": got.lease_id,
-            "workspaceId": rec.workspace_id,
-            "ttl": rec.ttl,
-            "paths": list(rec.paths),
-            "version": rec.version,
-            "expiresAt": rec.expires_at,
-            "store": svc.store.name,
-            "cleared": list(got.cleared),
-        }
-        if att is not None:
-            from gitlease.cli.worktree import attached_lines
+    got, att = obtain(
+        svc,
+        paths,
+        wait=patience,
+        on_wait=lambda refusal, pause: echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
+        worktree=manager,
+        **args,
+    )
+    rec = got.record
+    warnings = _untracked_warnings(svc, rec.paths)
+    for line in warnings:
+        echo(f"git-lease: warning: {line}", err=True)
+    lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
+    lines += [f"cleared expired lease: {c}" for c in got.cleared]
+    if replace:
+        lines.append(f"lease released: {replace}")
+    result = {
+        "leaseId": got.lease_id,
+        "workspaceId": rec.workspace_id,
+        "ttl": rec.ttl,
+        "paths": list(rec.paths),
+        "version": rec.version,
+        "expiresAt": rec.expires_at,
+        "store": svc.store.name,
+        "cleared": list(got.cleared),
+        "warnings": warnings,
+    }
+    if att is not None:
+        from gitlease.cli.worktree import attached_lines
 
-            lines += attached_lines(att)
-            result["worktree"] = att.to_json()
-        return result, lines
-
-    run("acquire", as_json, body)
+        lines += attached_lines(att)
+        result["worktree"] = att.to_json()
+    return result, lines
 
 
+def _untracked_warnings(svc, paths) -> list[str]:
+    """A scope that names nothing in this repository (a typo: ``servics/billing``) is granted, and said."""
+    from gitlease.core.repo import absent_paths
+
+    missing = absent_paths(svc.repo, paths)
+    return [
+        f"scope {_quote(p)} matches no path in HEAD or the work tree (a typo?); it is leased all the same"
+        for p in missing
+    ]
+
+
+@command("renew")
 def renew(
     lease_id: LeaseArg,
     ttl: Annotated[str | None, typer.Option(help="New time to live (default: the lease's own).")] = None,
     progress: Annotated[str | None, typer.Option(help="A short progress note recorded in the lease.")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Extend a lease this worktree holds. Exit 6 ("lease lost or replaced") is a stop signal."""
-
-    def body():
-        got = service(remote).renew(lease_id, ttl=ttl_seconds(ttl), progress=progress)
-        rec = got.record
-        return (
-            {"leaseId": got.lease_id, "version": rec.version, "expiresAt": rec.expires_at},
-            [f"lease renewed: version={rec.version} expiresAt={rec.expires_at}"],
-        )
-
-    run("renew", as_json, body)
+    lifetime = ttl_seconds(ttl)
+    got = service(remote).renew(lease_id, ttl=lifetime, progress=progress)
+    rec = got.record
+    return (
+        {"leaseId": got.lease_id, "version": rec.version, "expiresAt": rec.expires_at},
+        [f"lease renewed: version={rec.version} expiresAt={rec.expires_at}"],
+    )
 
 
+@command("release")
 def release(
-    lease_id: LeaseArg,
+    lease_id: Annotated[
+        str | None, typer.Argument(help="The lease id (lease_...); none with --all.", show_default=False)
+    ] = None,
+    all_: Annotated[
+        bool,
+        typer.Option("--all", help="Release every lease this worktree holds (a restarted agent's clean-up)."),
+    ] = False,
     force: Annotated[
-        bool, typer.Option(help="Release a lease this worktree does not hold, live or invalid: admin only, audited.")
+        bool,
+        typer.Option(
+            "--force", help="Release a lease this worktree does not hold, live or invalid: admin only, audited."
+        ),
     ] = False,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
-    """Give a lease back (its worktree stays)."""
+):
+    """Give a lease back (its worktree stays), recorded in the audit log in the same push. A lease already gone
+    (released before, or reclaimed) is not an error: "already released"."""
+    if all_ == (lease_id is not None):
+        raise errors.UsageError("give a lease id, or --all (every lease this worktree holds), not both")
+    svc = service(remote)
+    if force:
+        if all_:
+            raise errors.UsageError("--force takes one lease id, not --all")
+        from gitlease.core import record as records
+        from gitlease.ops.sweep import Sweeper
 
-    def body():
-        if force:
-            from gitlease.ops.sweep import Sweeper
+        got = Sweeper(svc).force(records.check_lease_id(lease_id), action="force-release")
+        if got.outcome != "reclaimed":
+            raise errors.GitLeaseError(f"forced release of {lease_id} did not happen: {got.line()}", **got.to_json())
+        return (
+            dict(got.to_json(), auditRef=svc.audit.ref),
+            [f"lease released: {lease_id}", f"audited: {got.reason} in {svc.audit.ref}"],
+        )
+    ids = (
+        [lease_id]
+        if lease_id is not None
+        else sorted(h.lease_id for h in svc.held_here().values() if h.store == svc.store.name)
+    )
+    done, lines = [], []
+    for lid in ids:
+        got = svc.release(lid)
+        done.append({"leaseId": lid, "already": got.already, "note": got.note, "audit": got.audit})
+        lines.append(f"already released: {lid} ({got.note})" if got.already else f"lease released: {lid}")
+    if all_:
+        return {"released": done}, lines or ["no leases held by this worktree"]
+    return done[0], lines
 
-            svc = service(remote)
-            got = Sweeper(svc).force(lease_id, action="force-release")
-            if got.outcome != "reclaimed":
-                raise errors.GitLeaseError(
-                    f"forced release of {lease_id} did not happen: {got.line()}", **got.to_json()
-                )
-            return (
-                dict(got.to_json(), auditRef=svc.audit.ref),
-                [f"lease released: {lease_id}", f"audited: {got.reason} in {svc.audit.ref}"],
-            )
-        service(remote).release(lease_id)
-        return {"leaseId": lease_id}, [f"lease released: {lease_id}"]
 
-    run("release", as_json, body)
-
-
+@command("progress")
 def progress(
     note: Annotated[str, typer.Argument(help="A short note, e.g. 'tests 40/120' (its first number is the counter).")],
     lease: Annotated[
@@ -180,44 +223,44 @@ def progress(
     ] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Report progress. Inside `git lease run`: for the run's lease, sent with its next renewal (and what
     lease.progressTimeout measures); exit 6 once that lease is lost or past its stop deadline: stop, write
     nothing. Elsewhere: renew the lease now, with the note."""
+    import os
 
-    def body():
-        import os
+    from gitlease.core import record as records
 
-        if not note.strip():
-            raise errors.UsageError("git lease progress needs a note, e.g. git lease progress 'tests 40/120'")
-        path = os.environ.get("GITLEASE_PROGRESS_FILE")
-        lease_id = lease or os.environ.get("GITLEASE_LEASE")
-        if path and lease_id and lease_id == os.environ.get("GITLEASE_LEASE"):
-            from gitlease.core.clock import SYSTEM
-            from gitlease.liveness.supervise import report_progress
+    if not note.strip():
+        raise errors.UsageError("git lease progress needs a note, e.g. git lease progress 'tests 40/120'")
+    path = os.environ.get("GITLEASE_PROGRESS_FILE")
+    lease_id = lease or os.environ.get("GITLEASE_LEASE")
+    if lease_id is not None:
+        records.check_lease_id(lease_id)
+    if path and lease_id and lease_id == os.environ.get("GITLEASE_LEASE"):
+        from gitlease.core.clock import SYSTEM
+        from gitlease.liveness.supervise import report_progress
 
-            stop = report_progress(path, lease_id, note, SYSTEM.now())
-            return (
-                {"leaseId": lease_id, "note": note, "sent": "with the next renewal", "stopBy": iso(stop)},
-                [f"progress: {note} (sent with the next renewal of {lease_id})"],
-            )
-        svc = service(remote)
-        if lease_id is None:
-            held = [h.lease_id for h in svc.held_here().values() if h.store == svc.store.name]
-            if len(held) != 1:
-                raise errors.UsageError(
-                    "name the lease: --lease ID (this worktree holds "
-                    + (f"{len(held)} leases)" if held else "no lease on the lease store)")
-                )
-            lease_id = held[0]
-        got = svc.renew(lease_id, progress=note)
-        rec = got.record
+        stop = report_progress(path, lease_id, note, SYSTEM.now())
         return (
-            {"leaseId": lease_id, "note": note, "version": rec.version, "expiresAt": rec.expires_at},
-            [f"lease renewed: version={rec.version} expiresAt={rec.expires_at} progress: {note}"],
+            {"leaseId": lease_id, "note": note, "sent": "with the next renewal", "stopBy": iso(stop)},
+            [f"progress: {note} (sent with the next renewal of {lease_id})"],
         )
-
-    run("progress", as_json, body)
+    svc = service(remote)
+    if lease_id is None:
+        held = [h.lease_id for h in svc.held_here().values() if h.store == svc.store.name]
+        if len(held) != 1:
+            raise errors.UsageError(
+                "name the lease: --lease ID (this worktree holds "
+                + (f"{len(held)} leases)" if held else "no lease on the lease store)")
+            )
+        lease_id = held[0]
+    got = svc.renew(lease_id, progress=note)
+    rec = got.record
+    return (
+        {"leaseId": lease_id, "note": note, "version": rec.version, "expiresAt": rec.expires_at},
+        [f"lease renewed: version={rec.version} expiresAt={rec.expires_at} progress: {note}"],
+    )
 
 
 _MARKS = {"verified": "", "unsigned": " [unsigned]", "untrusted": " [signed, unverified: no trust file]"}
@@ -227,7 +270,30 @@ def _invalid(problems) -> str:
     return f"  INVALID (scope stays blocked; only a gitlease-admin key can clear it): {'; '.join(problems)}"
 
 
-def _snapshot_lines(snap, now: float, skew: int) -> list[str]:
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+
+
+def _quote(path: str) -> str:
+    """A scope as a shell would need it (``'my dir/x'``); plain ones as they are (shlex only when needed)."""
+    if path and all(c in _PLAIN for c in path):
+        return path
+    import shlex
+
+    return shlex.quote(path)
+
+
+def _scope_text(paths) -> str:
+    return " ".join(_quote(p) for p in paths)
+
+
+def _time_text(state: str, left: int) -> str:
+    """ "active 120s left", "expired 105s ago", "grace: expired 5s ago" (within the skew margin: still blocks)."""
+    if left > 0:
+        return f"{state} {left}s left"
+    return ("grace: " if state == "grace" else "") + f"expired {-left}s ago"
+
+
+def _snapshot_lines(snap, now: float, skew: int, held=()) -> list[str]:
     lines = []
     if snap.stale:
         age = int(now - snap.fetched_at)
@@ -240,15 +306,15 @@ def _snapshot_lines(snap, now: float, skew: int) -> list[str]:
     for v in snap.leases:
         st = v.state(now, skew)
         mark = _MARKS.get(v.verification, "") if v.valid else ""
+        here = "  [held here]" if v.lease_id in held else ""
         if v.record is None:
-            lines.append(f"{v.lease_id}  {' '.join(v.paths)}" + _invalid(v.problems or ["unreadable"]))
+            lines.append(f"{v.lease_id}  {_scope_text(v.paths)}" + _invalid(v.problems or ["unreadable"]) + here)
             continue
         r = v.record
-        left = int(r.expires - now)
         flag = _invalid(v.problems) if v.problems else ""
         lines.append(
-            f"{v.lease_id}  {' '.join(r.paths)}  task={r.owner.task_id} agent={r.owner.agent_id}  "
-            f"{st} {left}s left  v{r.version}{mark}{flag}"
+            f"{v.lease_id}  {_scope_text(r.paths)}  task={r.owner.task_id} agent={r.owner.agent_id}  "
+            f"{_time_text(st, int(r.expires - now))}  v{r.version}{mark}{flag}{here}"
         )
     return lines
 
@@ -264,116 +330,113 @@ def _signature_text(h: dict) -> str:
     return who
 
 
-def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
-    """Every lease on the store: id, scope, owner, time left. Answers from the last fetched state (and says
-    how old it is) when the store cannot be reached."""
-
-    def body():
-        svc = service(remote)
-        snap = svc.status()
-        now, skew = svc.clock.now(), svc.settings.skew
-        held = svc.held_here()
-        return (
-            {
-                "store": svc.store.name,
-                "stale": snap.stale,
-                "fetchedAt": iso(snap.fetched_at),
-                "error": snap.error,
-                "trust": snap.trust,
-                "signed": snap.signed_store,
-                "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
-            },
-            _snapshot_lines(snap, now, skew),
-        )
-
-    run("status", as_json, body)
+@command("status")
+def status(
+    mine: Annotated[bool, typer.Option("--mine", help="Only the leases this worktree holds.")] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Never answer from the last fetched state: exit 1 when the store cannot be read (for scripts).",
+        ),
+    ] = False,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+):
+    """Every lease on the store: id, scope, owner, time left; [held here] marks this worktree's. When the store
+    cannot be reached it answers from the last fetched state (saying how old it is; "stale": true), or with
+    --fresh exits 1."""
+    svc = service(remote)
+    snap = svc.snapshot(use_cache=not fresh)
+    now, skew = svc.clock.now(), svc.settings.skew
+    held = {k for k, h in svc.held_here().items() if h.store == svc.store.name}
+    if mine:
+        snap.leases = [v for v in snap.leases if v.lease_id in held]
+    return (
+        {
+            "store": svc.store.name,
+            "stale": snap.stale,
+            "fetchedAt": iso(snap.fetched_at),
+            "error": snap.error,
+            "trust": snap.trust,
+            "signed": snap.signed_store,
+            "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
+        },
+        _snapshot_lines(snap, now, skew, held),
+    )
 
 
 def _gone(svc, lease_id: str) -> str:
-    """Why ``show`` finds no lease: reclaimed (the audit log says by whom and when) or released/never there."""
-    from gitlease.service.audit import read_log
-
-    try:
-        entries = [e for e in read_log(svc.store) if e.lease_id == lease_id]
-    except errors.GitLeaseError:
-        entries = []
-    if entries:
-        d = entries[-1].doc
-        return (
-            f"lease {lease_id} is gone from store {svc.store.name}: {d.get('action')} by {d.get('by')} at "
-            f"{d.get('at')} (rule {d.get('rule')}); see 'git lease log --lease {lease_id}'"
-        )
-    return f"no lease {lease_id} on store {svc.store.name} (released, or never there: a release leaves no trace)"
+    """Why ``show`` finds no lease: the audit log says how it left (released, reclaimed: by whom and when)."""
+    note = svc.gone_note(lease_id)
+    if note:
+        return f"lease {lease_id} is gone from store {svc.store.name}: {note}; see 'git lease log --lease {lease_id}'"
+    return f"no lease {lease_id} on store {svc.store.name}, and no trace of it in the audit log (a typo?)"
 
 
-def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+@command("show")
+def show(lease_id: LeaseArg, remote: RemoteOpt = None, as_json: JsonOpt = False):
     """One lease in full: its record, its history, and whether each version verifies."""
-
-    def body():
-        svc = service(remote)
-        view, history, snap = svc.show(lease_id)
-        if view is None:
-            raise errors.GitLeaseError(_gone(svc, lease_id), leaseId=lease_id)
-        now, skew = svc.clock.now(), svc.settings.skew
-        hist = [
-            {
-                "oid": h.oid,
-                "version": h.record.version if h.record else None,
-                "renewedAt": h.record.renewed_at if h.record else None,
-                "problem": h.problem,
-                "signed": h.signed,
-                "verification": h.verification,
-                "signer": h.signer,
-                "principal": h.principal,
-            }
-            for h in history
-        ]
-        verification = view.verification if view.valid else "invalid"
-        by = f", signed by {view.signer}" if view.signer else ""
-        lines = [f"lease {view.lease_id}: {view.state(now, skew)} ({verification}{by})", snap.trust]
-        if view.record:
-            lines.append(json.dumps(view.record.to_json(), indent=2, sort_keys=True))
-        if view.problems:
-            lines.append("INVALID: its scope stays blocked; only a gitlease-admin key can clear it")
-        lines += [f"problem: {p}" for p in view.problems]
-        lines.append("history:")
-        for h in hist:
-            lines.append(
-                f"  v{h['version']}  {h['oid'][:12]}  {h['renewedAt']}  {_signature_text(h)}"
-                + (f"  INVALID: {h['problem']}" if h["problem"] else "")
-            )
-        result = dict(
-            view.to_json(now, skew),
-            record=view.record.to_json() if view.record else None,
-            history=hist,
-            stale=snap.stale,
-            trust=snap.trust,
+    svc = service(remote)
+    view, history, snap = svc.show(lease_id)
+    if view is None:
+        raise errors.GitLeaseError(_gone(svc, lease_id), leaseId=lease_id)
+    now, skew = svc.clock.now(), svc.settings.skew
+    hist = [
+        {
+            "oid": h.oid,
+            "version": h.record.version if h.record else None,
+            "renewedAt": h.record.renewed_at if h.record else None,
+            "problem": h.problem,
+            "signed": h.signed,
+            "verification": h.verification,
+            "signer": h.signer,
+            "principal": h.principal,
+        }
+        for h in history
+    ]
+    verification = view.verification if view.valid else "invalid"
+    by = f", signed by {view.signer}" if view.signer else ""
+    lines = [f"lease {view.lease_id}: {view.state(now, skew)} ({verification}{by})", snap.trust]
+    if view.record:
+        lines.append(json.dumps(view.record.to_json(), indent=2, sort_keys=True))
+    if view.problems:
+        lines.append("INVALID: its scope stays blocked; only a gitlease-admin key can clear it")
+    lines += [f"problem: {p}" for p in view.problems]
+    lines.append("history:")
+    for h in hist:
+        lines.append(
+            f"  v{h['version']}  {h['oid'][:12]}  {h['renewedAt']}  {_signature_text(h)}"
+            + (f"  INVALID: {h['problem']}" if h["problem"] else "")
         )
-        if not view.valid:  # everything above is printed, then exit 5 with the reason
-            if not as_json:
-                for line in lines:
-                    echo(line)
-            raise errors.InvalidRecord(f"lease {view.lease_id} does not verify: {'; '.join(view.problems)}", **result)
-        return result, lines
+    result = dict(
+        view.to_json(now, skew),
+        record=view.record.to_json() if view.record else None,
+        history=hist,
+        stale=snap.stale,
+        trust=snap.trust,
+    )
+    if not view.valid:  # everything above is printed, then exit 5 with the reason
+        if not as_json:
+            for line in lines:
+                echo(line)
+        raise errors.InvalidRecord(f"lease {view.lease_id} does not verify: {'; '.join(view.problems)}", **result)
+    return result, lines
 
-    run("show", as_json, body)
 
-
-def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+@command("can-start")
+def can_start(scope: ScopeOpt, remote: RemoteOpt = None, as_json: JsonOpt = False):
     """Read-only: exit 0 if the scope is free now, 3 if not (naming the blockers)."""
+    from gitlease.service.views import held_error
 
-    def body():
-        from gitlease.service.views import held_error
-
-        svc = service(remote)
-        paths, blockers, _ = svc.can_start(scope)
-        if blockers:
-            raise held_error(paths, blockers, svc.clock.now(), svc.settings.skew)
-        return {"paths": list(paths), "free": True}, [f"free: {' '.join(paths)}"]
-
-    run("can-start", as_json, body)
+    svc = service(remote)
+    paths, blockers, _ = svc.can_start(scope)
+    if blockers:
+        raise held_error(paths, blockers, svc.clock.now(), svc.settings.skew)
+    return {"paths": list(paths), "free": True}, [f"free: {' '.join(paths)}"]
 
 
+# The commands of this module, by name (the fast path calls them; ``app`` registers them for typer).
 COMMANDS = {
     "acquire": acquire,
     "renew": renew,

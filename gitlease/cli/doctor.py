@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run
+from gitlease.cli.common import command, run, seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 
 app = make_app()
@@ -54,6 +54,7 @@ def _interrupt(signum, frame):
 
 
 @app.command()
+@command("budget")
 def budget(
     agents: Annotated[int, typer.Option(help="Agents holding leases at once.")] = 10,
     hosts: Annotated[
@@ -66,22 +67,17 @@ def budget(
     ] = 2.0,
     limit: Annotated[float, typer.Option(help="The host's recommended pushes per minute (GitHub: 6).")] = 6.0,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Pushes per minute a fleet makes on the lease remote, against the host's recommendation, and the largest
-    fleet that fits: per-lease renewals (today) and one renewal push per host (batched, planned)."""
+    fleet that fits: each holder renewing its own lease, and one renewal push per host (the per-host renewal
+    agent, the default of hold() and git lease run)."""
+    from gitlease.core.config import DEFAULT_TTL
+    from gitlease.ops.budget import Fleet, plan
 
-    def body():
-        from gitlease.core.config import DEFAULT_TTL, parse_duration
-        from gitlease.ops.budget import Fleet, plan
-
-        ttl_s = parse_duration("--ttl", ttl, 5) if ttl is not None else _configured_ttl(DEFAULT_TTL)
-        every = parse_duration("--renew-every", renew_every, 1) if renew_every is not None else None
-        result = plan(
-            Fleet(agents=agents, hosts=hosts, ttl=ttl_s, renew_every=every, tasks_per_hour=tasks_per_hour), limit
-        )
-        return result.to_json(), result.lines()
-
-    run("budget", as_json, body)
+    ttl_s = seconds("--ttl", ttl, 5) if ttl is not None else _configured_ttl(DEFAULT_TTL)
+    every = seconds("--renew-every", renew_every, 1) if renew_every is not None else None
+    result = plan(Fleet(agents=agents, hosts=hosts, ttl=ttl_s, renew_every=every, tasks_per_hour=tasks_per_hour), limit)
+    return result.to_json(), result.lines()
 
 
 def _configured_ttl(default: int) -> int:

@@ -1,66 +1,42 @@
 """The fast path: the core commands (acquire, renew, progress, release, status, show, can-start) on a well-formed
 command line, parsed here with the standard library instead of typer and click, whose import and command
-building are most of a `git lease` call's start-up (docs/performance.md, part 3).
+building are most of a `git lease` call's start-up (docs/performance.md, part 5).
 
-It only ever accepts what click would parse the same way: each option as declared in ``gitlease.cli.core``
-(``tests/test_fast.py`` checks every spec against the click command typer builds, and a corpus of command
+The commands are defined once, for typer (``gitlease/cli/core.py``). What this parser knows of them, each
+option's flags, kind and parameter, is generated from the click commands typer builds out of those definitions
+into ``gitlease/cli/fastspec.py``, a committed table::
+
+    python -m gitlease.cli.fast            # regenerate gitlease/cli/fastspec.py after changing a core command
+    python -m gitlease.cli.fast --check    # exit 1 if it is out of date (tests/test_fast.py runs this)
+
+It only ever accepts what click would parse the same way (``tests/test_fast.py`` checks a corpus of command
 lines against click's own parse). Anything else (``-h``, an unknown or repeated option, a missing value or
-argument, ``--no-...``, a value that looks like an option) returns None and the command goes to typer, which
-prints the help or the usage error exactly as before.
+argument, ``--no-...``, a value that looks like an option, an option of a kind it does not parse) returns None
+and the command goes to typer, which prints the help or the usage error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import sys
+
+# The modules whose commands the fast path runs: typer-free (see gitlease/cli/core.py).
+FAST_MODULES = ("core",)
+FILE = "fastspec.py"
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One command's parameters: option flag -> (parameter, kind), kind one of "str" | "int" | "flag" |
-    "multi" (repeatable, a list); positional parameter names in order; parameters that must be given."""
+def specs() -> dict[str, dict]:
+    from gitlease.cli.fastspec import SPECS
 
-    options: dict[str, tuple[str, str]]
-    arguments: tuple[str, ...] = ()
-    required: frozenset[str] = field(default_factory=frozenset)
-
-
-_COMMON = {"--remote": ("remote", "str"), "--json": ("as_json", "flag")}
-
-SPECS: dict[str, Spec] = {
-    "acquire": Spec(
-        {
-            "--scope": ("scope", "multi"),
-            "-s": ("scope", "multi"),
-            "--task": ("task", "str"),
-            "--agent": ("agent", "str"),
-            "--ttl": ("ttl", "str"),
-            "--workspace": ("workspace", "str"),
-            "--holder-pid": ("holder_pid", "int"),
-            "--wait": ("wait", "str"),
-            "--replace": ("replace", "str"),
-            "--worktree": ("worktree", "flag"),
-            "--base": ("base", "str"),
-            "--branch": ("branch", "str"),
-            **_COMMON,
-        },
-        required=frozenset({"scope"}),
-    ),
-    "renew": Spec({"--ttl": ("ttl", "str"), "--progress": ("progress", "str"), **_COMMON}, ("lease_id",)),
-    "progress": Spec({"--lease": ("lease", "str"), **_COMMON}, ("note",)),
-    "release": Spec({"--force": ("force", "flag"), **_COMMON}, ("lease_id",)),
-    "status": Spec(dict(_COMMON)),
-    "show": Spec(dict(_COMMON), ("lease_id",)),
-    "can-start": Spec(
-        {"--scope": ("scope", "multi"), "-s": ("scope", "multi"), **_COMMON}, required=frozenset({"scope"})
-    ),
-}
+    return SPECS
 
 
 def parse(command: str, args: list[str]) -> dict[str, object] | None:
     """The keyword arguments of ``command``'s function for ``args``, or None: let typer handle it."""
-    spec = SPECS.get(command)
+    spec = specs().get(command)
     if spec is None:
         return None
+    options: dict[str, tuple[str, str]] = spec["options"]
+    arguments: tuple[tuple[str, bool], ...] = spec["arguments"]
     out: dict[str, object] = {}
     positional: list[str] = []
     given: set[str] = set()
@@ -77,9 +53,9 @@ def parse(command: str, args: list[str]) -> dict[str, object] | None:
         flag, eq, inline = arg.partition("=") if arg.startswith("--") else (arg[:2], "", arg[2:])
         if not arg.startswith("--") and inline:  # -svalue
             eq = "="
-        known = spec.options.get(flag)
-        if known is None:
-            return None  # -h, --help, an unknown option, --no-x: typer decides
+        known = options.get(flag)
+        if known is None or known[1] not in ("str", "int", "flag", "multi"):
+            return None  # -h, --help, an unknown option, --no-x, a kind parsed by click only: typer decides
         name, kind = known
         if kind == "flag":
             if eq or name in given:
@@ -106,10 +82,116 @@ def parse(command: str, args: list[str]) -> dict[str, object] | None:
             else:
                 out[name] = value
         given.add(name)
-    if len(positional) != len(spec.arguments) or not spec.required <= given:
+    need = sum(1 for _, required in arguments if required)
+    if not need <= len(positional) <= len(arguments) or not set(spec["required"]) <= given:
         return None
-    out.update(zip(spec.arguments, positional))
+    out.update(zip((name for name, _ in arguments), positional))
     return out
 
 
-__all__ = ["SPECS", "Spec", "parse"]
+def function(command: str):
+    """The function the fast path calls for ``command`` (its module is imported, typer is not)."""
+    import importlib
+
+    spec = specs()[command]
+    return getattr(importlib.import_module(f"gitlease.cli.{spec['module']}"), spec["function"])
+
+
+# ------------------------------------------------------------------------------- generating the table
+
+
+def _kind(param) -> str:
+    import click
+
+    if param.is_flag:
+        return "flag" if not param.default and not param.secondary_opts else "click"
+    if param.multiple:
+        return "multi" if param.nargs == 1 and isinstance(param.type, click.types.StringParamType) else "click"
+    if param.nargs != 1:
+        return "click"
+    if isinstance(param.type, click.types.IntParamType) and not isinstance(param.type, click.types.IntRange):
+        return "int"
+    if isinstance(param.type, click.types.StringParamType):
+        return "str"
+    return "click"  # a choice, a float, a path...: click parses it (the fast path declines such a line)
+
+
+def build() -> dict[str, dict]:
+    """The table, from the click commands typer builds out of the fast modules' definitions."""
+    import importlib
+
+    import click
+    import typer.main
+
+    from gitlease.cli import COMMANDS
+
+    out: dict[str, dict] = {}
+    for name, (module_name, _summary) in COMMANDS.items():
+        if module_name not in FAST_MODULES:
+            continue
+        module = importlib.import_module(f"gitlease.cli.{module_name}")
+        cmd = typer.main.get_group(module.app).commands[name]
+        fn = module.COMMANDS[name]
+        options: dict[str, tuple[str, str]] = {}
+        arguments: list[tuple[str, bool]] = []
+        required: list[str] = []
+        for p in cmd.params:
+            if isinstance(p, click.Argument):
+                arguments.append((p.name, bool(p.required)))
+                if p.nargs != 1:
+                    raise SystemExit(f"{name}: argument {p.name} takes {p.nargs} values: the fast path cannot")
+                continue
+            kind = _kind(p)
+            for flag in p.opts:
+                options[flag] = (p.name, kind)
+            for flag in p.secondary_opts:
+                options[flag] = (p.name, "click")
+            if p.required:
+                required.append(p.name)
+        out[name] = {
+            "module": module_name,
+            "function": fn.__name__,
+            "options": options,
+            "arguments": tuple(arguments),
+            "required": tuple(sorted(required)),
+        }
+    return out
+
+
+def render() -> str:
+    import pprint
+
+    table = pprint.pformat(build(), width=110, sort_dicts=True)
+    return (
+        '"""The fast path\'s table of the core commands\' options: GENERATED by `python -m gitlease.cli.fast` from\n'
+        "the typer definitions in gitlease/cli/core.py. Do not edit; regenerate (tests/test_fast.py fails when it is\n"
+        'out of date). Kinds: str, int, flag, multi (repeatable); "click": parsed by click only."""\n\n'
+        f"SPECS: dict[str, dict] = {table}\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    args = sys.argv[1:] if argv is None else argv
+    path = os.path.join(os.path.dirname(__file__), FILE)
+    text = render()
+    with open(path, encoding="utf-8") as fh:
+        current = fh.read()
+    if "--check" in args:
+        if current != text:
+            sys.stderr.write(f"{path} is out of date: run python -m gitlease.cli.fast\n")
+            return 1
+        return 0
+    if current != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["FAST_MODULES", "parse", "function", "build", "render", "specs"]

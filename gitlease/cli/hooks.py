@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run, service
+from gitlease.cli.common import command, service
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 from gitlease.core import errors
 
@@ -36,33 +36,28 @@ def _change_lines(changes) -> list[str]:
 
 
 @app.command("install-hooks")
-def install_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
+@command("install-hooks")
+def install_hooks(server: ServerOpt = False, as_json: JsonOpt = False):
     """Install gitlease's pre-commit and pre-push hooks where git looks for hooks (core.hooksPath and linked
     worktrees included); a hook already there is kept and run first. Idempotent."""
+    from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, install
 
-    def body():
-        from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, install
-
-        changes = install(".", SERVER_HOOKS if server else CLIENT_HOOKS)
-        return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
-
-    run("install-hooks", as_json, body)
+    changes = install(".", SERVER_HOOKS if server else CLIENT_HOOKS)
+    return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
 
 
 @app.command("uninstall-hooks")
-def uninstall_hooks(server: ServerOpt = False, as_json: JsonOpt = False) -> None:
+@command("uninstall-hooks")
+def uninstall_hooks(server: ServerOpt = False, as_json: JsonOpt = False):
     """Remove gitlease's hooks and put back the hooks they replaced."""
+    from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, uninstall
 
-    def body():
-        from gitlease.enforce.install import CLIENT_HOOKS, SERVER_HOOKS, uninstall
-
-        changes = uninstall(".", SERVER_HOOKS if server else CLIENT_HOOKS)
-        return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
-
-    run("uninstall-hooks", as_json, body)
+    changes = uninstall(".", SERVER_HOOKS if server else CLIENT_HOOKS)
+    return {"hooks": [c.to_json() for c in changes]}, _change_lines(changes)
 
 
 @app.command()
+@command("verify")
 def verify(
     base: Annotated[
         str, typer.Option(help="What the change is compared with (the pull request's base).")
@@ -86,50 +81,43 @@ def verify(
     ] = False,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """CI check of a pull request: every path its commits touch must lie inside the lease it was made under
     (active on the store) and outside every other active lease. Exit 4 on a violation."""
+    from gitlease.enforce.verify import describe
+    from gitlease.enforce.verify import verify as check
 
-    def body():
-        from gitlease.enforce.verify import describe
-        from gitlease.enforce.verify import verify as check
-
-        verdict = check(service(remote), base=base, head=head, lease_ids=lease or None, require_lease=require_lease)
-        lines = describe(verdict)
-        if not verdict.ok:
-            if not as_json:
-                sys.stderr.write("".join(line + "\n" for line in lines))
-            n = len(verdict.violations)
-            raise errors.ScopeViolation(
-                f"verify refused: {n} path{'s' if n != 1 else ''} may not be written by this change",
-                **verdict.to_json(),
-            )
-        return verdict.to_json(), lines
-
-    run("verify", as_json, body)
+    verdict = check(service(remote), base=base, head=head, lease_ids=lease or None, require_lease=require_lease)
+    lines = describe(verdict)
+    if not verdict.ok:
+        if not as_json:
+            sys.stderr.write("".join(line + "\n" for line in lines))
+        n = len(verdict.violations)
+        raise errors.ScopeViolation(
+            f"verify refused: {n} path{'s' if n != 1 else ''} may not be written by this change",
+            **verdict.to_json(),
+        )
+    return verdict.to_json(), lines
 
 
 @app.command("server-hook")
+@command("server-hook")
 def server_hook(
     hook: Annotated[str, typer.Argument(help="The hook git runs: pre-receive.")],
     as_json: JsonOpt = False,
-) -> None:
+):
     """Run as a server-side hook (refs on stdin): refuses lease ref updates that are not a proper next version
     and branch updates touching paths leased to someone else."""
+    if hook != "pre-receive":
+        raise errors.UsageError(f"unknown server hook {hook!r} (only pre-receive)")
+    from gitlease.enforce.server import pre_receive
 
-    def body():
-        if hook != "pre-receive":
-            raise errors.UsageError(f"unknown server hook {hook!r} (only pre-receive)")
-        from gitlease.enforce.server import pre_receive
-
-        refusals, notes = pre_receive(sys.stdin.buffer.read())
-        if refusals:
-            if not as_json:
-                sys.stderr.write("".join(f"gitlease: {line}\n" for line in refusals))
-            raise errors.ScopeViolation(
-                f"push refused by the lease server hook ({len(refusals)} problem{'s' if len(refusals) != 1 else ''})",
-                problems=refusals,
-            )
-        return {"notes": notes}, [f"gitlease: {n}" for n in notes]
-
-    run("server-hook", as_json, body)
+    refusals, notes = pre_receive(sys.stdin.buffer.read())
+    if refusals:
+        if not as_json:
+            sys.stderr.write("".join(f"gitlease: {line}\n" for line in refusals))
+        raise errors.ScopeViolation(
+            f"push refused by the lease server hook ({len(refusals)} problem{'s' if len(refusals) != 1 else ''})",
+            problems=refusals,
+        )
+    return {"notes": notes}, [f"gitlease: {n}" for n in notes]

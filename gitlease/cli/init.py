@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run
+from gitlease.cli.common import command
 from gitlease.cli.options import JsonOpt, make_app
 
 app = make_app()
 
 
 @app.command()
+@command("init")
 def init(
     remote: Annotated[str | None, typer.Option(help="Share leases through this remote (name or URL).")] = None,
     lease_repo: Annotated[
@@ -23,6 +24,13 @@ def init(
         ),
     ] = None,
     agent: Annotated[str | None, typer.Option(help="This agent's id (lease.agent; the trust-file principal).")] = None,
+    agents: Annotated[
+        str | None,
+        typer.Option(
+            help="Set up a fleet on this host instead: worker-1..5, a,b,c or a pattern 'worker-*'. One key for the "
+            "host, one trust-file line for all of them (one commit); each agent runs with --agent NAME."
+        ),
+    ] = None,
     key: Annotated[str | None, typer.Option(help="Use this signing key (lease.signingKey).")] = None,
     sign: Annotated[
         bool | None, typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote is configured).")
@@ -31,38 +39,48 @@ def init(
     ci: Annotated[str | None, typer.Option(help="Also install the scheduled sweep job: github or gitlab.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to every question (for scripts).")] = False,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Set up this repository for leases: config, signing key, trust-file line, hooks, CI job. Idempotent."""
+    from gitlease.core import errors
+    from gitlease.ops.init import init as do_init
 
-    def body():
-        from gitlease.core import errors
-        from gitlease.ops.init import init as do_init
+    if ci is not None and ci not in ("github", "gitlab"):
+        raise errors.UsageError(f"--ci must be github or gitlab, not {ci!r}")
 
-        if ci is not None and ci not in ("github", "gitlab"):
-            raise errors.UsageError(f"--ci must be github or gitlab, not {ci!r}")
+    answered: list[str] = []  # questions --yes answered, said in the output (no terminal needed)
 
-        def decide(question: str) -> bool:
-            if yes:
-                return True
-            if as_json or not sys.stdin.isatty():
-                return False
-            return typer.confirm(question, default=True, err=True)
+    def decide(question: str) -> bool:
+        if yes:
+            answered.append(question)
+            return True
+        if as_json or not sys.stdin.isatty():
+            return False
+        return typer.confirm(question, default=True, err=True)
 
-        steps = do_init(
-            ".",
-            remote=remote,
-            lease_repo=lease_repo,
-            agent=agent,
-            key=key,
-            sign=sign,
-            hooks=hooks,
-            ci=ci,
-            decide=decide,
+    steps = do_init(
+        ".",
+        remote=remote,
+        lease_repo=lease_repo,
+        agent=agent,
+        agents=agents,
+        key=key,
+        sign=sign,
+        hooks=hooks,
+        ci=ci,
+        decide=decide,
+    )
+    lines = [s.line() for s in steps] + [f"--yes answered yes: {q}" for q in answered]
+    if not any(s.status == "set" for s in steps):
+        lines.append("nothing to change")
+    if agents is not None:
+        lines.append(
+            "next: commit .gitlease/allowed_signers to the default branch once (through review), then each "
+            "agent: git lease acquire --agent NAME --scope PATH (or GITLEASE_AGENT=NAME)"
         )
-        lines = [s.line() for s in steps]
-        if not any(s.status == "set" for s in steps):
-            lines.append("nothing to change")
+    else:
         lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
-        return {"steps": [s.to_json() for s in steps], "changed": any(s.status == "set" for s in steps)}, lines
-
-    run("init", as_json, body)
+    return {
+        "steps": [s.to_json() for s in steps],
+        "changed": any(s.status == "set" for s in steps),
+        "answeredYes": answered,
+    }, lines

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run
+from gitlease.cli.common import command
 from gitlease.cli.options import JsonOpt, make_app
 from gitlease.core import errors
 
@@ -29,6 +29,7 @@ def _default_agent() -> str:
 
 
 @app.command()
+@command("keygen")
 def keygen(
     agent: Annotated[
         str | None, typer.Option(help="Agent id the key is for (default: $GITLEASE_AGENT, lease.agent).")
@@ -47,40 +48,36 @@ def keygen(
         ),
     ] = False,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Make an Ed25519 OpenSSH key for an agent; print the allowed_signers line to commit and the config to set."""
+    from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
+    from gitlease.identity.sshsig import generate_key
 
-    def body():
-        from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
-        from gitlease.identity.sshsig import generate_key
-
-        who = agent or _default_agent()
-        if not _PRINCIPAL.match(who):
-            raise errors.UsageError(
-                f"agent id {who!r} cannot be an allowed_signers principal: use letters, digits and . _ @ + = : / - only"
-            )
-        path = output or os.path.join("~", ".ssh", "gitlease_" + re.sub(r"[^A-Za-z0-9._-]", "_", who))
-        path = os.path.abspath(os.path.expanduser(path))
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        key = generate_key(path, comment=who)
-        namespaces = f"{NAMESPACE},{ADMIN_NAMESPACE}" if admin else NAMESPACE
-        line = f'{who} namespaces="{namespaces}" {key.public_key()}'
-        lines = [
-            f"key written: {path} (public key: {path}.pub)",
-            f"fingerprint: {key.fingerprint()}",
-            "add this line to .gitlease/allowed_signers on the default branch (through review):",
-            line,
-            "then, in the agent's repository:",
-            f"  git config lease.signingKey {path}",
-            f"  git config lease.agent {who}",
-        ]
-        return {
-            "agent": who,
-            "path": path,
-            "publicKey": key.public_key(),
-            "fingerprint": key.fingerprint(),
-            "allowedSigners": line,
-            "admin": admin,
-        }, lines
-
-    run("keygen", as_json, body)
+    who = agent or _default_agent()
+    if not _PRINCIPAL.match(who):
+        raise errors.UsageError(
+            f"agent id {who!r} cannot be an allowed_signers principal: use letters, digits and . _ @ + = : / - only"
+        )
+    path = output or os.path.join("~", ".ssh", "gitlease_" + re.sub(r"[^A-Za-z0-9._-]", "_", who))
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    key = generate_key(path, comment=who)
+    namespaces = f"{NAMESPACE},{ADMIN_NAMESPACE}" if admin else NAMESPACE
+    line = f'{who} namespaces="{namespaces}" {key.public_key()}'
+    lines = [
+        f"key written: {path} (public key: {path}.pub)",
+        f"fingerprint: {key.fingerprint()}",
+        "add this line to .gitlease/allowed_signers on the default branch (through review):",
+        line,
+        "then, in the agent's repository:",
+        f"  git config lease.signingKey {path}",
+        f"  git config lease.agent {who}",
+    ]
+    return {
+        "agent": who,
+        "path": path,
+        "publicKey": key.public_key(),
+        "fingerprint": key.fingerprint(),
+        "allowedSigners": line,
+        "admin": admin,
+    }, lines

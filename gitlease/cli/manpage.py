@@ -1,6 +1,6 @@
 """Generate the man page ``docs/man/git-lease.1`` from the code, so it cannot drift from the commands.
 
-    python -m gitlease.cli.manpage            # rewrite docs/man/git-lease.1
+    python -m gitlease.cli.manpage            # rewrite docs/man/git-lease.1, docs/reference.md, cli/fastspec.py
     python -m gitlease.cli.manpage --check    # exit 1 if the committed page is out of date (a test runs this)
     python -m gitlease.cli.manpage -o -       # print it
 
@@ -204,7 +204,10 @@ def render_markdown() -> str:
                 if not getattr(p, "hidden", False) and isinstance(p, click.Argument)
             ]
             usage = " ".join(["git lease", full, "[options]"] + [x for ps in pieces for x in ps])
-            out += [f"## `{full}`", "", " ".join((_help_text(c) or summary).split()), "", "```", usage, "```", ""]
+            out += [f"## `{full}`", ""]
+            for block in (_help_text(c) or summary).split("\n.PP\n"):  # paragraphs, not roff
+                out += [" ".join(block.split()), ""]
+            out += ["```", usage, "```", ""]
             rows = [o.get_help_record(ctx) for o in c.params if isinstance(o, click.Option)]
             rows = [r for r in rows if r]
             if rows:
@@ -224,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(text)
         return 0
     path = Path(args.output)
-    outputs = [(path, text)] + ([(REFERENCE, render_markdown())] if path == PAGE else [])
+    outputs = [(path, text)]
+    if path == PAGE:  # every file generated from the command definitions, in one step
+        from gitlease.cli import fast
+
+        outputs += [(REFERENCE, render_markdown()), (Path(fast.__file__).with_name(fast.FILE), fast.render())]
     if args.check:
         stale = [p for p, t in outputs if (p.read_text(encoding="utf-8") if p.exists() else "") != t]
         for p in stale:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run, service, ttl_seconds
+from gitlease.cli.common import command, service, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 from gitlease.core import errors
 
@@ -27,6 +27,7 @@ def _read_lines(tasks: str) -> tuple[list[str], str]:
 
 
 @app.command("plan")
+@command("plan")
 def plan_cmd(
     tasks: Annotated[
         str,
@@ -48,41 +49,37 @@ def plan_cmd(
     agent: Annotated[str | None, typer.Option(help="Agent id recorded in the leases --acquire takes.")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Which tasks of the queue can start now (no overlap with active leases or with each other, never ahead
     of an earlier overlapping task), and what blocks each of the others.
 
     TASKS: a file of JSON lines in queue order, {"id": ..., "scope": [...]} or {"id": ..., "paths": [...]};
     '-' reads stdin. Rules: docs/planning.md."""
+    from gitlease.plan.planner import parse_tasks, plan_queue, start_tasks
+    from gitlease.plan.suggest import parse_granularity, read_tree
 
-    def body():
-        from gitlease.plan.planner import parse_tasks, plan_queue, start_tasks
-        from gitlease.plan.suggest import parse_granularity, read_tree
-
-        gran = parse_granularity(granularity)
-        lines, source = _read_lines(tasks)
-        svc = service(remote, agent=agent)
-        tree = read_tree(svc.repo.cwd) if gran.kind in ("package", "auto") else None
-        queue = parse_tasks(lines, granularity=gran, tree=tree, source=source)
-        the_plan, snap = plan_queue(svc, queue)
-        started = start_tasks(svc, the_plan, acquire, ttl=ttl_seconds(ttl)) if acquire else []
-        result = dict(
-            the_plan.to_json(),
-            granularity=str(gran),
-            store=svc.store.name,
-            leases=len(snap.leases),
-            acquired=[s.to_json() for s in started],
-        )
-        scope_of = {t.id: " ".join(t.scope) for t in queue}
-        lines_out = [f"start: {tid}  {scope_of[tid]}" for tid in the_plan.start]
-        lines_out += [f"blocked: {b.id}  {scope_of[b.id]}  by {' '.join(b.by)}" for b in the_plan.blocked]
-        if not queue:
-            lines_out.append("no tasks")
-        for s in started:
-            if s.ok:
-                lines_out.append(f"lease acquired: {s.lease_id} for {s.id}")
-            else:
-                lines_out.append(f"refused: {s.id}: {s.error}")
-        return result, lines_out
-
-    run("plan", as_json, body)
+    gran = parse_granularity(granularity)
+    lines, source = _read_lines(tasks)
+    svc = service(remote, agent=agent)
+    tree = read_tree(svc.repo.cwd) if gran.kind in ("package", "auto") else None
+    queue = parse_tasks(lines, granularity=gran, tree=tree, source=source)
+    the_plan, snap = plan_queue(svc, queue)
+    started = start_tasks(svc, the_plan, acquire, ttl=ttl_seconds(ttl)) if acquire else []
+    result = dict(
+        the_plan.to_json(),
+        granularity=str(gran),
+        store=svc.store.name,
+        leases=len(snap.leases),
+        acquired=[s.to_json() for s in started],
+    )
+    scope_of = {t.id: " ".join(t.scope) for t in queue}
+    lines_out = [f"start: {tid}  {scope_of[tid]}" for tid in the_plan.start]
+    lines_out += [f"blocked: {b.id}  {scope_of[b.id]}  by {' '.join(b.by)}" for b in the_plan.blocked]
+    if not queue:
+        lines_out.append("no tasks")
+    for s in started:
+        if s.ok:
+            lines_out.append(f"lease acquired: {s.lease_id} for {s.id}")
+        else:
+            lines_out.append(f"refused: {s.id}: {s.error}")
+    return result, lines_out

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run, service, ttl_seconds
+from gitlease.cli.common import run, seconds, service, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 from gitlease.core import errors
 
@@ -24,9 +24,7 @@ LeaseOpt = Annotated[
 
 
 def _seconds(name: str, value: str | None, lo: int = 1) -> int | None:
-    from gitlease.core.config import parse_duration
-
-    return None if value is None else parse_duration(name, value, lo)
+    return None if value is None else seconds(name, value, lo)
 
 
 def _log(line: str) -> None:
@@ -100,6 +98,7 @@ def run_(
         if lease:
             from gitlease.core import record as records
 
+            records.check_lease_id(lease)
             held = svc.held_here().get(lease)
             if held is None:
                 raise errors.NotHeld(f"lease {lease} is not held by this worktree")
@@ -176,7 +175,8 @@ def run_(
         }
         if res.lost:
             raise errors.LeaseLost(
-                f"lease lost: {lease_id}: {res.reason}; the command was stopped (its exit status: {res.returncode})",
+                f"{errors.LeaseLost.say(lease_id, res.reason or 'no renewal confirmed')}; the command was "
+                f"stopped (its exit status: {res.returncode})",
                 **result,
             )
         lines = []

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import run, service
+from gitlease.cli.common import command, service
 from gitlease.cli.options import JsonOpt, LeaseArg, RemoteOpt, make_app
 
 app = make_app()
@@ -41,45 +41,49 @@ def attached_lines(att) -> list[str]:
 
 
 @worktree_app.command("add")
+@command("worktree add")
 def add(
     lease_id: LeaseArg,
     base: BaseOpt = None,
     branch: BranchOpt = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Attach a worktree to a lease this worktree holds: a clean pool worktree reset to the base, or a new one.
     The lease moves into it (renew and release it there)."""
+    from gitlease.core.record import check_lease_id
 
-    def body():
-        att = manager(remote).add(lease_id, base=base, branch=branch)
-        return att.to_json(), [
-            f"worktree attached: {att.path}",
-            f"workspace: {att.id}",
-            f"lease: {att.lease_id}",
-        ] + attached_lines(att)
-
-    run("worktree add", as_json, body)
+    att = manager(remote).add(check_lease_id(lease_id), base=base, branch=branch)
+    return att.to_json(), [
+        f"worktree attached: {att.path}",
+        f"workspace: {att.id}",
+        f"lease: {att.lease_id}",
+    ] + attached_lines(att)
 
 
 @worktree_app.command("list")
-def list_(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+@command("worktree list")
+def list_(remote: RemoteOpt = None, as_json: JsonOpt = False):
     """Each worktree with its lease, lease state (active, expired, released, none), cleanliness and age."""
-
-    def body():
-        entries = manager(remote).list()
-        lines = []
-        for e in entries:
-            wt = e.worktree
-            clean = "clean" if e.inspection.clean else "dirty: " + "; ".join(e.inspection.reasons())
-            age = f"{e.age}s" if e.age is not None else "-"
-            lines.append(f"{wt.id}  {e.state}  lease={e.lease or '-'} ({e.lease_state})  {clean}  age={age}  {wt.path}")
-        return {"worktrees": [e.to_json() for e in entries]}, lines or ["no linked worktrees"]
-
-    run("worktree list", as_json, body)
+    entries = manager(remote).list()
+    lines = []
+    for e in entries:
+        wt = e.worktree
+        insp = e.inspection
+        clean = (
+            "; ".join(
+                ([f"dirty: {'; '.join(insp.dirt)}"] if insp.dirt else [])
+                + ([f"busy: {'; '.join(insp.busy)}"] if insp.busy else [])
+            )
+            or "clean"
+        )
+        age = f"{e.age}s" if e.age is not None else "-"
+        lines.append(f"{wt.id}  {e.state}  lease={e.lease or '-'} ({e.lease_state})  {clean}  age={age}  {wt.path}")
+    return {"worktrees": [e.to_json() for e in entries]}, lines or ["no linked worktrees"]
 
 
 @worktree_app.command("prune")
+@command("worktree prune")
 def prune(
     remove: Annotated[
         bool,
@@ -90,23 +94,20 @@ def prune(
     ] = False,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Clean worktrees of released or expired leases go back to the pool (or are removed); dirty ones are
     quarantined: kept, unlocked, out of the pool, their changes saved to a ref, and reported."""
-
-    def body():
-        actions = manager(remote).prune(remove=remove)
-        lines = []
-        for a in actions:
-            why = f" ({'; '.join(a.reasons)})" if a.reasons else ""
-            saved = f" -> {a.ref}" if a.ref else ""
-            lines.append(f"{a.action}: {a.id}{why}{saved}")
-        return {"actions": [a.to_json() for a in actions]}, lines or ["nothing to prune"]
-
-    run("worktree prune", as_json, body)
+    actions = manager(remote).prune(remove=remove)
+    lines = []
+    for a in actions:
+        why = f" ({'; '.join(a.reasons)})" if a.reasons else ""
+        saved = f" -> {a.ref}" if a.ref else ""
+        lines.append(f"{a.action}: {a.id}{why}{saved}")
+    return {"actions": [a.to_json() for a in actions]}, lines or ["nothing to prune"]
 
 
 @worktree_app.command("remove")
+@command("worktree remove")
 def remove(
     workspace: WorkspaceArg,
     save: Annotated[
@@ -117,17 +118,13 @@ def remove(
     ] = False,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
-) -> None:
+):
     """Remove a worktree. Refuses when it has uncommitted work (unless --save) or a live process in it.
     Its lease is not released: it is handed back to the worktree running this command."""
-
-    def body():
-        wt, ref, handed = manager(remote).remove(workspace, save=save)
-        lines = [f"worktree removed: {wt.id} ({wt.path})"]
-        if ref:
-            lines.append(f"saved: {ref}")
-        if handed:
-            lines.append(f"lease still held, now by this worktree: {handed} (git lease release {handed})")
-        return {"workspaceId": wt.id, "path": wt.path, "savedRef": ref, "leasesHandedBack": handed}, lines
-
-    run("worktree remove", as_json, body)
+    wt, ref, handed = manager(remote).remove(workspace, save=save)
+    lines = [f"worktree removed: {wt.id} ({wt.path})"]
+    if ref:
+        lines.append(f"saved: {ref}")
+    if handed:
+        lines.append(f"lease still held, now by this worktree: {handed} (git lease release {handed})")
+    return {"workspaceId": wt.id, "path": wt.path, "savedRef": ref, "leasesHandedBack": handed}, lines

@@ -47,7 +47,7 @@ def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
     try:
         n = int(text) * mult
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number of seconds, not {value!r}") from None
+        raise ConfigError(f"{name} must be a duration (300, 300s, 5m, 2h, 1d), not {value!r}") from None
     if not lo <= n <= hi:
         raise ConfigError(f"{name} must be between {lo} and {hi} seconds, not {n}")
     return n

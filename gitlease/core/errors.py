@@ -89,11 +89,46 @@ class InvalidRecord(GitLeaseError):
     kind = "invalid"
 
 
+class UntrustedWriter(InvalidRecord):
+    """This client would write what every reader reports INVALID: the store's trust file does not trust its key
+    (or its lack of one) for its agent id. Refused before anything is written."""
+
+    kind = "untrusted-writer"
+
+
 class LeaseLost(GitLeaseError):
     """The lease changed, vanished or expired under its holder: stop writing."""
 
     exit_code = LOST
     kind = "lost"
+
+    @staticmethod
+    def cause(reason: str, lease_id: str = "") -> str:
+        """The bare cause of a loss, without the "lease lost: ID:" prefixes and "(stop writing)" suffixes that
+        each layer adds (the agent, the delegate, the heartbeat), so the final message says it once."""
+        text = reason.strip()
+        prefixes = [f"lease lost: {lease_id}: "] if lease_id else []
+        while True:
+            before = text
+            for prefix in prefixes:
+                if text.startswith(prefix):
+                    text = text[len(prefix) :]
+            if text.endswith(" (stop writing)"):
+                text = text[: -len(" (stop writing)")]
+            if text == before:
+                return text
+
+    @classmethod
+    def of(cls, lease_id: str, reason: str, **details: object) -> LeaseLost:
+        """ "lease lost: ID: CAUSE (stop writing)", the cause stripped of what earlier layers added (and said
+        once: a cause that already starts "lease lost" is not prefixed again)."""
+        return cls(f"{cls.say(lease_id, reason)} (stop writing)", leaseId=lease_id, **details)
+
+    @classmethod
+    def say(cls, lease_id: str, reason: str) -> str:
+        """ "lease lost: ID: CAUSE", or the cause alone when it already starts "lease lost"."""
+        text = cls.cause(reason, lease_id)
+        return text if text.startswith("lease lost") else f"lease lost: {lease_id}: {text}"
 
 
 class PushRejected(GitLeaseError):

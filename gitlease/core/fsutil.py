@@ -84,3 +84,10 @@ def locked(
     fh = lock_file(path, shared=shared, wait=wait, clock=clock)
     with fh:
         yield fh
+
+
+def cache_path(folder: str, prefix: str, store_name: str) -> str:
+    """The cache file ``prefix`` keeps for one store in ``folder`` (``cache/<prefix>-<hash of the store>.json``)."""
+    import hashlib
+
+    return os.path.join(folder, "cache", f"{prefix}-{hashlib.sha1(store_name.encode()).hexdigest()[:16]}.json")

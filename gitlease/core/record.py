@@ -15,7 +15,7 @@ from typing import Any
 
 from gitlease.core import scope as scopes
 from gitlease.core.clock import iso, parse_iso
-from gitlease.core.errors import InvalidRecord
+from gitlease.core.errors import InvalidRecord, UsageError
 
 SCHEMA = "gitlease.lease/1"
 MAX_RECORD_BYTES = 64 * 1024
@@ -23,6 +23,15 @@ MAX_PATHS = 1024
 LEASE_ID = re.compile(r"^lease_[0-9a-z]{6,40}$")
 _TEXT_LIMIT = 256
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def check_lease_id(lease_id: object) -> str:
+    """``lease_id`` if it is a well-formed lease id, else UsageError (exit 2): checked before a lease id is
+    used in any ref name or file name."""
+    if not isinstance(lease_id, str) or not LEASE_ID.fullmatch(lease_id):
+        shown = lease_id[:60] if isinstance(lease_id, str) else type(lease_id).__name__
+        raise UsageError(f"not a lease id: {shown!r} (lease ids look like lease_01m8vf6hkhda1tsp)")
+    return lease_id
 
 
 def new_lease_id(now: float) -> str:

@@ -75,3 +75,26 @@ def read_lease_config(git_dir: str) -> dict[str, str]:
         key, _, value = item.partition("\n")
         out[key.lower()] = value
     return out
+
+
+def absent_paths(repo: Repo, paths: list[str] | tuple[str, ...]) -> list[str]:
+    """The scopes among ``paths`` that name nothing here: neither in HEAD's tree nor in the work tree (a typo
+    such as ``servics/billing``). One ``git cat-file --batch-check`` for all of them; nothing without a work
+    tree or before the first commit."""
+    wanted = [p for p in paths if p != "."]
+    if repo.worktree is None or not wanted:
+        return []
+    res = gitcmd.run(
+        ["cat-file", "--batch-check=%(objecttype)"],
+        cwd=repo.worktree,
+        input="".join(f"HEAD:{p}\n" for p in wanted).encode(),
+        check=False,
+    )
+    answers = res.out.splitlines()
+    if res.returncode != 0 or len(answers) != len(wanted):
+        return []
+    return [
+        p
+        for p, answer in zip(wanted, answers)
+        if answer.endswith("missing") and not os.path.lexists(os.path.join(repo.worktree, p))
+    ]

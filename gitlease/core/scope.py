@@ -47,8 +47,11 @@ def normalize(raw: str) -> str:
     return "/".join(parts)
 
 
-def normalize_all(raws: Iterable[str]) -> tuple[str, ...]:
-    """Normalise several scopes and drop those covered by another, sorted: the canonical path set."""
+def normalize_all(raws: Iterable[str] | str) -> tuple[str, ...]:
+    """Normalise several scopes and drop those covered by another, sorted: the canonical path set. One scope
+    may be given as a plain string ("services/tax"), not only as a list of them."""
+    if isinstance(raws, str):
+        raws = [raws]
     paths = sorted({normalize(r) for r in raws})
     if not paths:
         raise ScopeError("no scope given (use --scope PATH, or '.' for the whole repository)")

@@ -52,6 +52,12 @@ class Outcome:
     ambiguous: bool = False
     statuses: dict[str, str] = field(default_factory=dict)  # ref -> ok | uptodate | rejected:<reason>
     message: str = ""
+    connected: bool = True  # False: git never reached the store (no such remote or host): nothing landed
+
+    def check_reached(self) -> None:
+        """RemoteUnavailable when git never reached the store: not an unknown outcome, nothing was written."""
+        if not self.connected:
+            raise RemoteUnavailable(self.message)
 
     def rejected(self) -> list[str]:
         return [r for r, s in self.statuses.items() if s.startswith("rejected")]
@@ -209,6 +215,15 @@ class RemoteStore(Store):
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         statuses = parse_push_porcelain(res.out)
         wanted = [u.ref for u in updates]
+        if not statuses and _never_connected(res.err):
+            # git says it never reached a repository (no such remote, host or path; refused; not allowed):
+            # nothing can have landed. Still "ambiguous" for callers that only know that much (they re-read)
+            return Outcome(
+                ok=False,
+                ambiguous=True,
+                message=f"cannot reach the lease store {self.remote!r}: {_last_error(res.err)} (nothing was written)",
+                connected=False,
+            )
         if not statuses or any(r not in statuses for r in wanted):
             # No verdict for some ref: the connection failed before, or during, the push.
             return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err))
@@ -350,6 +365,27 @@ def parse_push_porcelain(out: str) -> dict[str, str]:
         elif flag in " +-*":
             statuses[dst] = "ok"
     return statuses
+
+
+# What git prints when it never got to talk to a repository at all (so a push cannot have landed).
+_NOT_CONNECTED = (
+    "does not appear to be a git repository",
+    "Could not resolve host",
+    "Could not resolve hostname",
+    "Connection refused",
+    "No route to host",
+    "Name or service not known",
+    "Permission denied (publickey",
+    "Repository not found",
+    "repository not found",
+    "Authentication failed",
+    "unable to connect to",
+)
+
+
+def _never_connected(stderr: str) -> bool:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    return any(m in ln for ln in lines[:3] for m in _NOT_CONNECTED)
 
 
 def _last_error(stderr: str) -> str:

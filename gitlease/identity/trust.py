@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
-from gitlease.core.fsutil import lock_file, write_json
+from gitlease.core.fsutil import cache_path, lock_file, write_json
 from gitlease.core.store import Blob, Store
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
@@ -74,6 +74,24 @@ class Trust:
 
     def trusted_for(self, agent: str, key: str | None, when: float) -> bool:
         return bool(self.signed and key and sshsig.allowed(self.signers or (), agent, key, NAMESPACE, when=when))
+
+    def writer_problem(self, agent: str, key: str | None, when: float) -> str | None:
+        """Why a version written by ``agent`` with ``key`` (None: unsigned) would not verify against this trust
+        file, or None. Without a trust file everything a writer signs (or not) is accepted as it is."""
+        if not self.signed:
+            return None
+        if key is None:
+            return f"this store is signed ({self.source}) and lease.signingKey is not set"
+        if self.trusted_for(agent, key, when):
+            return None
+        fp = sshsig.fingerprint_of(key)
+        names = sshsig.principals_for(self.signers or (), key, NAMESPACE, when=when)
+        hint = (
+            f"it is trusted as {', '.join(names)}: pass --agent (or set lease.agent) to one of those"
+            if names
+            else "the trust file has no line for this key"
+        )
+        return f"key {fp} is not trusted for agent {agent!r} ({self.source}; {hint})"
 
     # --------------------------------------------------------------------------- versions
     def check_version(self, rec: records.Record, data: bytes, sig: bytes | None, when: float) -> VersionCheck:
@@ -470,7 +488,7 @@ def _parse(data: bytes, where: str) -> tuple[sshsig.AllowedSigner, ...]:
 
 
 def _cache_name(folder: str, prefix: str, store_name: str) -> str:
-    return os.path.join(folder, "cache", f"{prefix}-{hashlib.sha1(store_name.encode()).hexdigest()[:16]}.json")
+    return cache_path(folder, prefix, store_name)
 
 
 def _write_json(path: str, doc: object) -> None:
@@ -490,18 +508,20 @@ class TrustCache:
     def save(self, trust: Trust, data: bytes | None) -> None:
         _write_json(self.path, {"source": trust.source, "text": data.decode("utf-8") if data is not None else None})
 
-    def load(self) -> Trust | None:
+    def load(self, *, label: bool = True) -> Trust | None:
+        """The trust last read (None: never); ``label``: its source says it is used because the store is
+        unreachable."""
         try:
             with open(self.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
             source, text = str(doc["source"]), doc["text"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        label = f"{source}, as last read (store unreachable)"
+        label_text = f"{source}, as last read (store unreachable)" if label else f"{source}, as last read"
         if text is None:
-            return Trust(None, label)
+            return Trust(None, label_text)
         try:
-            return Trust(tuple(sshsig.parse_allowed_signers(str(text))), label)
+            return Trust(tuple(sshsig.parse_allowed_signers(str(text))), label_text)
         except InvalidRecord:
             return None
 

@@ -385,7 +385,7 @@ class Agent:
             items = self._ready_piggyback(svc, {lease_id})
             landed: bool | None = None
             try:
-                landed = svc.release(lease_id, piggyback=[it.update for it in items])
+                landed = svc.release(lease_id, piggyback=[it.update for it in items]).piggybacked
             finally:
                 self._finish_piggyback(items, landed)
         return bool(landed)

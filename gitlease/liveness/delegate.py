@@ -210,11 +210,7 @@ class AgentAttempt:
         left = budget - (clock.monotonic() - start)
         state = ans.get("state")
         if state == "lost":
-            raise LeaseLost(
-                f"lease lost: {self.lease_id}: {ans.get('error') or 'the renewal agent reports it lost'}"
-                " (stop writing)",
-                leaseId=self.lease_id,
-            )
+            raise LeaseLost.of(self.lease_id, ans.get("error") or "the renewal agent reports it lost")
         if not ans.get("ok") or state != "held":
             return self._fall_back(
                 f"it does not renew {self.lease_id} ({state or 'error'}: {ans.get('error') or 'unknown lease'})",

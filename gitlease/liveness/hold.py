@@ -11,8 +11,9 @@
 
 ``lease.lost`` is a threading.Event, set when a renewal is refused or none is confirmed by the stop deadline
 (``Timing``: ``grace`` seconds before the lease could expire). Leaving the block stops the heartbeat and releases
-the lease; leaving it normally after a loss raises LeaseLost, so a caller never mistakes unprotected work for
-protected work. Every git call of the heartbeat has a hard timeout that ends before the stop deadline.
+the lease; leaving it normally after a loss raises LeaseLost (also when the body caught one from ``check()``),
+so a caller never mistakes unprotected work for protected work. Every git call of the heartbeat has a hard
+timeout that ends before the stop deadline.
 
 By default the lease is handed to the per-host renewal agent (docs/agent.md; started on demand): the acquire
 and the release go through it (due renewals of other local leases ride in the same push), and the heartbeat
@@ -54,9 +55,7 @@ class Lease:
     def check(self) -> None:
         """Raise LeaseLost (exit code 6) once the lease is lost."""
         if self.heartbeat.lost.is_set():
-            raise LeaseLost(
-                f"lease lost: {self.lease_id}: {self.heartbeat.reason} (stop writing)", leaseId=self.lease_id
-            )
+            raise LeaseLost.of(self.lease_id, self.heartbeat.reason or "no renewal confirmed")
 
     def progress(self, note: str) -> None:
         """A progress note ("tests 40/120") sent with the next renewal."""
@@ -105,7 +104,12 @@ def hold(
     **flags: Any,
 ) -> Iterator[Lease]:
     """Acquire ``scope`` in ``repo`` (waiting up to ``wait`` seconds while it is held), renew it in a
-    background thread, release it when the block ends. ``service``: an existing LeaseService (tests).
+    background thread, release it when the block ends. ``scope``: path prefixes, or one as a string.
+    ``service``: an existing LeaseService (tests).
+
+    After a loss, leaving the block raises LeaseLost, also when the body caught the LeaseLost that
+    ``lease.check()`` raised: work done after a loss was not protected, and the caller must hear it once more
+    where it can act. Catch it around the ``with``, not only inside it.
     ``renew_agent``: renew through the per-host agent (default: git config ``lease.renewAgent``, true; never
     for leases in the repository's own refs); ``agent_client``: an AgentClient (default: the usual socket).
     ``release=False`` (or ``lease.release_on_exit = False`` inside the block): leaving the block stops renewing
@@ -115,6 +119,8 @@ def hold(
     from gitlease.service.factory import open_service
     from gitlease.service.leases import LeaseService
 
+    if isinstance(scope, str):  # one scope, "services/tax", not its characters
+        scope = [scope]
     svc = service or open_service(repo, remote=remote, clock=clock, signer=signer, **flags)
     ttl = int(ttl or svc.settings.ttl)
     timing = _timing(svc.settings, ttl, renew_every, timeout, grace)

@@ -248,7 +248,7 @@ class Supervisor:
                 pass
 
     def _on_lost(self, reason: str) -> None:
-        self.log(f"lease lost: {self.lease_id}: {reason}")
+        self.log(LeaseLost.say(self.lease_id, reason))
         self.stop_group("lease lost")
 
     def _report(self, note: str) -> None:

@@ -4,9 +4,11 @@ Every acquire, renewal and release is one push. With N agents on H hosts, each a
 hour and each lease renewed every R seconds, and assuming every agent holds a lease all the time (an upper
 bound: an idle agent renews nothing):
 
-* per-lease (what gitlease does today): an acquire and a release per task, ``2 * N * T / 60`` pushes a minute,
+* per-lease (each holder renews its own lease: `lease.renewAgent false`, the local store, or a bare
+  `git lease renew` loop): an acquire and a release per task, ``2 * N * T / 60`` pushes a minute,
   plus one renewal push per lease per interval, ``N * 60 / R``;
-* batched (``git lease agent`` renews every lease of a host in one push; ``acquire --replace`` puts a worker's
+* batched (the default of ``hold()`` and ``git lease run``: the per-host ``git lease agent`` renews every lease of
+  a host in one push; ``acquire --replace`` puts a worker's
   release and its next acquire in one push), ``N * T / 60``, plus one renewal push per host per interval for
   all its leases, ``min(H, N) * 60 / R``.
 
@@ -109,8 +111,11 @@ class Budget:
         return out
 
 
-PER_LEASE = "per-lease renewals (what gitlease does today)"
-BATCHED = "batched (git lease agent: one renewal push per host; acquire --replace: release + next acquire in one push)"
+PER_LEASE = "per-lease renewals (each holder renews its own lease: lease.renewAgent false)"
+BATCHED = (
+    "batched (the default: git lease agent, one renewal push per host; acquire --replace: release + next acquire "
+    "in one push)"
+)
 
 
 def plan(fleet: Fleet, limit: float = GITHUB_PUSHES_PER_MINUTE) -> Budget:

@@ -6,6 +6,12 @@ Steps, each reported as a ``Step(name, status, detail)`` with status ``set`` | `
 1. config: ``lease.remote`` (``--remote`` / ``--lease-repo``), ``lease.agent``;
 2. key: ``lease.signingKey`` (an existing key, ``--key PATH``, or a new Ed25519 key for the agent);
 3. trust: the key's ``allowed_signers`` line in ``.gitlease/allowed_signers`` of the work tree, to commit;
+
+``agents`` (``--agents worker-1..5``, ``a,b,c`` or a pattern ``worker-*``) sets up a fleet on this host instead of
+one agent: one key for the host, and ONE trust-file line whose principals are those agents (a list, or the
+pattern), so the whole fleet is trusted by one commit of the trust file; each agent process then says which
+one it is (``--agent worker-3`` or ``GITLEASE_AGENT=worker-3``). Agents of one host and user share a key
+because they share a trust domain: each could read the others' key files anyway (docs/protocol.md).
 4. hooks: ``pre-commit`` and ``pre-push`` installed (chained with what is there);
 5. ci: the scheduled sweep job (``--ci github|gitlab``), else the command that installs it.
 
@@ -58,24 +64,78 @@ def init(
     sign: bool | None = None,
     hooks: bool = True,
     ci: str | None = None,
+    agents: str | None = None,
     decide: Callable[[str], bool] = lambda q: False,
 ) -> list[Step]:
     if remote and lease_repo:
         raise UsageError("give --remote or --lease-repo, not both (--lease-repo is a remote of its own)")
+    if agents is not None and agent is not None:
+        raise UsageError("give --agent (one agent) or --agents (a fleet on this host), not both")
+    names = expand_agents(agents) if agents is not None else None
     repo = Repo.discover(path)
     steps: list[Step] = []
     steps += _store(repo, remote or lease_repo, dedicated=bool(lease_repo))
     repo = Repo.discover(path)  # re-read the config we wrote
-    who, step = _agent(repo, agent)
-    steps.append(step)
+    if names is not None:
+        who = ",".join(names)
+        key_name = "fleet_" + _common_stem(names)
+        patterns = [n for n in names if any(c in n for c in "*?")]
+        which = f"{len(names)} agents ({', '.join(names)})" if not patterns else f"every agent matching {who}"
+        steps.append(
+            Step(
+                "agents",
+                "todo",
+                f"{which} share this host's key; each agent process runs with --agent NAME (or GITLEASE_AGENT=NAME)",
+            )
+        )
+    else:
+        who, step = _agent(repo, agent)
+        key_name = who
+        steps.append(step)
     shared = bool(_config(repo, "lease.remote"))
-    want_sign = sign if sign is not None else shared  # one machine, local store: unsigned is fine
-    key_step, public = _key(repo, who, key, want_sign, decide)
+    # one machine, local store: unsigned is fine; a fleet set up with --agents is signed unless --no-sign
+    want_sign = sign if sign is not None else (shared or names is not None)
+    key_step, public = _key(repo, key_name, key, want_sign, decide)
     steps.append(key_step)
     steps.append(_trust(repo, who, public, decide) if public else Step("trust", "skipped", "unsigned: no key"))
     steps.append(_hooks(repo) if hooks else Step("hooks", "skipped", "--no-hooks"))
     steps.append(_ci(repo, ci))
     return steps
+
+
+_NAME = re.compile(r"^[A-Za-z0-9._@+=:/-]{1,200}$")
+_PATTERN = re.compile(r"^[A-Za-z0-9._@+=:/*?-]{1,200}$")
+
+
+def expand_agents(spec: str) -> list[str]:
+    """``worker-1..5`` -> worker-1 ... worker-5; ``a,b,c`` -> a, b, c; ``worker-*`` stays a pattern (OpenSSH
+    allowed_signers principals: ``*`` and ``?``), trusting every agent id it matches, now and later."""
+    out: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        m = re.fullmatch(r"(.*?)(\d+)\.\.(\d+)", part)
+        if m:
+            stem, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
+            if hi < lo or hi - lo >= 1000:
+                raise UsageError(f"--agents {part!r}: a range runs up, at most 1000 agents (worker-1..5)")
+            width = len(m.group(2)) if m.group(2).startswith("0") else 0
+            out += [f"{stem}{str(n).zfill(width)}" for n in range(lo, hi + 1)]
+        elif part:
+            out.append(part)
+    if not out:
+        raise UsageError("--agents needs agent ids: worker-1..5, a,b,c, or a pattern such as 'worker-*'")
+    for name in out:
+        if not (_NAME.match(name) or _PATTERN.match(name)) or name.startswith(("-", "!")):
+            raise UsageError(
+                f"agent id {name!r} cannot be an allowed_signers principal: use letters, digits and "
+                ". _ @ + = : / - (and * ? in a pattern) only"
+            )
+    return list(dict.fromkeys(out))
+
+
+def _common_stem(names: list[str]) -> str:
+    """A name for the fleet's key file: what the agent ids have in common (``worker`` for worker-1..5)."""
+    stem = os.path.commonprefix(names).rstrip("-_.*?0123456789") or "agents"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", stem)
 
 
 def _store(repo: Repo, remote: str | None, *, dedicated: bool) -> list[Step]:
@@ -143,7 +203,15 @@ def _key(repo: Repo, who: str, key: str | None, want: bool, decide: Callable[[st
         _set(repo, "lease.signingKey", path)
         return Step("key", "set", f"lease.signingKey = {path} (existing key, {signer.fingerprint})"), signer.public_key
     if not decide(f"create an Ed25519 signing key for {who} at {path}?"):
-        return Step("key", "skipped", f"no key (re-run with --yes to create {path}, or --key PATH)"), None
+        return (
+            Step(
+                "key",
+                "skipped",
+                f"no key: not created without a yes (without a terminal to ask on, re-run with --yes to create "
+                f"{path}; or --key PATH)",
+            ),
+            None,
+        )
     from gitlease.identity.sshsig import generate_key
 
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -211,7 +279,10 @@ def _ci(repo: Repo, ci: str | None) -> Step:
         raise ConfigError("ci needs a work tree (this repository is bare)")
     from gitlease.ops.templates import install as do_install
 
-    got = do_install(repo.worktree, ci)
+    try:
+        got = do_install(repo.worktree, ci)
+    except UsageError as exc:  # where the job installs gitlease from: a choice only the user can make
+        return Step("ci", "todo", f"{exc.message}; then: git lease ci install {ci} --install SPEC")
     if got.written:
         return Step("ci", "set", "wrote " + ", ".join(got.written) + "; next: " + "; ".join(got.next_steps))
     return Step("ci", "unchanged", ", ".join(got.unchanged) + " up to date")

@@ -218,6 +218,8 @@ class Sweeper:
         if self.rotate and planned:
             k = random.randrange(len(planned))
             planned = planned[k:] + planned[:k]
+        if planned and not dry_run:
+            self.service.check_writer()  # an audit entry every reader reports INVALID helps no one: refused (exit 5)
         results: list[SweepResult] = []
         fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
         for p in planned:
@@ -253,6 +255,12 @@ class Sweeper:
 
     def force(self, lease_id: str, *, action: str = "reclaim") -> SweepResult:
         """Reclaim ``lease_id`` whatever its state (live, invalid): admin only, audited."""
+        import re
+
+        from gitlease.core.record import check_lease_id
+
+        if not re.fullmatch(r"\?[0-9a-f]{6,64}", lease_id):  # "?<oid>": an unreadable lease, named by its ref
+            check_lease_id(lease_id)
         svc = self.service
         admin = svc.require_admin("a forced release" if action == "force-release" else "reclaiming a live lease")
         view = svc.snapshot(use_cache=False).find(lease_id)

@@ -26,6 +26,7 @@ from typing import Any
 from gitlease.core import gitcmd
 from gitlease.core.clock import iso
 from gitlease.core.errors import GitLeaseError, RemoteUnavailable
+from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
 from gitlease.core.refnames import AUDIT_PREFIX, encode_segment
@@ -92,8 +93,17 @@ class Appended:
 
 class AuditLog:
     def __init__(
-        self, store: Store, objects: ObjectWriter, signer: Signer, clock, *, writer: str, host: str | None = None
+        self,
+        store: Store,
+        objects: ObjectWriter,
+        signer: Signer,
+        clock,
+        *,
+        writer: str,
+        host: str | None = None,
+        head_cache: str | None = None,
     ) -> None:
+        self.head_cache = head_cache  # a file remembering our last entry: an append then needs no read first
         self.store = store
         self.objects = objects
         self.signer = signer
@@ -158,7 +168,7 @@ class AuditLog:
         """Apply ``deletes`` (CAS deletes at the values read) and append one entry, in ONE atomic transaction."""
         if pointer and not _is_commit(self.store.repo_dir, pointer):
             pointer = None
-        head, seq = self._head if self._head is not None else self.read_head()
+        head, seq = self._head or self._cached_head() or self.read_head()
         last = ""
         for attempt in range(APPEND_ATTEMPTS):
             oid, doc = self._entry_commit(fields, head, seq + 1, pointer)
@@ -168,6 +178,7 @@ class AuditLog:
                 out = self._resolve(mine, out)
             if out.ok:
                 self._head = (oid, seq + 1)
+                self._save_head()
                 return Appended("ok", oid, doc)
             last = out.message
             refs = self.store.list_refs()
@@ -186,14 +197,37 @@ class AuditLog:
         self._head = None
         return Appended("failed", message=f"the audit ref {self.ref} kept moving: {last}")
 
+    def _cached_head(self) -> tuple[str | None, int] | None:
+        """Our last entry as this clone wrote it (a guess: a stale one only fails the CAS, then we re-read)."""
+        if not self.head_cache:
+            return None
+        try:
+            with open(self.head_cache, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            oid, seq = doc["oid"], doc["seq"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(oid, str) or not isinstance(seq, int) or not _is_commit(self.store.repo_dir, oid):
+            return None
+        return oid, seq
+
+    def _save_head(self) -> None:
+        if self.head_cache and self._head is not None:
+            try:
+                os.makedirs(os.path.dirname(self.head_cache), exist_ok=True)
+                write_json(self.head_cache, {"oid": self._head[0], "seq": self._head[1]})
+            except OSError:
+                pass  # only costs a read before the next append
+
     def _resolve(self, mine: RefUpdate, out: Outcome) -> Outcome:
         """An unclear outcome: our entry is unique to us, so it landed exactly when our ref points at it (and
         then, atomically, the deletes landed too)."""
+        out.check_reached()
         try:
             now = list_audit_refs(self.store, self.ref).get(self.ref)
         except RemoteUnavailable as exc:
             raise RemoteUnavailable(
-                f"outcome of the reclaim unknown: {out.message or 'no answer'}; and the store "
+                f"outcome of the audited write unknown: {out.message or 'no answer'}; and the store "
                 f"cannot be re-read ({exc}); nothing is assumed"
             ) from None
         return Outcome(ok=now == mine.new, message=out.message)

@@ -26,6 +26,7 @@ from gitlease.core.errors import (
     NotHeld,
     PushRejected,
     RemoteUnavailable,
+    UntrustedWriter,
     UsageError,
 )
 from gitlease.core.fsutil import LockBusy, lock_file, write_json
@@ -106,6 +107,19 @@ class Busy(GitLeaseError):
     kind = "busy"
 
 
+@dataclass(frozen=True)
+class Released:
+    """What ``release`` did (always true as a value). ``already``: the lease was gone before this call (released
+    earlier, or reclaimed), and ``note`` says how; ``piggybacked``: the ``piggyback`` updates landed in the same
+    push; ``audit``: the commit of the audit entry that records the release."""
+
+    lease_id: str
+    already: bool = False
+    piggybacked: bool = False
+    audit: str | None = None
+    note: str = ""
+
+
 class LeaseService:
     def __init__(
         self,
@@ -169,6 +183,49 @@ class LeaseService:
         if not offline:
             self._trust = trust
         return trust
+
+    def check_writer(self) -> None:
+        """Refuse (UntrustedWriter, exit 5) to write what every reader would report INVALID: on a store whose
+        trust file does not trust this client's key (or its lack of one) for its agent id, a lease blocks its
+        scope until an admin clears it. Judged by the trust file this clone last read (no network when that
+        says yes); a "no" is confirmed by reading the trust file again (the key may have been added since).
+        Unsigned and never having read a trust file: nothing to judge, nothing is read."""
+        from gitlease.core.fsutil import cache_path
+
+        key = self.signer.public_key
+        path = cache_path(self.repo.shared_dir(), "trust", self.store.name)
+        cached = os.path.exists(path)
+        if key is None and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers)):
+            if not cached or _unsigned_cache(path):
+                return  # unsigned, and no trust file known: nothing to judge (and no verification code loaded)
+        from gitlease.identity.trust import TrustCache, load_trust
+
+        def fresh() -> Trust:
+            return load_trust(
+                self.store, self.settings.allowed_signers, cache_dir=self.repo.shared_dir(), required=False
+            )
+
+        cache = TrustCache(self.repo.shared_dir(), self.store.name)
+        trust = self._trust or (cache.load(label=False) if cached else None)
+        if os.path.isabs(os.path.expanduser(self.settings.allowed_signers)) or trust is None:
+            trust = fresh()
+        now = self.clock.now()
+        problem = trust.writer_problem(self.settings.agent, key, now)
+        if problem and trust is not self._trust:
+            try:
+                trust = fresh()
+            except RemoteUnavailable:
+                pass  # the store is unreachable: the write fails there anyway; judge by what was read
+            else:
+                problem = trust.writer_problem(self.settings.agent, key, now)
+        if problem:
+            raise UntrustedWriter(
+                f"{problem}: every reader would report this lease INVALID and its scope would stay blocked "
+                "until an admin clears it; nothing was written",
+                agent=self.settings.agent,
+                key=self.signer.fingerprint,
+                trust=trust.source,
+            )
 
     def require_admin(self, action: str) -> str:
         """The identity allowed to ``action`` (a forced release, a reclaim of a live lease), or Forbidden.
@@ -261,6 +318,7 @@ class LeaseService:
         (a supervised holder's stop deadline; default: the TTL)."""
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
+        self.check_writer()
         release_with: list[RefUpdate] = []
         if replace is not None:
             h = self.held_lease(replace)
@@ -365,9 +423,18 @@ class LeaseService:
     @functools.cached_property
     def audit(self) -> AuditLog:
         """This writer's audit log (``refs/leases-audit/<agent>``: one ref per writer, no contention)."""
+        from gitlease.core.fsutil import cache_path
         from gitlease.service.audit import AuditLog, writer_id
 
-        return AuditLog(self.store, self.objects, self.signer, self.clock, writer=writer_id(self.settings.agent))
+        writer = writer_id(self.settings.agent)
+        return AuditLog(
+            self.store,
+            self.objects,
+            self.signer,
+            self.clock,
+            writer=writer,
+            head_cache=cache_path(self.repo.shared_dir(), f"audit-{writer}", self.store.name),
+        )
 
     def reclaim(self, view: LeaseView, *, action: str, rule: str, reason: str, by: str | None = None) -> Appended:
         """Delete exactly ``view``'s refs at the values read AND append the audit entry (who, which lease,
@@ -395,6 +462,7 @@ class LeaseService:
     def _resolve(self, updates: Sequence[RefUpdate], out: Outcome, what: str = "write") -> Outcome:
         """After an unclear outcome, re-read and compare with what we meant to write (a delete landed when
         the ref is absent). Never retry blindly."""
+        out.check_reached()
         try:
             refs = self.store.list_refs()
         except RemoteUnavailable as exc:
@@ -445,6 +513,7 @@ class LeaseService:
         store only) are pushed in the same atomic push: see ``push_fenced``. Renewals of one lease in one
         worktree (a heartbeat and a fenced push of its command) take turns, so they never race each other.
         ``stop_after``: see ``acquire`` (default: carried over from the version renewed)."""
+        self.held_lease(records.check_lease_id(lease_id))  # before any file is named after it
         with self._renewing(lease_id):
             return self._renew(
                 lease_id, ttl=ttl, progress=progress, extra_refspecs=extra_refspecs, stop_after=stop_after
@@ -474,6 +543,9 @@ class LeaseService:
     ) -> Renewed:
         prep = self.prepare_renewal(lease_id, ttl=ttl, progress=progress, stop_after=stop_after)
         out = self.store.apply([prep.update], extra_refspecs=extra_refspecs)
+        if not out.connected:  # git never reached the store: nothing was written, the lease is as it was
+            prep.close()
+            out.check_reached()
         if out.ambiguous:
             try:
                 out = self._resolve([prep.update], out)
@@ -649,37 +721,126 @@ class LeaseService:
             held.pop(lease_id, None)
 
     # ------------------------------------------------------------------------- release
-    def release(self, lease_id: str, *, piggyback: Sequence[RefUpdate] = ()) -> bool:
-        """Delete the lease's refs at the values this worktree wrote. ``piggyback``: other updates sent in the
-        same atomic push (see ``acquire``); True when they landed. Waits for a renewal of the same lease in
-        this worktree (the renewal agent's, a heartbeat's) to finish first."""
+    def release(self, lease_id: str, *, piggyback: Sequence[RefUpdate] = ()) -> Released:
+        """Delete the lease's refs at the values this worktree wrote, and record the release in this writer's
+        audit log, in one atomic push. ``piggyback``: other updates sent in the same atomic push (see
+        ``acquire``); ``piggybacked`` in the answer says whether they landed. Waits for a renewal of the same
+        lease in this worktree (the renewal agent's, a heartbeat's) to finish first.
+
+        A lease this worktree does not hold: released before (or reclaimed), it is gone from the store and the
+        answer says ``already`` (idempotent); otherwise NotHeld says where it is held, or that no such lease
+        is known (a typo)."""
+        records.check_lease_id(lease_id)
+        if lease_id not in self.held.load():
+            return self._not_held(lease_id)
         with self._renewing(lease_id):
             return self._release(lease_id, list(piggyback))
 
-    def _release(self, lease_id: str, piggyback: list[RefUpdate]) -> bool:
+    def _release(self, lease_id: str, piggyback: list[RefUpdate]) -> Released:
         h = self.held_lease(lease_id)
-        self._require_owner_key(records.parse(h.record.encode("utf-8")), "release")
+        rec = records.parse(h.record.encode("utf-8"))
+        self._require_owner_key(rec, "release")
         if h.pending:
             h = self._settle_pending(h)
+            rec = records.parse(h.record.encode("utf-8"))
         updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
             RefUpdate(scope_ref(p), None, h.grant) for p in h.paths
         ]
-        out = self.store.apply(updates + piggyback)
-        if out.ambiguous:
-            out = self._resolve(updates + piggyback, out, what="release")
-        if piggyback and not out.ok:
-            if any(_refused_itself(out.statuses.get(u.ref, "")) for u in piggyback):
-                return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
-            piggyback = []
-        if out.ok:
+        fields = {
+            "action": "release",
+            "rule": None,
+            "reason": "released by its holder",
+            "by": self.settings.agent,
+            "leaseId": lease_id,
+            "version": rec.version,
+            "oid": h.current,
+            "grant": h.grant,
+            "refs": {u.ref: u.old for u in updates},
+            "paths": list(h.paths),
+            "owner": rec.owner.to_json(),
+            "expiresAt": rec.expires_at,
+            "valid": True,
+        }
+        got = self.audit.append_with(updates + piggyback, fields, pointer=h.current)
+        if got.ok:
             self.forget(lease_id)
-            return bool(piggyback)
-        refs = self.store.list_refs()
+            return Released(lease_id, piggybacked=bool(piggyback), audit=got.oid)
+        if piggyback and got.status == "changed":
+            if any(got.refs.get(u.ref) != u.old for u in piggyback):
+                return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
+        if got.status == "failed":
+            raise GitLeaseError(f"release of {lease_id} refused by the store: {got.message}", leaseId=lease_id)
+        refs = got.refs
         ours = [u for u in updates if refs.get(u.ref) == u.old]
         if not ours:
             self.forget(lease_id)
-            raise LeaseLost(f"lease lost or replaced: {lease_id} was already gone from the store")
+            raise LeaseLost(
+                f"lease lost or replaced: {lease_id} was already gone from the store (reclaimed, or cleared after "
+                f"it expired: git lease log --lease {lease_id})"
+            )
         raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
+
+    def _not_held(self, lease_id: str) -> Released:
+        """Release of a lease this worktree does not hold: gone from the store (released before, reclaimed) is
+        a success (``already``); on the store, say who holds it and where; unknown, say so."""
+        try:
+            view = self.snapshot(use_cache=False).find(lease_id)
+        except RemoteUnavailable as exc:
+            raise NotHeld(
+                f"lease {lease_id} is not held by this worktree ({self.repo.cwd}), and the store cannot be "
+                f"read to say more: {exc}",
+                leaseId=lease_id,
+            ) from None
+        if view is None:
+            gone = self.gone_note(lease_id)
+            if gone is None:
+                raise NotHeld(
+                    f"no lease {lease_id} on store {self.store.name}, and no trace of it in the audit log: "
+                    "this worktree never held it (a typo? 'git lease status' lists the leases)",
+                    leaseId=lease_id,
+                )
+            return Released(lease_id, already=True, note=gone)
+        raise NotHeld(
+            f"lease {lease_id} is not held by this worktree ({self.repo.cwd}): {self._where_held(view)}",
+            leaseId=lease_id,
+        )
+
+    def gone_note(self, lease_id: str) -> str | None:
+        """How a lease left the store, from the audit log ("released by A at T"), or None when it has no trace."""
+        from gitlease.service.audit import read_log
+
+        try:
+            entries = [e for e in read_log(self.store) if e.lease_id == lease_id]
+        except GitLeaseError:
+            return None
+        if not entries:
+            return None
+        d = entries[-1].doc
+        what = {"release": "released", "force-release": "force-released", "clear": "cleared"}.get(
+            str(d.get("action")), "reclaimed"
+        )
+        rule = f" (rule {d.get('rule')})" if d.get("rule") else ""
+        return f"{what} by {d.get('by')} at {d.get('at')}{rule}"
+
+    def _where_held(self, view: LeaseView) -> str:
+        """Where a lease this worktree does not hold is held: another worktree of this repository (with the
+        command to run there), or another agent, host and workspace."""
+        rec = view.record
+        if rec is None:
+            return "its record is unreadable (an admin clears it: git lease release --force ID)"
+        if rec.owner.host == os.uname().nodename:
+            for path, state in _worktree_states(self.repo.common_dir):
+                try:
+                    held = state.load()
+                except GitLeaseError:
+                    continue
+                if view.lease_id in held and held[view.lease_id].store == self.store.name:
+                    return f"it is held by the worktree at {path}: git -C {path} lease release {view.lease_id}"
+        return (
+            f"it is held by agent {rec.owner.agent_id} (task {rec.owner.task_id}) on host {rec.owner.host}, "
+            f"workspace {rec.workspace_id}; only its holder releases it (an admin: git lease release --force "
+            f"{view.lease_id})"
+        )
 
     # ---------------------------------------------------------------------------- read
     def snapshot(self, *, use_cache: bool = True) -> Snapshot:
@@ -777,6 +938,7 @@ class LeaseService:
         return paths, snap.blocking(paths, self.clock.now(), self.settings.skew), snap
 
     def show(self, lease_id: str) -> tuple[LeaseView | None, list[HistoryEntry], Snapshot]:
+        records.check_lease_id(lease_id)
         snap = self.snapshot()
         view = snap.find(lease_id)
         entries: list[HistoryEntry] = []
@@ -809,6 +971,33 @@ class LeaseService:
 
 
 # ------------------------------------------------------------------------- view building
+
+
+def _unsigned_cache(path: str) -> bool:
+    """Whether the cached trust of a store says it has no trust file (read without the trust module)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh).get("text") is None
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _worktree_states(common_dir: str) -> Iterator[tuple[str, HeldState]]:
+    """(work tree path, its held state) of every worktree of the repository at ``common_dir``."""
+    main = os.path.dirname(common_dir.rstrip("/"))
+    yield main, HeldState(os.path.join(common_dir, "gitlease"))
+    admin = os.path.join(common_dir, "worktrees")
+    try:
+        names = sorted(os.listdir(admin))
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(os.path.join(admin, name, "gitdir"), encoding="utf-8") as fh:
+                path = os.path.dirname(fh.read().strip())
+        except OSError:
+            continue
+        yield path, HeldState(os.path.join(admin, name, "gitlease"))
 
 
 def _refused_itself(status: str) -> bool:
@@ -866,6 +1055,7 @@ __all__ = [
     "Renewed",
     "PreparedRenewal",
     "Busy",
+    "Released",
     "HistoryEntry",
     "id_ref",
     "scope_ref",

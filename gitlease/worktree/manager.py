@@ -482,8 +482,35 @@ class WorktreeManager:
                     "at": iso(self.clock.now()),
                 }
                 _save_meta(wt.git_dir, meta)
-                return wt, skipped
+                return self._rename_for(wt, paths, {os.path.basename(w.path) for w in every}), skipped
             return self._reserve(paths, {os.path.basename(w.path) for w in every}), skipped
+
+    def _rename_for(self, wt: Worktree, paths: Sequence[str], taken: set[str]) -> Worktree:
+        """A pooled worktree takes the name of its new task (``wt-docs-1`` reused for libs/payments becomes
+        ``wt-payments-1``): ``git worktree move``, under the pool lock, before the lease records its id. A
+        move git refuses leaves the old name (a name is a label, not a guarantee)."""
+        slug = _slug(paths, os.path.basename(self.main_dir()))
+        name = os.path.basename(wt.path)
+        if re.fullmatch(rf"wt-{re.escape(slug)}-\d+", name) or wt.meta is None:
+            return wt
+        parent = os.path.dirname(wt.path)
+        n = 1
+        while f"wt-{slug}-{n}" in taken or os.path.lexists(os.path.join(parent, f"wt-{slug}-{n}")):
+            n += 1
+        new = os.path.join(parent, f"wt-{slug}-{n}")
+        reason = wt.locked
+        if reason is not None:
+            gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+        moved = gitcmd.run(["worktree", "move", wt.path, new], cwd=self.repo.cwd, check=False).returncode == 0
+        path = new if moved else wt.path
+        if reason is not None:
+            gitcmd.run(["worktree", "lock", "--reason", reason, path], cwd=self.repo.cwd, check=False)
+        if not moved:
+            return wt
+        meta = wt.meta
+        meta.id, meta.path = os.path.basename(new), new
+        _save_meta(wt.git_dir, meta)
+        return Worktree(new, wt.git_dir, wt.head, wt.branch, wt.locked, wt.prunable, meta)
 
     def _reserve(self, paths: Sequence[str], taken: set[str]) -> str:
         root = self.root()

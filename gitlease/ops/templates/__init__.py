@@ -19,10 +19,88 @@ KINDS = {
 GITLAB_CI = ".gitlab-ci.yml"
 
 
-def default_install_spec() -> str:
-    from gitlease import __version__
+SECRET = "GITLEASE_SIGNING_KEY"  # the CI secret (GitLab: a File-type variable) holding the sweeper's key
 
-    return f"gitlease=={__version__}"
+
+def default_install_spec() -> str:
+    """What the CI job installs when ``--install`` is not given: this very gitlease, pinned to the commit it was
+    installed from (see ``install_spec_for``). UsageError (exit 2) naming the choice when that cannot be told:
+    no package index is assumed to serve the name ``gitlease`` (a different project could own it)."""
+    from importlib import metadata
+
+    try:
+        raw = metadata.distribution("gitlease").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        raw = None
+    spec, where = install_spec_for(raw)
+    if spec is None:
+        raise UsageError(
+            f"cannot tell where the CI job should install gitlease from ({where}): pass --install SPEC, e.g. "
+            "--install 'git+https://HOST/OWNER/gitlease@COMMIT' (a pinned commit of a repository the runner can "
+            "clone), the URL of a wheel, or 'gitlease==VERSION' if your package index serves this project"
+        )
+    return spec
+
+
+def install_spec_for(direct_url: str | None) -> tuple[str | None, str]:
+    """(pip requirement, where it comes from) for the installation pip described in ``direct_url`` (PEP 610's
+    direct_url.json): a VCS install gives ``git+URL@COMMIT``; an install from a local git checkout gives the
+    same for the first remote whose remote-tracking branches contain the checked-out commit and whose URL a CI
+    runner can reach (not a local path). (None, why) otherwise."""
+    import json
+
+    if not direct_url:
+        return None, "it was not installed from a URL or a checkout (no direct_url.json): a package index?"
+    try:
+        doc = json.loads(direct_url)
+        url = str(doc["url"])
+    except (ValueError, KeyError, TypeError):
+        return None, "pip's record of where it came from does not parse"
+    vcs = doc.get("vcs_info") if isinstance(doc.get("vcs_info"), dict) else None
+    if vcs and vcs.get("vcs") == "git" and vcs.get("commit_id"):
+        return f"git+{url}@{vcs['commit_id']}", url
+    if not url.startswith("file://"):
+        return None, f"installed from {url}, not from a git repository"
+    from urllib.parse import unquote, urlparse
+
+    path = unquote(urlparse(url).path)
+    return _from_checkout(path)
+
+
+def _from_checkout(path: str) -> tuple[str | None, str]:
+    from gitlease.core import gitcmd
+
+    head = gitcmd.run(["rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=path, check=False)
+    if head.returncode != 0:
+        return None, f"installed from {path}, which is not a git checkout"
+    commit = head.out.strip()
+    branches = gitcmd.run(["branch", "-r", "--format=%(refname:short)", "--contains", commit], cwd=path, check=False)
+    remotes = []
+    for name in branches.out.split():
+        remote = name.split("/", 1)[0]
+        if remote not in remotes:
+            remotes.append(remote)
+    for remote in remotes:
+        got = gitcmd.run(["remote", "get-url", remote], cwd=path, check=False)
+        url = got.out.strip()
+        reachable = _pip_git_url(url) if got.returncode == 0 else None
+        if reachable:
+            return f"git+{reachable}@{commit}", f"{path} ({remote})"
+    return (
+        None,
+        f"installed from the checkout {path}, whose commit {commit[:12]} is on no remote branch of a repository "
+        "a CI runner could clone (push it first?)",
+    )
+
+
+def _pip_git_url(url: str) -> str | None:
+    """A git remote URL as pip's ``git+`` takes it, or None for a local path (a runner cannot reach it)."""
+    if url.startswith(("https://", "http://", "ssh://", "git://")):
+        return url
+    if ":" in url and not url.startswith(("/", ".", "file:")) and "@" in url.split(":", 1)[0]:
+        user_host, _, rest = url.partition(":")  # scp-like git@github.com:owner/repo.git
+        return f"ssh://{user_host}/{rest}"
+    return None
 
 
 def render(kind: str, install: str | None = None) -> str:
@@ -44,14 +122,26 @@ class Installed:
 
 
 def install(root: str, kind: str, *, install_spec: str | None = None, overwrite: bool = False) -> Installed:
-    text = render(kind, install_spec)
+    if kind not in KINDS:
+        raise UsageError(f"unknown CI kind {kind!r}: choose one of {', '.join(KINDS)}")
+    spec = install_spec or default_install_spec()
+    text = render(kind, spec)
     out = Installed(kind)
     _write(root, KINDS[kind][1], text, overwrite, out)
     if not install_spec:
-        out.next_steps.append(
-            f"the job runs `pip install {default_install_spec()}`: make sure your package index "
-            "serves this project under that name, or pass --install (a git URL, a wheel)"
-        )
+        out.next_steps.append(f"the job runs `pip install {spec}` (this gitlease, pinned); --install SPEC to change")
+    agent = "gitlease-sweeper-" + kind
+    secret = (
+        f"a repository secret {SECRET}"
+        if kind == "github"
+        else f"a File-type CI/CD variable {SECRET} (protected, masked values cannot hold a key)"
+    )
+    out.next_steps.append(
+        f"on a signed store (a trust file on the default branch) the sweeper signs: git lease keygen --agent "
+        f"{agent} -o ./{agent}; commit the allowed_signers line it prints; put the private key ./{agent} in "
+        f"{secret}; delete the local copy. Without it, the job exits 5 rather than write reclaims every reader "
+        "reports INVALID"
+    )
     if kind == "github":
         out.next_steps.append("commit and push it to the default branch (GitHub runs schedules only from there)")
         out.next_steps.append(
