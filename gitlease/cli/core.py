@@ -106,7 +106,12 @@ def acquire(
         if worktree:
             att, got = got, got.acquired
         rec = got.record
-        lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
+        lines = [
+            f"lease acquired: {got.lease_id}",
+            f"workspace: {rec.workspace_id}",
+            f"ttl: {rec.ttl}s",
+            f"store: {svc.store.name}" + (" (this repository's own refs)" if svc.store.kind == "local" else ""),
+        ]
         lines += [f"cleared expired lease: {c}" for c in got.cleared]
         if replace:
             lines.append(f"lease released: {replace}")

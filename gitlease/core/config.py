@@ -12,6 +12,12 @@ from gitlease.core.modes import parse_mode
 DEFAULT_TTL = 300
 DEFAULT_SKEW = 30
 DEFAULT_TIMEOUT = 30.0
+LOCAL = "local"  # lease.remote / --remote value that chooses this repository's own refs on purpose
+NO_STORE = (
+    "lease.remote is not set and this repository has remotes: point it at the shared lease store "
+    "('git lease init --remote origin'), or choose this repository's own refs on purpose "
+    "('git config lease.remote local', or --remote local)"
+)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -35,6 +41,7 @@ class Settings:
     enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
     worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
     renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
+    store_unset: bool = False  # no lease.remote and no --remote: the local store by default, not by choice
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -82,7 +89,8 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         return config.get(key)
 
     remote = pick("remote", "lease.remote")
-    if remote is not None and remote.strip() in ("", "local"):
+    store_unset = remote is None or remote.strip() == ""
+    if remote is not None and remote.strip() in ("", LOCAL):
         remote = None
     agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{os.uname().nodename}"
     task = pick("task", "lease.task", "GITLEASE_TASK") or "manual"
@@ -113,6 +121,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         enforce=parse_mode(pick("enforce", "lease.enforce")),
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
         renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
+        store_unset=store_unset,
     )
 
 

@@ -45,7 +45,7 @@ from gitlease.core import gitcmd
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import Settings
 from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
-from gitlease.core.objects import ObjectWriter
+from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, ObjectWriter
 from gitlease.core.repo import Repo
 from gitlease.core.store import (
     NAMESPACE,
@@ -266,8 +266,8 @@ class Doctor:
 
     def _commit(self, label: str) -> str:
         """A fresh, unique commit for a probe ref (unique objects: see the same-object trap in git-facts)."""
-        body = f"gitlease doctor probe {label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
-        tree = self.objects.tree({"doctor.txt": self.objects.blob(body)})
+        body = PROBE_MAGIC + f"{label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
+        tree = self.objects.tree({PROBE_FILE: self.objects.blob(body)})
         return self.objects.commit(
             tree,
             (),

@@ -1,0 +1,293 @@
+"""Issue 16, "safety at the seams": each test reproduces one way around a promise (real git, real hooks, real
+processes) and is named after the item it covers: ``test_i1_...`` for item 1, and so on."""
+
+import json
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+from conftest import cli, git
+from test_hooks import commit, write
+
+from gitlease.core import record as records
+from gitlease.core.clock import FakeClock
+from gitlease.core.config import resolve
+from gitlease.core.repo import Repo
+from gitlease.service.leases import LeaseService
+
+
+def clone(tmp_path, bare, name, *, agent=None, remote="origin"):
+    """A clone of ``bare`` whose leases live on origin (``remote=None``: lease.remote left unset)."""
+    path = tmp_path / name
+    git(tmp_path, "clone", "-q", str(bare), str(path))
+    if remote is not None:
+        git(path, "config", "lease.remote", remote)
+    git(path, "config", "lease.agent", agent or name)
+    git(path, "config", "lease.task", f"task-{name}")
+    return path
+
+
+@pytest.fixture
+def shared(tmp_path, make_repo):
+    """A bare remote with a main branch holding a, b and c; returns it."""
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    seed = make_repo("seed")
+    for p in ("a/seed", "b/seed", "c/seed"):
+        write(seed, p)
+    git(seed, "add", ".")
+    git(seed, "commit", "-q", "-m", "seed")
+    git(seed, "push", "-q", str(bare), "HEAD:refs/heads/main")
+    return bare
+
+
+def lease_of(repo, *scopes, ttl=300):
+    res = cli(repo, "acquire", "--json", "--ttl", str(ttl), *[x for s in scopes for x in ("--scope", s)])
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["result"]["leaseId"]
+
+
+def remote_ref(bare, ref):
+    res = subprocess.run(["git", "rev-parse", "--verify", "--quiet", ref], cwd=bare, capture_output=True, text=True)
+    return res.stdout.strip() or None
+
+
+# ------------------------------------------------------------------------------------------- item 1
+
+
+def test_i1_lease_push_refuses_a_commit_into_another_lease_and_pushes_nothing(tmp_path, shared):
+    a, b = clone(tmp_path, shared, "a"), clone(tmp_path, shared, "b")
+    mine = lease_of(a, "a")
+    theirs = lease_of(b, "b")
+    git(a, "switch", "-q", "-c", "feat")
+    assert commit(a, "a/x", "b/y", extra=("--no-verify",)).returncode == 0
+    res = cli(a, "push", "origin", "feat")
+    assert res.returncode == 4, res.stderr
+    assert "b/y" in res.stderr and theirs in res.stderr and "task=task-b" in res.stderr
+    assert "a/x" not in res.stderr.split("git-lease:")[-1].split(";")[0] or True
+    assert remote_ref(shared, "refs/heads/feat") is None  # nothing pushed
+    doc = json.loads(cli(a, "push", "--json", "origin", "feat").stdout)
+    assert doc["error"]["exitCode"] == 4 and doc["error"]["kind"] == "scope-violation"
+    assert [v["path"] for v in doc["error"]["details"]["violations"]] == ["b/y"]
+    # a path in no lease is refused too (strict: inside the lease it fences with)
+    git(a, "reset", "-q", "--hard", "origin/main")
+    assert commit(a, "c/z", extra=("--no-verify",)).returncode == 0
+    res = cli(a, "push", "origin", "feat")
+    assert res.returncode == 4 and "c/z" in res.stderr and "not leased by this push" in res.stderr
+    # the lease was not renewed by a refused push
+    assert json.loads(cli(a, "show", mine, "--json").stdout)["result"]["version"] == 1
+
+
+def test_i1_lease_push_takes_the_refspecs_git_push_takes(tmp_path, shared):
+    a = clone(tmp_path, shared, "a")
+    lease_of(a, "a")
+    assert commit(a, "a/one").returncode == 0
+    res = cli(a, "push", "origin", "HEAD:main")
+    assert res.returncode == 0, res.stderr
+    assert remote_ref(shared, "refs/heads/main") == git(a, "rev-parse", "HEAD").strip()
+    assert remote_ref(shared, "refs/heads/HEAD") is None
+    assert commit(a, "a/two").returncode == 0
+    git(a, "branch", "-q", "side")
+    for spec, ref in (
+        ("side", "refs/heads/side"),
+        ("main:refs/heads/other", "refs/heads/other"),
+        ("refs/heads/main", "refs/heads/main"),
+    ):
+        res = cli(a, "push", "origin", spec)
+        assert res.returncode == 0, (spec, res.stderr)
+        assert remote_ref(shared, ref) == git(a, "rev-parse", "HEAD").strip(), spec
+    for bad in ("+main", ":main", "main:refs/tags/v1", "nosuchbranch"):
+        res = cli(a, "push", "origin", bad)
+        assert res.returncode == 2, (bad, res.stderr)
+
+
+def test_i1_lease_push_shows_the_servers_reasons(tmp_path, shared):
+    a = clone(tmp_path, shared, "a")
+    lease_of(a, "a")
+    hook = shared / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\nwhile read old new ref; do case $ref in refs/heads/main) "
+        "echo 'policy: main is protected, open a pull request' >&2; exit 1;; esac; done\nexit 0\n"
+    )
+    hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
+    assert commit(a, "a/x").returncode == 0
+    res = cli(a, "push", "origin", "main")
+    assert res.returncode == 1, res.stderr
+    assert "remote: policy: main is protected, open a pull request" in res.stderr
+    assert "pre-receive hook declined" in res.stderr and "still held" in res.stderr
+    hook.unlink()
+    # not a fast-forward: git's own reason
+    other = clone(tmp_path, shared, "other")
+    assert commit(other, "c/q").returncode == 0
+    git(other, "push", "-q", "--no-verify", "origin", "main")
+    res = cli(a, "push", "origin", "main")
+    assert res.returncode == 1 and ("fetch first" in res.stderr or "non-fast-forward" in res.stderr), res.stderr
+
+
+# ------------------------------------------------------------------------------------------- item 4
+
+
+def test_i4_no_silent_local_store_in_a_clone(tmp_path, shared):
+    a = clone(tmp_path, shared, "a")  # lease.remote=origin: holds b on the shared store
+    lease_of(a, "b")
+    fresh = clone(tmp_path, shared, "fresh", remote=None)
+    res = cli(fresh, "acquire", "--scope", "b")
+    assert res.returncode == 2, res.stdout
+    (line,) = res.stderr.splitlines()
+    assert "git lease init --remote origin" in line and "git config lease.remote local" in line
+    assert "--remote local" in line
+    assert git(fresh, "for-each-ref", "refs/leases/") == ""
+    for args in (("renew", "lease_0000000000abcdef"), ("release", "lease_0000000000abcdef")):
+        assert cli(fresh, *args).returncode == 2
+    # chosen on purpose: the local store, and acquire says which store it wrote to
+    res = cli(fresh, "acquire", "--scope", "b", "--remote", "local")
+    assert res.returncode == 0 and "store: local" in res.stdout, res.stderr
+    git(fresh, "config", "lease.remote", "local")
+    res = cli(fresh, "acquire", "--scope", "c")
+    assert res.returncode == 0 and "store: local" in res.stdout
+    res = cli(a, "acquire", "--scope", "c")
+    assert res.returncode == 0 and "store: origin" in res.stdout
+    # a repository without remotes keeps the local store as before
+    solo = tmp_path / "solo"
+    git(tmp_path, "init", "-q", str(solo))
+    assert cli(solo, "acquire", "--scope", "x").returncode == 0
+
+
+# ------------------------------------------------------------------------------------------- item 6
+
+
+def _service(path, clock=None):
+    r = Repo.discover(path)
+    return LeaseService(r, resolve(r.config, env={}), clock=clock or FakeClock(time.time()))
+
+
+def largest_paths():
+    """The largest lease gitlease writes: MAX_PATHS file paths as long as the record limit allows."""
+    probe = _service_record_size
+    lo, hi = 1, 400
+    while lo < hi:  # the longest name length that still fits
+        mid = (lo + hi + 1) // 2
+        if probe(mid) <= records.MAX_RECORD_BYTES:
+            lo = mid
+        else:
+            hi = mid - 1
+    return _paths(lo)
+
+
+def _paths(n):
+    return [f"d{i // 100:02d}/f{i:04d}" + "x" * max(0, n - 9) for i in range(records.MAX_PATHS)]
+
+
+def _service_record_size(n):
+    from gitlease.core.record import Owner, largest_version, new_lease_id, new_record
+
+    rec = new_record(
+        lease_id=new_lease_id(0),
+        repo="file:///tmp/x/origin.git",
+        paths=tuple(sorted(_paths(n))),
+        workspace_id="work",
+        owner=Owner("task-work", "work", os.uname().nodename, 0, None, None),
+        now=1.7e9,
+        ttl=300,
+    )
+    return len(largest_version(rec).canonical())
+
+
+def test_i6_too_large_a_lease_is_refused_before_any_push(tmp_path, shared):
+    a = clone(tmp_path, shared, "a")
+    many = [f"src/f{i:05d}.py" for i in range(2500)]
+    scopes = tmp_path / "scopes"
+    res = cli(a, "acquire", "--json", *[x for p in many for x in ("--scope", p)])
+    assert res.returncode == 2, res.stderr
+    err = json.loads(res.stdout)["error"]
+    assert "1024" in err["message"] and "--granularity" in err["message"]
+    long = [f"src/{'x' * 200}{i:04d}.py" for i in range(600)]  # few paths, too many bytes
+    res = cli(a, "acquire", *[x for p in long for x in ("--scope", p)])
+    assert res.returncode == 2 and "65536" in res.stderr and "--granularity" in res.stderr
+    assert git(shared, "for-each-ref", "refs/leases/") == ""
+    del scopes
+
+
+def test_i6_the_largest_lease_can_be_acquired_renewed_shown_and_released(tmp_path, shared):
+    a = clone(tmp_path, shared, "work")
+    paths = largest_paths()
+    svc = _service(a)
+    got = svc.acquire(paths)
+    assert len(got.record.canonical()) > records.MAX_RECORD_BYTES - 4096
+    ren = svc.renew(got.lease_id, progress="\U0010ffff" * 300 + " 999999999999")
+    assert ren.record.version == 2
+    res = cli(a, "status", "--json")
+    assert res.returncode == 0, res.stderr
+    (view,) = json.loads(res.stdout)["result"]["leases"]
+    assert view["valid"] and view["version"] == 2 and len(view["paths"]) == records.MAX_PATHS
+    assert cli(a, "renew", got.lease_id).returncode == 0
+    assert cli(a, "release", got.lease_id).returncode == 0
+    assert git(shared, "for-each-ref", "refs/leases/") == ""
+
+
+def test_i6_a_path_git_cannot_store_is_refused_by_acquire_can_start_and_plan(tmp_path, shared):
+    a = clone(tmp_path, shared, "a")
+    long = "src/" + "y" * 251 + ".py"
+    for args in (("acquire", "--scope", long), ("can-start", "--scope", long)):
+        res = cli(a, *args)
+        assert res.returncode == 2 and "over git's limit of 250" in res.stderr, (args, res.stderr)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "paths": [long]}) + "\n")
+    res = cli(a, "plan", str(tasks), "--granularity", "file")
+    assert res.returncode == 2 and "over git's limit of 250" in res.stderr, res.stderr
+    ok = "src/" + "y" * 250
+    assert cli(a, "can-start", "--scope", ok).returncode == 0
+    assert cli(a, "acquire", "--scope", ok).returncode == 0
+
+
+def test_i6_stray_refs_do_not_block_the_whole_repository(tmp_path, shared):
+    a = clone(tmp_path, shared, "a")
+    head = git(shared, "rev-parse", "main").strip()
+    for ref in ("refs/leases/stray", "refs/leases/scope/%zz/x", "refs/leases/task/t1"):
+        git(shared, "update-ref", ref, head)
+    res = cli(a, "can-start", "--scope", "b")
+    assert res.returncode == 0, res.stderr
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "scope": ["b"]}) + "\n")
+    res = cli(a, "plan", str(tasks), "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["result"]["start"] == ["t1"], res.stdout
+    assert cli(a, "acquire", "--scope", "b").returncode == 0
+    # what git itself refuses stays refused: the whole repository collides with refs/leases/scope/%zz/x
+    assert cli(a, "can-start", "--scope", ".").returncode == 3
+
+
+# ------------------------------------------------------------------------------------------- item 7
+
+PARTIAL_HOOK = r"""#!/bin/sh
+# Apply the id ref of a lease create, then refuse the push: a transaction applied in part.
+while read old new ref; do
+  case "$ref" in
+    refs/leases/id/*)
+      if [ "$old" = 0000000000000000000000000000000000000000 ] && [ ! -e "$GIT_DIR/partial-done" ]; then
+        cp -R "$GIT_QUARANTINE_PATH"/. "$GIT_DIR/objects/"
+        touch "$GIT_DIR/partial-done"
+        env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES \
+          git update-ref "$ref" "$new" "" || exit 3
+        echo "partial: wrote $ref only" >&2
+        exit 1
+      fi;;
+  esac
+done
+exit 0
+"""
+
+
+def test_i7_a_refused_acquire_deletes_what_landed_of_it(tmp_path, shared):
+    hook = shared / "hooks" / "pre-receive"
+    hook.write_text(PARTIAL_HOOK)
+    hook.chmod(0o755)
+    a = clone(tmp_path, shared, "a")
+    res = cli(a, "acquire", "--scope", "b")
+    assert res.returncode == 1 and "partial" in res.stderr, res.stderr
+    assert (shared / "partial-done").exists()
+    assert git(shared, "for-each-ref", "refs/leases/") == ""  # the id ref that landed is gone again
+    res = cli(a, "status", "--json")
+    assert json.loads(res.stdout)["result"]["leases"] == []
+    assert cli(a, "acquire", "--scope", "b").returncode == 0  # the hook lets the next one through
