@@ -291,3 +291,131 @@ def test_i7_a_refused_acquire_deletes_what_landed_of_it(tmp_path, shared):
     res = cli(a, "status", "--json")
     assert json.loads(res.stdout)["result"]["leases"] == []
     assert cli(a, "acquire", "--scope", "b").returncode == 0  # the hook lets the next one through
+
+
+# ------------------------------------------------------------------------------------------- item 2
+
+
+@pytest.fixture
+def guarded(shared):
+    res = cli(shared, "install-hooks", "--server")
+    assert res.returncode == 0, res.stderr
+    return shared
+
+
+def test_i2_a_branch_pushed_before_the_lease_is_judged_when_it_reaches_main(tmp_path, guarded):
+    a, b = clone(tmp_path, guarded, "a"), clone(tmp_path, guarded, "b")
+    assert cli(a, "install-hooks").returncode == 0
+    git(a, "switch", "-q", "-c", "early")
+    assert commit(a, "b/billing.py").returncode == 0
+    git(a, "push", "-q", "origin", "early")  # before anyone leased b: fine
+    lease_of(b, "b")
+    res = subprocess.run(["git", "push", "origin", "early:main"], cwd=a, capture_output=True, text=True)
+    assert res.returncode == 1 and "b/billing.py" in res.stderr and "pre-push" not in res.stdout, res.stderr
+    res = subprocess.run(["git", "push", "--no-verify", "origin", "early:main"], cwd=a, capture_output=True, text=True)
+    assert res.returncode == 1 and "pre-receive hook declined" in res.stderr
+    assert "remote: gitlease:   b/billing.py: scope b, held by another lease" in res.stderr
+    # a clean merge brings the same path onto main: judged by what it brings
+    git(a, "switch", "-q", "main")
+    git(a, "merge", "-q", "--no-ff", "--no-edit", "early")
+    res = subprocess.run(["git", "push", "--no-verify", "origin", "main"], cwd=a, capture_output=True, text=True)
+    assert res.returncode == 1 and "b/billing.py" in res.stderr
+    assert remote_ref(guarded, "refs/heads/main") == git(b, "rev-parse", "origin/main").strip()
+    # a new branch is judged against the default branch, not against every other ref
+    res = subprocess.run(["git", "push", "--no-verify", "origin", "early:fresh"], cwd=a, capture_output=True, text=True)
+    assert res.returncode == 1 and "b/billing.py" in res.stderr
+
+
+def test_i2_nothing_but_gitleases_own_shapes_under_the_lease_namespaces(tmp_path, guarded):
+    a = clone(tmp_path, guarded, "a")
+    assert commit(a, "b/parked.py").returncode == 0
+    head = git(a, "rev-parse", "HEAD").strip()
+    for ref in ("refs/leases/doctor/park", "refs/leases/foo", "refs/leases-audit/mallory", "refs/leases"):
+        res = subprocess.run(
+            ["git", "push", "--no-verify", "origin", f"{head}:{ref}"], cwd=a, capture_output=True, text=True
+        )
+        assert res.returncode == 1 and "pre-receive hook declined" in res.stderr, (ref, res.stderr)
+    assert git(guarded, "for-each-ref", "refs/leases/", "refs/leases-audit/") == ""
+    # gitlease's own writes pass: a lease, its reclaim with its audit entry, doctor's probes
+    past = _service(a, FakeClock(time.time() - 3600))
+    got = past.acquire(["b"], ttl=60)
+    res = cli(a, "sweep-stale", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout)["result"]["results"][0]["outcome"] == "reclaimed"
+    assert git(guarded, "for-each-ref", "refs/leases/") == ""
+    assert git(guarded, "for-each-ref", "--format=%(refname)", "refs/leases-audit/").strip() == "refs/leases-audit/a"
+    del got
+    res = cli(a, "doctor", "--json")
+    doc = json.loads(res.stdout)
+    checks = {
+        c["name"]: c["status"] for c in (doc["result"]["checks"] if doc["ok"] else doc["error"]["details"]["checks"])
+    }
+    assert checks["custom-refs"] == "pass" and checks["cleanup"] == "pass", doc
+    # an audit entry that does not continue the log, or forged, is refused
+    forged = git(a, "commit-tree", git(a, "rev-parse", "HEAD^{tree}").strip(), "-m", "x").strip()
+    old = remote_ref(guarded, "refs/leases-audit/a")
+    res = subprocess.run(
+        [
+            "git",
+            "push",
+            "--no-verify",
+            f"--force-with-lease=refs/leases-audit/a:{old}",
+            "origin",
+            f"{forged}:refs/leases-audit/a",
+        ],
+        cwd=a,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1 and "not a gitlease audit entry" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------- item 9
+
+
+def test_i9_a_mirror_push_cannot_delete_every_lease(tmp_path, guarded):
+    a, b, c = (clone(tmp_path, guarded, n) for n in ("a", "b", "c"))
+    la, lb = lease_of(a, "a"), lease_of(b, "b")
+    before = git(guarded, "for-each-ref", "refs/leases/")
+    res = subprocess.run(["git", "push", "--mirror", "--no-verify", "origin"], cwd=c, capture_output=True, text=True)
+    assert res.returncode == 1 and "a push that deletes leases may carry nothing else" in res.stderr, res.stderr
+    assert git(guarded, "for-each-ref", "refs/leases/") == before
+    # deleting two leases at once, or half a lease, is not a release either
+    ids = [f"refs/leases/id/{la}", f"refs/leases/id/{lb}"]
+    res = subprocess.run(
+        ["git", "push", "--no-verify", "--atomic", "origin", *[":" + r for r in ids]],
+        cwd=c,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1 and "deletes all its refs together" in res.stderr, res.stderr
+    res = subprocess.run(
+        [
+            "git",
+            "push",
+            "--no-verify",
+            "--atomic",
+            "origin",
+            *[":" + r for r in ids],
+            ":refs/leases/scope/a",
+            ":refs/leases/scope/b",
+        ],
+        cwd=c,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1 and "with no audit entry" in res.stderr, res.stderr
+    assert git(guarded, "for-each-ref", "refs/leases/") == before
+    # a release is one whole lease: it passes
+    assert cli(a, "release", la).returncode == 0
+    assert cli(b, "release", lb).returncode == 0
+    assert git(guarded, "for-each-ref", "refs/leases/") == ""
+
+
+def test_i9_without_the_server_hook_a_mirror_push_deletes_every_lease(tmp_path, shared):
+    """The documented hazard (docs/limits.md): what the server hook refuses."""
+    a, c = clone(tmp_path, shared, "a"), clone(tmp_path, shared, "c")
+    lease_of(a, "a")
+    res = subprocess.run(["git", "push", "--mirror", "--no-verify", "origin"], cwd=c, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert git(shared, "for-each-ref", "refs/leases/") == ""

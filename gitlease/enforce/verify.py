@@ -91,17 +91,14 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return _refuse_or_warn(warn, f"push refused: {exc.message}", exc.exit_code)
     mode = enforce.effective_mode(configured, bool(held))
     check_mode = mode if mode in ("strict", "others") else ("strict" if held else "others")
-    include, exclude = [], [f"--remotes={remote}"]
-    for _local_ref, local_oid, remote_ref, remote_oid in parse_push_lines(data):
-        if ZERO_RE.match(local_oid) or remote_ref.startswith("refs/leases/"):
-            continue  # a delete touches no path; lease refs are checked by the server hook
-        if local_oid not in include:
-            include.append(local_oid)
-        if not ZERO_RE.match(remote_oid) and remote_oid not in exclude and _exists(repo.cwd, remote_oid):
-            exclude.append(remote_oid)
-    if not include:
+    updates = [
+        (local_oid, remote_ref, remote_oid)
+        for _local_ref, local_oid, remote_ref, remote_oid in parse_push_lines(data)
+        if not ZERO_RE.match(local_oid) and not remote_ref.startswith(("refs/leases/", "refs/leases-audit/"))
+    ]  # a delete touches no path; lease refs are checked by the server hook
+    if not updates:
         return True, [], 0
-    paths = touched_paths(repo.cwd, include, exclude)
+    paths = paths_gained(repo.cwd, remote, updates)
     if not paths:
         return True, [], 0
     try:
@@ -120,6 +117,58 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return True, [], 0
     lines = enforce.refusal("push", check_mode, violations, warn=warn)
     return warn, lines, enforce.exit_code(violations)
+
+
+def paths_gained(cwd: str, remote: str, updates: list[tuple[str, str, str]]) -> list[str]:
+    """Every path of the commits each updated ref gains: those its new value has and its value on the remote
+    has not; a new ref: those the remote's default branch has not (its objects fetched when missing here;
+    when they cannot be had, every commit of the new value counts: fail closed). Not "those no remote ref
+    has": a branch pushed before a lease was taken is judged again when it moves onto another branch."""
+    head: list[str | None] = []
+    paths: set[str] = set()
+    for local_oid, _remote_ref, remote_oid in updates:
+        if not ZERO_RE.match(remote_oid):
+            base = remote_oid if _have(cwd, remote, remote_oid) else None
+        else:
+            if not head:
+                head.append(_remote_head(cwd, remote))
+            base = head[0]
+        paths.update(touched_paths(cwd, [local_oid], [base] if base else []))
+    return sorted(paths)
+
+
+def _remote_head(cwd: str, remote: str) -> str | None:
+    """The commit of ``remote``'s default branch (local when possible), or None."""
+    res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
+    oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""
+    if OID_RE.fullmatch(oid) and _have(cwd, remote, oid):
+        return oid
+    local = gitcmd.run(
+        ["rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/HEAD^{{commit}}"], cwd=cwd, check=False
+    )
+    return local.out.strip() or None
+
+
+def _have(cwd: str, remote: str, oid: str) -> bool:
+    """Whether commit ``oid`` is here, fetching it from ``remote`` when it is not."""
+    if _exists(cwd, oid):
+        return True
+    gitcmd.run(
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--no-recurse-submodules",
+            remote,
+            oid,
+        ],
+        cwd=cwd,
+        check=False,
+        timeout=60,
+    )
+    return _exists(cwd, oid)
 
 
 OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
