@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from conftest import cli, git
@@ -419,3 +420,101 @@ def test_i9_without_the_server_hook_a_mirror_push_deletes_every_lease(tmp_path, 
     res = subprocess.run(["git", "push", "--mirror", "--no-verify", "origin"], cwd=c, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert git(shared, "for-each-ref", "refs/leases/") == ""
+
+
+# ------------------------------------------------------------------------------------------- item 3
+
+
+def signed_store(tmp_path, bare, *names):
+    """Keys for ``names`` and a trust file naming them on the store's default branch; {name: key path}."""
+    from gitlease.identity import sshsig
+
+    keys = {n: tmp_path / f"key_{n}" for n in names}
+    lines = "".join(
+        f'{n} namespaces="gitlease" {sshsig.generate_key(str(p), comment=n).public_key()}\n' for n, p in keys.items()
+    )
+    admin = clone(tmp_path, bare, "trust-admin")
+    (admin / ".gitlease").mkdir()
+    (admin / ".gitlease" / "allowed_signers").write_text(lines)
+    git(admin, "add", ".gitlease/allowed_signers")
+    git(admin, "commit", "-q", "-m", "trust")
+    git(admin, "push", "-q", "origin", "HEAD:main")
+    return keys
+
+
+def signed_clone(tmp_path, bare, name, key):
+    path = clone(tmp_path, bare, name)
+    git(path, "config", "lease.signingKey", str(key))
+    return path
+
+
+def push(repo, *args):
+    return subprocess.run(["git", "push", "--no-verify", *args], cwd=repo, capture_output=True, text=True)
+
+
+def test_i3_a_claim_on_a_signed_store_needs_the_owners_commit_signature(tmp_path, guarded):
+    git(guarded, "config", "receive.advertisePushOptions", "true")
+    keys = signed_store(tmp_path, guarded, "a", "b")
+    a, b = signed_clone(tmp_path, guarded, "a", keys["a"]), signed_clone(tmp_path, guarded, "b", keys["b"])
+    theirs = lease_of(b, "b")
+    assert commit(a, "b/x.py", extra=("--no-verify",)).returncode == 0
+    res = push(a, "origin", "HEAD:main")
+    assert res.returncode == 1 and theirs not in res.stderr, res.stderr
+    assert "in commits signed (gpg.format=ssh) with the lease's owner key" in res.stderr
+    # naming B's lease in a trailer does not make the push land: the commit is not signed by B's key
+    git(a, "commit", "-q", "--amend", "--no-verify", "-m", f"into b\n\nLease: {theirs}")
+    res = push(a, "origin", "HEAD:main")
+    assert res.returncode == 1 and "is not signed by its owner's key" in res.stderr, res.stderr
+    # nor does A signing it with A's own key, nor a push option
+    git(
+        a,
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        f"user.signingKey={keys['a']}",
+        "commit",
+        "-q",
+        "--amend",
+        "-S",
+        "--no-verify",
+        "-m",
+        f"into b\n\nLease: {theirs}",
+    )
+    res = push(a, "-o", f"lease={theirs}", "origin", "HEAD:main")
+    assert res.returncode == 1 and "is not signed by its owner's key" in res.stderr, res.stderr
+    # B's own commit, made under `git lease run` (which signs with B's key), with the trailer: it lands
+    script = f"echo b >> b/y.py && git add b/y.py && git commit -q --no-verify -m 'b work\n\nLease: {theirs}'"
+    res = cli(b, "run", "--lease", theirs, "--", "sh", "-c", script)
+    assert res.returncode == 0, res.stderr
+    assert "gpgsig" in git(b, "cat-file", "commit", "HEAD")
+    res = push(b, "origin", "HEAD:main")
+    assert res.returncode == 0, res.stderr
+    # CI verify applies the same rule: A's unsigned claim is refused, B's signed one passes
+    ci = clone(tmp_path, guarded, "ci")
+    git(ci, "fetch", "-q", str(a), "HEAD")
+    res = cli(ci, "verify", "--base", "origin/main~1", "--head", "FETCH_HEAD", "--json")
+    assert res.returncode == 4 and "not signed by its owner's key" in res.stdout, res.stdout
+    res = cli(ci, "verify", "--base", "origin/main~1", "--head", "origin/main")
+    assert res.returncode == 0, res.stderr
+
+
+def test_i3_the_fenced_push_claims_its_lease_and_worktrees_sign(tmp_path, guarded):
+    keys = signed_store(tmp_path, guarded, "b")
+    b = signed_clone(tmp_path, guarded, "b", keys["b"])
+    res = cli(b, "acquire", "--scope", "b", "--worktree", "--json")
+    assert res.returncode == 0, res.stderr
+    wt = Path(json.loads(res.stdout)["result"]["worktree"]["path"])
+    assert git(wt, "config", "gpg.format").strip() == "ssh" and git(wt, "config", "commit.gpgSign").strip() == "true"
+    assert commit(wt, "b/w.py").returncode == 0  # signed by the worktree's config, no trailer
+    assert "gpgsig" in git(wt, "cat-file", "commit", "HEAD")
+    res = cli(wt, "push", "origin", "HEAD:main")  # the renewal in the same push is the claim
+    assert res.returncode == 0, res.stderr
+
+
+def test_i3_on_an_unsigned_store_the_refusal_says_claims_are_unverified(tmp_path, guarded):
+    a, b = clone(tmp_path, guarded, "a"), clone(tmp_path, guarded, "b")
+    theirs = lease_of(b, "b")
+    assert commit(a, "b/x.py", extra=("--no-verify",)).returncode == 0
+    res = push(a, "origin", "HEAD:main")
+    assert res.returncode == 1 and theirs not in res.stderr
+    assert "on this unsigned store claims are not verified" in res.stderr

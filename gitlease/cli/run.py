@@ -149,7 +149,13 @@ def run_(
                 _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
         if link and not link.register(lease_id, os.getpid()):
             link = None
-        res = Supervisor(svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd, link=link).run()
+        from gitlease.identity.signer import commit_signing_config, config_env
+
+        # the command's commits are signed with the lease's key (a claim to the lease is honoured only then)
+        cmd_env = config_env(commit_signing_config(svc.settings.signing_key), dict(os.environ))
+        res = Supervisor(
+            svc, lease_id, expires, timing, command, release=release, log=_log, cwd=cwd, link=link, env=cmd_env
+        ).run()
         outcome["code"] = res.returncode
         result = {
             "leaseId": lease_id,

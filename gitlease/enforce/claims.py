@@ -117,32 +117,40 @@ def judge(
     raw: Callable[[Iterable[str]], dict[str, bytes]] | None = None,
     object_format: str = "sha1",
     who: str = "this push",
+    proven: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> Judged:
     """The rule applied per commit: a commit may use the leases it claims that are live on the store (and, on
-    a signed store, whose owner key signed it). ``snap``: a Snapshot of the store, read now."""
+    a signed store, whose owner key signed it, unless the claim is ``proven`` otherwise: a fenced push renews
+    the lease in the same push, with a version the server verified against the owner key). ``snap``: a
+    Snapshot of the store, read now."""
     from gitlease.enforce.verify import others_lookup
 
     notes: list[str] = []
     live = {}
     for lid in {lid for c in commits for lid in claims(c)}:
         view = snap.find(lid)
-        if view is None or not view.valid or view.record is None or view.state(now, skew) == "expired":
-            why = "is not on the lease store" if view is None else "is not a live, valid lease"
-            notes.append(f"lease {lid} {why}: its claim is not honoured")
+        if view is None:
+            notes.append(f"lease {lid} is not on the lease store")
+            continue
+        if not view.valid or view.record is None:
+            notes.append(f"lease {lid} is invalid: {'; '.join(view.problems) or 'unreadable'}")
+            continue
+        if view.state(now, skew) == "expired":
+            notes.append(f"lease {lid} has expired")
             continue
         live[lid] = view
     signers: dict[str, tuple[str | None, str | None]] = {}
     if signed and live and raw is not None:
         from gitlease.identity.commitsig import signer
 
-        wanted = [c.oid for c in commits if claims(c) & set(live)]
+        wanted = [c.oid for c in commits if (claims(c) & set(live)) - set(proven)]
         for oid, body in raw(wanted).items():
             signers[oid] = signer(body, object_format)
     groups: dict[frozenset[str], set[str]] = {}
     for c in commits:
         honoured = set()
         for lid in sorted(claims(c) & set(live)):
-            if signed:
+            if signed and lid not in proven:
                 from gitlease.identity.commitsig import key_words
 
                 key, why = signers.get(c.oid, (None, "the commit could not be read"))

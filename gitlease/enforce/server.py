@@ -549,10 +549,17 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         snap = svc.snapshot(use_cache=False)
     now = svc.clock.now()
     options = push_claims() if untrusted is None else set()
+    # a fenced push (git lease push) renews its lease in the same push: that renewal, a valid next version
+    # (signed by the owner key on a signed store: check_lease_updates), claims the lease for the push
+    renewing = (
+        {r[len(ID_PREFIX) :] for o, n, r in updates if shape(r) == "id" and not ZERO.match(o) and not ZERO.match(n)}
+        if untrusted is None
+        else set()
+    )
     check_mode = "strict" if mode == "strict" else "others"
     judged = claims_mod.judge(
         commits,
-        (lambda c: c.trailers | options) if untrusted is None else (lambda c: set()),
+        (lambda c: c.trailers | options | renewing) if untrusted is None else (lambda c: set()),
         snap,
         check_mode,
         now,
@@ -560,6 +567,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         signed=snap.signed_store,
         raw=lambda oids: claims_mod.raw_commits(_read, oids),
         object_format=repo.object_format,
+        proven=renewing,
     )
     if not judged.violations:
         return [], []

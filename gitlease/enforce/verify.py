@@ -226,6 +226,7 @@ class Verdict:
     mode: str  # strict (a lease is named) | others (none named)
     violations: list[enforce.Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    signed: bool | None = None  # whether the store is signed (claims need the owner key's commit signature)
 
     @property
     def ok(self) -> bool:
@@ -243,6 +244,7 @@ class Verdict:
             "mode": self.mode,
             "violations": [v.to_json() for v in self.violations],
             "notes": self.notes,
+            "signed": self.signed,
         }
 
 
@@ -303,21 +305,25 @@ def verify(
     if not paths:
         return verdict
     snap = svc.snapshot(use_cache=False)  # RemoteUnavailable: the caller fails (closed)
-    now, skew = svc.clock.now(), svc.settings.skew
-    mine = []
-    for lid in ids:
-        view = snap.find(lid)
-        if view is None or not view.valid or view.record is None:
-            why = "is not on the lease store" if view is None else "is invalid: " + "; ".join(view.problems)
-            verdict.notes.append(f"lease {lid} {why}")
-            mine.append(enforce.Mine(lid, view.paths if view else (), "", problem=why))
-            continue
-        # (signatures, issue 3: once records are signed, the snapshot's views say whether they verify.)
-        mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
-    usable = {m.lease_id for m in mine if m.problem is None}
-    verdict.violations = enforce.check(
-        paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew), who="this change"
+    from gitlease.enforce import claims
+
+    def git(args, **kw):
+        return gitcmd.run(args, cwd=cwd, **kw)
+
+    # Each commit may use the named leases: on a signed store only those whose owner key signed it.
+    judged = claims.judge(
+        claims.commits_between(git, [head_oid], [base_oid]),
+        lambda c: set(ids),
+        snap,
+        verdict.mode,
+        svc.clock.now(),
+        svc.settings.skew,
+        signed=snap.signed_store,
+        raw=lambda oids: claims.raw_commits(git, oids),
+        object_format=svc.repo.object_format,
+        who="this change",
     )
+    verdict.violations, verdict.notes, verdict.signed = judged.violations, judged.notes, snap.signed_store
     return verdict
 
 
@@ -333,6 +339,8 @@ def describe(verdict: Verdict) -> list[str]:
         return [f"verify ok: {n} path{'s' if n != 1 else ''} in {c} commit{'s' if c != 1 else ''} ({span}), {scope}"]
     lines = [f"gitlease: {note}" for note in verdict.notes]
     lines += enforce.refusal("verify", verdict.mode, verdict.violations, why=scope, mine="the change's leases")
+    if verdict.leases and verdict.signed is False:
+        lines.append("gitlease: this store is unsigned: the lease a change names is taken on trust (docs/limits.md)")
     return lines
 
 

@@ -33,11 +33,13 @@ from dataclasses import asdict, dataclass, field
 from gitlease.core import gitcmd
 from gitlease.core import scope as scopes
 from gitlease.core.clock import iso, parse_iso
+from gitlease.core.config import LOCAL
 from gitlease.core.errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
 from gitlease.core.fsutil import write_json
 from gitlease.core.procs import process_start, same_process
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
+from gitlease.identity.signer import commit_signing_config
 from gitlease.service.leases import Acquired, LeaseService
 
 META = "worktree.json"
@@ -580,8 +582,12 @@ class WorktreeManager:
         _save_meta(git_dir, meta)
         gitcmd.run(["config", "--worktree", "lease.enforce", "strict"], cwd=path)
         gitcmd.run(["config", "--worktree", "--unset-all", "lease.remote"], cwd=path, check=False)
-        if self.svc.settings.remote and self.repo.config.get("lease.remote") != self.svc.settings.remote:
-            gitcmd.run(["config", "--worktree", "lease.remote", self.svc.settings.remote], cwd=path)
+        store = self.svc.settings.remote or ("" if self.svc.settings.store_unset else LOCAL)
+        if store and self.repo.config.get("lease.remote") != store:
+            gitcmd.run(["config", "--worktree", "lease.remote", store], cwd=path)
+        # commits made in it are signed with the lease's key: its claims are honoured on a signed store
+        for key, value in commit_signing_config(self.svc.settings.signing_key):
+            gitcmd.run(["config", "--worktree", key, value], cwd=path)
         self._move_held(lease_id, HeldState(os.path.join(git_dir, "gitlease")), self.svc.held)
         meta.claim = None  # bound: its held.json now says who holds it
         _save_meta(git_dir, meta)
