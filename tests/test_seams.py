@@ -518,3 +518,83 @@ def test_i3_on_an_unsigned_store_the_refusal_says_claims_are_unverified(tmp_path
     res = push(a, "origin", "HEAD:main")
     assert res.returncode == 1 and theirs not in res.stderr
     assert "on this unsigned store claims are not verified" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------- item 5
+
+
+def _wt_manager(repo):
+    from gitlease.worktree.manager import WorktreeManager
+
+    r = Repo.discover(repo)
+    return WorktreeManager(LeaseService(r, resolve(r.config, env={}, agent="w", task="t"), clock=FakeClock()))
+
+
+@pytest.fixture
+def wtrepo(tmp_path):
+    path = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(path))
+    (path / "a").mkdir()
+    (path / "a" / "conf.txt").write_text("tracked\n")
+    (path / ".gitignore").write_text("__pycache__/\n*.pyc\n*.log\n.pytest_cache/\n")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "one")
+    git(path, "config", "lease.worktreeRoot", str(tmp_path / "pool"))
+    return path
+
+
+@pytest.mark.parametrize("bit", ["--skip-worktree", "--assume-unchanged"])
+def test_i5_an_edit_hidden_by_index_bits_is_never_deleted(wtrepo, bit):
+    m = _wt_manager(wtrepo)
+    att = m.acquire(["a"], ttl=60)
+    wt = Path(att.path)
+    git(wt, "update-index", bit, "a/conf.txt")
+    (wt / "a" / "conf.txt").write_text("an edit git status does not show\n")
+    assert git(wt, "status", "--porcelain") == ""  # git itself calls it clean
+    _wt_manager(wt).svc.release(att.lease_id)
+    insp = m.inspect(next(w for w in m.managed() if w.id == att.id))
+    assert any("hidden change" in d for d in insp.dirt), insp.dirt
+    with pytest.raises(Exception, match="uncommitted work"):
+        m.remove(att.id)
+    actions = {a.id: a for a in m.prune(remove=True)}
+    assert actions[att.id].action == "quarantined"
+    assert (wt / "a" / "conf.txt").read_text() == "an edit git status does not show\n"
+    saved = git(wtrepo, "show", f"{actions[att.id].ref}:a/conf.txt")
+    assert saved == "an edit git status does not show\n"
+    # a marked file that is simply absent (sparse checkout) loses nothing: not dirt
+    git(wt, "update-index", "--no-assume-unchanged", "a/conf.txt")
+    git(wt, "update-index", "--no-skip-worktree", "a/conf.txt")
+    git(wt, "checkout", "-q", "--", "a/conf.txt")
+    git(wt, "update-index", "--skip-worktree", "a/conf.txt")
+    (wt / "a" / "conf.txt").unlink()
+    insp = m.inspect(next(w for w in m.managed() if w.id == att.id))
+    assert insp.dirt == [], insp.dirt
+
+
+def test_i5_disposable_build_leftovers_do_not_quarantine_and_are_cleaned(wtrepo):
+    m = _wt_manager(wtrepo)
+    att = m.acquire(["a"], ttl=60)
+    wt = Path(att.path)
+    (wt / "a" / "__pycache__").mkdir()
+    (wt / "a" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0")
+    (wt / "x.pyc").write_bytes(b"\0")
+    (wt / ".pytest_cache").mkdir()
+    (wt / ".pytest_cache" / "v").write_text("1")
+    (wt / "run.log").write_text("keep me\n")  # ignored, but not disposable: kept, and it is dirt
+    _wt_manager(wt).svc.release(att.lease_id)
+    actions = {a.id: a for a in m.prune()}
+    assert actions[att.id].action == "quarantined" and actions[att.id].reasons == ["1 ignored file"]
+    assert (wt / "run.log").exists() and (wt / "x.pyc").exists()
+    (wt / "run.log").unlink()
+    actions = {a.id: a for a in m.prune()}
+    assert actions[att.id].action == "pooled"
+    assert not (wt / "a" / "__pycache__").exists() and not (wt / "x.pyc").exists()
+    assert not (wt / ".pytest_cache").exists() and (wt / "a" / "conf.txt").exists()
+    # configurable: with no disposable patterns, a .pyc is kept and is dirt again
+    git(wtrepo, "config", "lease.worktree.disposable", "")
+    att2 = _wt_manager(wtrepo).acquire(["a"], ttl=60)
+    assert att2.reused
+    (Path(att2.path) / "y.pyc").write_bytes(b"\0")
+    _wt_manager(att2.path).svc.release(att2.lease_id)
+    actions = {a.id: a for a in _wt_manager(wtrepo).prune()}
+    assert actions[att2.id].action == "quarantined" and (Path(att2.path) / "y.pyc").exists()

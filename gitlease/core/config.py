@@ -12,6 +12,17 @@ from gitlease.core.modes import parse_mode
 DEFAULT_TTL = 300
 DEFAULT_SKEW = 30
 DEFAULT_TIMEOUT = 30.0
+# Build and test leftovers that never hold work: cleaned before a worktree is pooled (lease.worktree.disposable)
+DISPOSABLE = (
+    "__pycache__",
+    "*.pyc",
+    "*.pyo",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "node_modules/.cache",
+)
 LOCAL = "local"  # lease.remote / --remote value that chooses this repository's own refs on purpose
 NO_STORE = (
     "lease.remote is not set and this repository has remotes: point it at the shared lease store "
@@ -42,6 +53,8 @@ class Settings:
     worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
     renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
     store_unset: bool = False  # no lease.remote and no --remote: the local store by default, not by choice
+    # lease.worktree.disposable: ignored files a pooled worktree may lose (cleaned before pooling)
+    worktree_disposable: tuple[str, ...] = ()
 
 
 def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
@@ -122,7 +135,15 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
         renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
         store_unset=store_unset,
+        worktree_disposable=_patterns(pick("worktree_disposable", "lease.worktree.disposable")),
     )
+
+
+def _patterns(value: str | None) -> tuple[str, ...]:
+    """``lease.worktree.disposable``: patterns separated by spaces or commas; unset: DISPOSABLE; empty: none."""
+    if value is None:
+        return DISPOSABLE
+    return tuple(p for p in value.replace(",", " ").split() if p)
 
 
 def _user() -> str:
