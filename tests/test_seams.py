@@ -598,3 +598,117 @@ def test_i5_disposable_build_leftovers_do_not_quarantine_and_are_cleaned(wtrepo)
     _wt_manager(att2.path).svc.release(att2.lease_id)
     actions = {a.id: a for a in _wt_manager(wtrepo).prune()}
     assert actions[att2.id].action == "quarantined" and (Path(att2.path) / "y.pyc").exists()
+
+
+# ------------------------------------------------------------------------------------------- item 8
+
+RACING = os.path.join(os.path.dirname(__file__), "racing_server.py")
+
+
+@pytest.fixture
+def racing(tmp_path):
+    """dulwich's receive-pack, one thread per connection: a server that grants overlapping refs."""
+    pytest.importorskip("dulwich", reason="dulwich (the racing server) is not installed")
+    import sys
+
+    from servers import free_port, make_bare
+
+    bare = make_bare(tmp_path / "race.git")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, RACING, str(port), str(bare)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        yield f"git://127.0.0.1:{port}/store.git"
+    finally:
+        proc.stdin.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def doctor_checks(repo, *args):
+    res = cli(repo, "doctor", "--json", *args, timeout=120)
+    doc = json.loads(res.stdout)
+    checks = doc["result"]["checks"] if doc["ok"] else doc["error"]["details"]["checks"]
+    return res, {c["name"]: c for c in checks}
+
+
+def test_i8_doctor_fails_a_server_that_grants_overlapping_leases_when_pushes_race(racing, make_repo):
+    res, checks = doctor_checks(make_repo(), "--remote", racing)
+    assert res.returncode == 1
+    race = checks["concurrency"]
+    assert race["status"] == "fail" and "told they won" in race["message"], checks
+    assert race["agent"] is None and "(server: no agent advertised)" in race["message"]  # dulwich sends none
+
+
+def test_i8_doctor_passes_git_under_concurrency_and_names_it(remote_daemon, make_repo):
+    res, checks = doctor_checks(make_repo(), "--remote", remote_daemon.url)
+    assert res.returncode == 0, res.stderr
+    race = checks["concurrency"]
+    assert race["status"] == "pass" and race["agent"].startswith("git/") and race["agent"] in race["message"]
+    assert git(remote_daemon.path, "for-each-ref", "refs/leases/") == ""  # cleaned up
+
+
+@pytest.mark.skipif(not os.environ.get("GITLEASE_TEST_JGIT"), reason="set GITLEASE_TEST_JGIT to a JGit pgm jar")
+def test_i8_doctor_fails_jgit_refdirectory(tmp_path, make_repo):
+    """JGit's default ref storage (RefDirectory) races like dulwich (measured with JGit 4.11 and 7.8)."""
+    from servers import free_port, make_bare
+
+    make_bare(tmp_path / "j" / "store.git")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "java",
+            "-jar",
+            os.environ["GITLEASE_TEST_JGIT"],
+            "daemon",
+            "--port",
+            str(port),
+            "--enable",
+            "receive-pack",
+            str(tmp_path / "j"),
+        ]
+    )
+    try:
+        time.sleep(3)  # JGit's daemon prints nothing when it is ready
+        res, checks = doctor_checks(make_repo(), "--remote", f"git://127.0.0.1:{port}/store.git")
+        assert checks["concurrency"]["status"] == "fail" and "JGit" in checks["concurrency"]["agent"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _packed_store(tmp_path, make_repo):
+    """A store holding two live leases whose scopes overlap (a and a/b): what a racing server can leave.
+    git refuses to create such refs, so they are written into packed-refs by hand."""
+    one, two = tmp_path / "one.git", tmp_path / "two.git"
+    for bare in (one, two):
+        git(tmp_path, "init", "-q", "--bare", str(bare))
+    work = make_repo("w")
+    for bare, scope in ((one, "a"), (two, "a/b")):
+        assert cli(work, "acquire", "--remote", str(bare), "--scope", scope).returncode == 0
+    store = tmp_path / "store.git"
+    git(tmp_path, "init", "-q", "--bare", str(store))
+    lines = []
+    for n, bare in enumerate((one, two)):
+        git(store, "fetch", "-q", str(bare), f"refs/leases/*:refs/tmp{n}/*")
+        for line in git(bare, "for-each-ref", "--format=%(objectname) %(refname)", "refs/leases/").splitlines():
+            lines.append(line)
+    for ref in git(store, "for-each-ref", "--format=%(refname)", "refs/tmp0/", "refs/tmp1/").split():
+        git(store, "update-ref", "-d", ref)
+    (store / "packed-refs").write_text(
+        "# pack-refs with: peeled fully-peeled sorted \n" + "\n".join(sorted(lines, key=lambda s: s.split()[1])) + "\n"
+    )
+    return store
+
+
+def test_i8_status_reports_overlapping_live_leases_as_a_store_fault(tmp_path, make_repo):
+    store = _packed_store(tmp_path, make_repo)
+    reader = make_repo("reader")
+    res = cli(reader, "status", "--remote", str(store))
+    assert res.returncode == 5, res.stdout + res.stderr
+    ids = sorted(line.split()[0] for line in res.stdout.splitlines() if line.startswith("lease_"))
+    assert len(ids) == 2 and all(i in res.stderr for i in ids) and "store fault" in res.stderr
+    doc = json.loads(cli(reader, "status", "--json", "--remote", str(store)).stdout)
+    assert doc["error"]["exitCode"] == 5 and sorted(doc["error"]["details"]["overlaps"][0]) == ids

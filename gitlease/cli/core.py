@@ -238,18 +238,33 @@ def status(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
         snap = svc.status()
         now, skew = svc.clock.now(), svc.settings.skew
         held = svc.held_here()
-        return (
-            {
-                "store": svc.store.name,
-                "stale": snap.stale,
-                "fetchedAt": iso(snap.fetched_at),
-                "error": snap.error,
-                "trust": snap.trust,
-                "signed": snap.signed_store,
-                "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
-            },
-            _snapshot_lines(snap, now, skew),
-        )
+        result = {
+            "store": svc.store.name,
+            "stale": snap.stale,
+            "fetchedAt": iso(snap.fetched_at),
+            "error": snap.error,
+            "trust": snap.trust,
+            "signed": snap.signed_store,
+            "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
+            "foreign": snap.foreign,
+        }
+        lines = _snapshot_lines(snap, now, skew)
+        lines += [f"foreign ref (not a lease; it blocks nothing): {ref}" for ref in snap.foreign]
+        overlaps = snap.overlaps(now, skew)
+        if overlaps:  # everything above is printed, then exit 5 naming both leases of each pair
+            if not as_json:
+                for line in lines:
+                    echo(line)
+            pairs = "; ".join(
+                f"{a.lease_id} ({' '.join(a.paths)}) and {b.lease_id} ({' '.join(b.paths)})" for a, b in overlaps
+            )
+            raise errors.InvalidRecord(
+                f"store fault: live leases overlap: {pairs}; the store granted both (a server that does not "
+                "serialise ref updates: run git lease doctor)",
+                overlaps=[[a.lease_id, b.lease_id] for a, b in overlaps],
+                **result,
+            )
+        return result, lines
 
     run("status", as_json, body)
 

@@ -111,6 +111,12 @@ class Snapshot:
         paths = list(paths)
         return [v for v in self.leases if scopes.sets_overlap(v.paths, paths)]
 
+    def overlaps(self, now: float, skew: int) -> list[tuple[LeaseView, LeaseView]]:
+        """Pairs of valid leases, neither expired beyond the skew margin, whose scopes overlap: a store fault
+        (git's directory/file rule makes a correct store refuse the second)."""
+        live = [v for v in self.leases if v.valid and v.state(now, skew) != "expired"]
+        return [(a, b) for i, a in enumerate(live) for b in live[i + 1 :] if scopes.sets_overlap(a.paths, b.paths)]
+
     def find(self, lease_id: str) -> LeaseView | None:
         return next((v for v in self.leases if v.lease_id == lease_id), None)
 
