@@ -712,3 +712,58 @@ def test_i8_status_reports_overlapping_live_leases_as_a_store_fault(tmp_path, ma
     assert len(ids) == 2 and all(i in res.stderr for i in ids) and "store fault" in res.stderr
     doc = json.loads(cli(reader, "status", "--json", "--remote", str(store)).stdout)
     assert doc["error"]["exitCode"] == 5 and sorted(doc["error"]["details"]["overlaps"][0]) == ids
+
+
+# ------------------------------------------------------------------------------------------- item 9
+
+
+@pytest.mark.parametrize("value", ["-5", "-1s", "abc", "4000", "2h"])
+def test_i9_a_bad_lease_skew_is_refused_by_the_commit_hook_as_by_every_command(make_repo, value):
+    repo = make_repo()
+    assert cli(repo, "install-hooks").returncode == 0
+    git(repo, "config", "lease.skew", value)
+    status = cli(repo, "status")
+    assert status.returncode == 1 and "lease.skew must be" in status.stderr
+    write(repo, "x/y")
+    git(repo, "add", "x/y")
+    res = subprocess.run(["git", "commit", "-q", "-m", "x"], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 1, res.stderr
+    assert status.stderr.split("git-lease: ", 1)[1].strip() in res.stderr
+
+
+@pytest.mark.parametrize("value", ["", "0", "30", "5m", "1h", "3600", "1d", " 7 ", "-5", "x", "3601"])
+def test_i9_the_hook_reads_lease_skew_as_the_configuration_does(value):
+    from gitlease.core.config import resolve
+    from gitlease.core.errors import ConfigError
+    from gitlease.enforce import entry
+
+    try:
+        want: object = resolve({"lease.skew": value}, env={}).skew
+    except ConfigError as exc:
+        want = exc.message
+    try:
+        got: object = entry.skew({"lease.skew": value})
+    except ConfigError as exc:
+        got = exc.message
+    assert got == want
+
+
+def test_i9_status_json_stays_valid_for_ref_names_that_are_not_utf8(make_repo):
+    repo = make_repo()
+    head = git(repo, "rev-parse", "HEAD").strip()
+    for ref in (b"refs/leases/scope/a\xffb", b"refs/leases/id/lease_\xfe"):
+        subprocess.run([b"git", b"update-ref", ref, head.encode()], cwd=repo, check=True)
+    res = subprocess.run(["git", "lease", "status", "--json"], cwd=repo, capture_output=True, env=_cli_env())
+    text = res.stdout.decode("utf-8")  # strict: valid UTF-8
+    doc = json.loads(text)
+    json.dumps(doc, ensure_ascii=False).encode("utf-8")  # no lone surrogate anywhere (strict parsers refuse those)
+    paths = [p for v in doc["result"]["leases"] for p in v["paths"]]
+    assert "a\\xffb" in paths
+
+
+def _cli_env():
+    import sys
+
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    return env

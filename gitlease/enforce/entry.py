@@ -119,12 +119,22 @@ def _diff_index(tree: str) -> list[str]:
 
 
 def skew(cfg: dict[str, str]) -> int:
-    text = cfg.get("lease.skew", "").strip().lower()
-    mult = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], 0)
-    try:
-        return int(text[:-1]) * mult if mult else int(text)
-    except ValueError:
+    """``lease.skew`` read as every other command reads it (gitlease.core.config: whole seconds, an s/m/h/d
+    unit, 0 to 3600; unset: 30); anything else is a ConfigError (exit 1), never a silent default."""
+    from gitlease.core.errors import ConfigError
+
+    raw = cfg.get("lease.skew")
+    if raw is None or raw == "":
         return DEFAULT_SKEW
+    text = raw.strip().lower()
+    mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(text[-1:], 0)
+    try:
+        n = int(text[:-1]) * mult if mult else int(text)
+    except ValueError:
+        raise ConfigError(f"lease.skew must be a whole number of seconds, not {raw!r}") from None
+    if not 0 <= n <= 3600:
+        raise ConfigError(f"lease.skew must be between 0 and 3600 seconds, not {n}")
+    return n
 
 
 class LocalLookup:
@@ -189,6 +199,7 @@ def pre_commit() -> int:
     configured = enforce.parse_mode(cfg.get("lease.enforce"))
     if configured == "off":
         return 0
+    skew(cfg)  # a bad lease.skew is refused here as by every other command
     try:
         mine = enforce.load_held(os.path.join(gdir, "gitlease", "held.json"))
     except InvalidRecord as exc:
