@@ -254,6 +254,11 @@ def test_i6_stray_refs_do_not_block_the_whole_repository(tmp_path, shared):
     tasks.write_text(json.dumps({"id": "t1", "scope": ["b"]}) + "\n")
     res = cli(a, "plan", str(tasks), "--json")
     assert res.returncode == 0 and json.loads(res.stdout)["result"]["start"] == ["t1"], res.stdout
+    # nor the hooks: a commit and a push touching b pass (no lease held: others' leases only)
+    assert cli(a, "install-hooks").returncode == 0
+    assert commit(a, "b/free.py").returncode == 0
+    res = subprocess.run(["git", "push", "origin", "HEAD:main"], cwd=a, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
     assert cli(a, "acquire", "--scope", "b").returncode == 0
     # what git itself refuses stays refused: the whole repository collides with refs/leases/scope/%zz/x
     assert cli(a, "can-start", "--scope", ".").returncode == 3
