@@ -354,9 +354,10 @@ def test_i2_nothing_but_gitleases_own_shapes_under_the_lease_namespaces(tmp_path
     res = cli(a, "doctor", "--json")
     doc = json.loads(res.stdout)
     checks = {
-        c["name"]: c["status"] for c in (doc["result"]["checks"] if doc["ok"] else doc["error"]["details"]["checks"])
+        c["name"]: (c["status"], c["message"])
+        for c in (doc["result"]["checks"] if doc["ok"] else doc["error"]["details"]["checks"])
     }
-    assert checks["custom-refs"] == "pass" and checks["cleanup"] == "pass", doc
+    assert checks["custom-refs"][0] == "pass" and checks["cleanup"][0] == "pass", checks
     # an audit entry that does not continue the log, or forged, is refused
     forged = git(a, "commit-tree", git(a, "rev-parse", "HEAD^{tree}").strip(), "-m", "x").strip()
     old = remote_ref(guarded, "refs/leases-audit/a")
