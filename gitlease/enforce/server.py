@@ -271,7 +271,7 @@ class _Push:
             and kind_f == "blob"
             and data.startswith(PROBE_MAGIC)
             and len(data) <= PROBE_MAX_BYTES
-            and tree.count(b"\0") == 1
+            and _tree_names(tree) == [PROBE_FILE]
         )
         if not ok:
             self.problems.append(
@@ -289,7 +289,8 @@ class _Push:
         sig = got.get(f"{new}:{ENTRY_SIG}", (None, None))[1]
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
         where = f"{ref}: not a gitlease audit entry"
-        if kind != "commit" or kind_e != "blob" or len(data) > 64 * 1024 or tree.count(b"\0") != (2 if sig else 1):
+        names = sorted([ENTRY_FILE, ENTRY_SIG] if sig is not None else [ENTRY_FILE])
+        if kind != "commit" or kind_e != "blob" or len(data) > 64 * 1024 or sorted(_tree_names(tree) or ()) != names:
             self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
             return
         try:
@@ -412,6 +413,26 @@ class _Push:
             )
 
 
+def _tree_names(body: bytes) -> list[str] | None:
+    """The entry names of a raw tree object (``<mode> <name>\\0<binary object id>`` each; the id may hold NUL
+    bytes), or None when it does not parse."""
+    size = 32 if _object_format() == "sha256" else 20
+    names, pos = [], 0
+    while pos < len(body):
+        sp = body.find(b" ", pos)
+        nul = body.find(b"\0", sp + 1)
+        if sp < 0 or nul < 0 or nul + 1 + size > len(body):
+            return None
+        names.append(body[sp + 1 : nul].decode("utf-8", "surrogateescape"))
+        pos = nul + 1 + size
+    return names
+
+
+def _object_format() -> str:
+    res = _read(["rev-parse", "--show-object-format"], check=False)
+    return res.out.strip() or "sha1"
+
+
 def _cat(names: list[str]) -> dict[str, tuple[str, bytes]]:
     res = _read(
         ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
@@ -489,12 +510,21 @@ def pushed_commits(updates: list[tuple[str, str, str]]) -> list[claims_mod.Commi
     not (a new ref: those the default branch, HEAD, has not; before the first push, all of them). Not
     "those no ref has": a commit parked elsewhere first is judged when it reaches a branch."""
     head = _read(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], check=False).out.strip() or None
-    found: dict[str, claims_mod.Commit] = {}
+    by_base: dict[str, list[str]] = {}  # base ("" for none) -> new values judged against it: one walk each
+    olds = {o for o, n, r in updates if not ZERO.match(o) and not ZERO.match(n) and not in_namespaces(r)}
+    found = _cat(sorted(olds)) if olds else {}
+    known = {o for o in olds if found.get(o, ("", b""))[0] == "commit"}
     for old, new, ref in updates:
         if ZERO.match(new) or in_namespaces(ref):
             continue
-        base = [old] if not ZERO.match(old) else ([head] if head else [])
-        for c in claims_mod.commits_between(_read, [new], base):
+        # an old value that is not a commit here (git always sends one it has): judged as a new ref
+        base = old if old in known else (head or "")
+        news = by_base.setdefault(base, [])
+        if new not in news:
+            news.append(new)
+    found: dict[str, claims_mod.Commit] = {}
+    for base, news in by_base.items():
+        for c in claims_mod.commits_between(_read, news, [base] if base else []):
             found.setdefault(c.oid, c)
     return list(found.values())
 

@@ -121,19 +121,20 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
 
 def paths_gained(cwd: str, remote: str, updates: list[tuple[str, str, str]]) -> list[str]:
     """Every path of the commits each updated ref gains: those its new value has and its value on the remote
-    has not; a new ref: those the remote's default branch has not (its objects fetched when missing here;
-    when they cannot be had, every commit of the new value counts: fail closed). Not "those no remote ref
-    has": a branch pushed before a lease was taken is judged again when it moves onto another branch."""
+    has not; a new ref (or an old value that cannot be fetched): those the remote's default branch has not
+    (fetched when missing here); with neither, those the remote's remote-tracking refs here do not have. Not
+    "those no remote ref has": a branch pushed before a lease was taken is judged again when it moves onto
+    another branch."""
     head: list[str | None] = []
     paths: set[str] = set()
     for local_oid, _remote_ref, remote_oid in updates:
-        if not ZERO_RE.match(remote_oid):
-            base = remote_oid if _have(cwd, remote, remote_oid) else None
-        else:
+        base = remote_oid if not ZERO_RE.match(remote_oid) and _have(cwd, remote, remote_oid) else None
+        if base is None:  # a new ref, or an old value that cannot be had: against the default branch
             if not head:
                 head.append(_remote_head(cwd, remote))
             base = head[0]
-        paths.update(touched_paths(cwd, [local_oid], [base] if base else []))
+        # with neither: against what the remote is known to have (its remote-tracking refs here)
+        paths.update(touched_paths(cwd, [local_oid], [base] if base else [f"--remotes={remote}"]))
     return sorted(paths)
 
 
