@@ -225,7 +225,7 @@ def push_expectation(world, data: bytes) -> str:
     lines = _lines_of(data)
     if lines is None:
         return "refuse"
-    pushed, excluded = [], set()
+    pushed, gained_outside = [], False
     for ln in lines:
         parts = ln.rsplit(" ", 3)
         if (
@@ -239,8 +239,10 @@ def push_expectation(world, data: bytes) -> str:
         _, local, remote_ref, remote = parts
         if not re.fullmatch("0+", local) and not remote_ref.startswith("refs/leases/"):
             pushed.append(local)
-            excluded.add(remote)  # what the remote has already (deletes and lease refs are skipped whole)
-    if world.outside in pushed and world.outside not in excluded:
+            # each ref is judged by what it gains over its own remote value (deletes and lease refs are
+            # skipped whole): OUTSIDE is gained unless that ref is at OUTSIDE already
+            gained_outside = gained_outside or (local == world.outside and remote != world.outside)
+    if gained_outside:
         return "refuse"
     return "accept" if set(pushed) <= {world.inside, world.base, world.outside} else "any"
 
@@ -420,19 +422,29 @@ def receive_expectation(world, data: bytes, claimed_by_option: bool = False) -> 
     if lines is None:
         return "refuse"
     news = []
+    gained_outside = False
+    deletes_lease = False  # a release or a clear is a push of its own, of whole leases
     for ln in lines:
         parts = ln.split(" ", 2)
         if len(parts) != 3 or not HEX.fullmatch(parts[0]) or not HEX.fullmatch(parts[1]) or not REF.fullmatch(parts[2]):
             return "refuse"
         old, new, ref = parts
+        lease_ref = ref == "refs/leases" or ref.startswith(("refs/leases/", "refs/leases-audit/"))
         if re.fullmatch("0+", new):
+            deletes_lease = deletes_lease or lease_ref
             continue
-        if ref == "refs/leases" or ref.startswith("refs/leases/"):
+        if lease_ref:
             return "refuse"  # none of our oids is a proper lease version
         news.append(new)
-    claimed = claimed_by_option or world.claimed in news
-    if world.outside in news and not claimed:
+        # a ref is judged by the commits it gains over its own old value (an unknown one: over the default
+        # branch, base): OUTSIDE is gained unless the ref was at OUTSIDE already (base, FREE and CLAIMED are
+        # not its descendants). A Lease: trailer claims only its own commit (CLAIMED), a push option all.
+        if new == world.outside and old != world.outside and not claimed_by_option:
+            gained_outside = True
+    if gained_outside or (deletes_lease and news):
         return "refuse"
+    if deletes_lease:
+        return "any"
     return "accept" if set(news) <= {world.base, world.free, world.claimed, world.outside} else "any"
 
 

@@ -616,6 +616,10 @@ def test_a_broken_trust_file_on_the_server_can_still_be_fixed_by_a_push(guarded_
     (a / "svc").mkdir()
     (a / "svc" / "x").write_text("x\n")
     git(a, "add", "svc/x")
+    # signed with the lease's owner key (also when rebased): on a signed store only such a commit's claim
+    # counts (issue 16)
+    for k, v in (("gpg.format", "ssh"), ("user.signingKey", str(key.path)), ("commit.gpgSign", "true")):
+        git(a, "config", k, v)
     git(a, "commit", "-q", "--no-verify", "-m", f"work\n\nLease: {lease}")
     res = subprocess.run(["git", "push", "--no-verify", "origin", "HEAD:main"], cwd=a, capture_output=True, text=True)
     assert res.returncode == 1 and "no lease claim is honoured until the trust file is fixed" in res.stderr

@@ -116,7 +116,9 @@ def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
     res = run(b, "push", "--no-verify", "origin", "HEAD:main")
     assert res.returncode == 1 and "pre-receive hook declined" in res.stderr
     assert "remote: gitlease: push refused (server): 1 path inside leases held by others" in res.stderr
-    assert f"remote: gitlease:   svc/f: scope svc, held by {lease} (task=task-a agent=agent-a" in res.stderr
+    assert "remote: gitlease:   svc/f: scope svc, held by another lease (task=task-a agent=agent-a" in res.stderr
+    assert lease not in res.stderr  # no holder's lease id next to the instructions for claiming (issue 16)
+    assert "on this unsigned store claims are not verified" in res.stderr
     # the holder pushes the same kind of change, naming its lease in a trailer (or -o lease=...)
     assert commit(a, "svc/g", msg=f"work\n\nLease: {lease}").returncode == 0
     assert run(a, "push", "-q", "origin", "HEAD:main").returncode == 0
@@ -204,7 +206,8 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     )
     assert res.returncode == 4
     assert res.stderr.splitlines() == [
-        "gitlease: refs/leases/junk: not a gitlease ref (only refs/leases/id/* and refs/leases/scope/* live here)",
+        "gitlease: refs/leases/junk: not a gitlease ref (only refs/leases/id/<lease>, refs/leases/scope[/<path>], "
+        "refs/leases/task/<task>, refs/leases/doctor/... and refs/leases-audit/<writer> live here)",
         "git-lease: push refused by the lease server hook (1 problem)",
     ]
     res = subprocess.run(
@@ -218,17 +221,22 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     assert res.returncode == 0 and json.loads(res.stdout)["ok"]
 
 
-def test_reserved_probe_refs_pass_the_server_hook(remote, monkeypatch):
-    """Refs the store reserves for other tools (``store.RESERVED``: doctor's probes) are not leases."""
-    from gitlease.core import store
+def test_reserved_probe_refs_pass_the_server_hook_only_in_doctors_shape(remote, monkeypatch):
+    """Doctor's probe refs (refs/leases/doctor/) pass the server hook when they are doctor's own shape (a
+    parentless commit holding only doctor.txt); nothing else may be parked there (issue 16, item 2)."""
+    from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC
     from gitlease.enforce import server as receive
 
+    w = ObjectWriter(os.path.join(remote.bare, "objects"))
+    probe = w.commit(w.tree({PROBE_FILE: w.blob(PROBE_MAGIC + b"x\n")}), (), "d <d@x>", 1_800_000_000, "probe")
+    parked = git(remote.bare, "rev-parse", "main").strip()
     monkeypatch.chdir(remote.bare)
-    probe = [("0" * 40, "1" * 40, "refs/leases/doctor/20261202T000000Z/x")]
-    monkeypatch.setattr(store, "RESERVED", (), raising=False)
-    assert receive.check_lease_updates(probe) != []
-    monkeypatch.setattr(store, "RESERVED", ("refs/leases/doctor/",), raising=False)
-    assert receive.check_lease_updates(probe) == []
+    ref = "refs/leases/doctor/20261202T000000Z-cafe/x"
+    assert receive.check_lease_updates([("0" * 40, probe, ref)]) == []
+    (why,) = receive.check_lease_updates([("0" * 40, parked, ref)])
+    assert "not a doctor probe" in why
+    assert receive.check_lease_updates([("0" * 40, "1" * 40, ref)]) != []
+    assert receive.check_lease_updates([(probe, "0" * 40, ref)]) == []  # doctor deletes its probes
 
 
 def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded, tmp_path):

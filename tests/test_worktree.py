@@ -401,6 +401,7 @@ def test_default_base_prefers_origin(repo, clock, tmp_path):
     bare = tmp_path / "origin.git"
     git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
     git(repo, "remote", "add", "origin", str(bare))
+    git(repo, "config", "lease.remote", "local")  # leases in this repository's own refs, on purpose
     git(repo, "fetch", "-q", "origin")
     (Path(repo) / "README").write_text("local only\n")
     git(repo, "commit", "-q", "-am", "local")
@@ -465,6 +466,7 @@ def test_bare_repository_stays_bare_and_its_worktrees_do_not(tmp_path, clock):
     git(src, "commit", "-q", "--allow-empty", "-m", "init")
     bare = tmp_path / "proj.git"
     git(tmp_path, "clone", "-q", "--bare", str(src), str(bare))
+    git(bare, "config", "lease.remote", "local")  # leases in this repository's own refs, on purpose
     att = manager(bare, clock).acquire(["a"], ttl=TTL)
     assert Path(att.path).parent == tmp_path / "proj.worktrees"
     assert git(att.path, "rev-parse", "--is-bare-repository").strip() == "false"

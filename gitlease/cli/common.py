@@ -87,7 +87,24 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _emit(doc: dict[str, Any]) -> None:
-    echo(json.dumps(doc, sort_keys=True))
+    echo(json.dumps(text_only(doc), sort_keys=True))
+
+
+def text_only(obj: Any) -> Any:
+    """``obj`` with every string made valid Unicode: bytes that were not UTF-8 (ref names and paths are bytes;
+    they arrive as surrogate escapes) written ``\\xNN``, so that the JSON holds no lone surrogate, which
+    strict parsers refuse."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(obj, dict):
+        return {text_only(k): text_only(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [text_only(v) for v in obj]
+    return obj
 
 
 def echo(line: str, *, err: bool = False) -> None:

@@ -112,7 +112,12 @@ def acquire(
     warnings = _untracked_warnings(svc, rec.paths)
     for line in warnings:
         echo(f"git-lease: warning: {line}", err=True)
-    lines = [f"lease acquired: {got.lease_id}", f"workspace: {rec.workspace_id}", f"ttl: {rec.ttl}s"]
+    lines = [
+        f"lease acquired: {got.lease_id}",
+        f"workspace: {rec.workspace_id}",
+        f"ttl: {rec.ttl}s",
+        f"store: {svc.store.name}" + (" (this repository's own refs)" if svc.store.kind == "local" else ""),
+    ]
     lines += [f"cleared expired lease: {c}" for c in got.cleared]
     if replace:
         lines.append(f"lease released: {replace}")
@@ -352,18 +357,33 @@ def status(
     held = {k for k, h in svc.held_here().items() if h.store == svc.store.name}
     if mine:
         snap.leases = [v for v in snap.leases if v.lease_id in held]
-    return (
-        {
-            "store": svc.store.name,
-            "stale": snap.stale,
-            "fetchedAt": iso(snap.fetched_at),
-            "error": snap.error,
-            "trust": snap.trust,
-            "signed": snap.signed_store,
-            "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
-        },
-        _snapshot_lines(snap, now, skew, held),
-    )
+    result = {
+        "store": svc.store.name,
+        "stale": snap.stale,
+        "fetchedAt": iso(snap.fetched_at),
+        "error": snap.error,
+        "trust": snap.trust,
+        "signed": snap.signed_store,
+        "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
+        "foreign": snap.foreign,
+    }
+    lines = _snapshot_lines(snap, now, skew, held)
+    lines += [f"foreign ref (not a lease; it blocks nothing): {ref}" for ref in snap.foreign]
+    overlaps = snap.overlaps(now, skew)
+    if overlaps:  # everything above is printed, then exit 5 naming both leases of each pair
+        if not as_json:
+            for line in lines:
+                echo(line)
+        pairs = "; ".join(
+            f"{a.lease_id} ({' '.join(a.paths)}) and {b.lease_id} ({' '.join(b.paths)})" for a, b in overlaps
+        )
+        raise errors.InvalidRecord(
+            f"store fault: live leases overlap: {pairs}; the store granted both (a server that does not "
+            "serialise ref updates: run git lease doctor)",
+            overlaps=[[a.lease_id, b.lease_id] for a, b in overlaps],
+            **result,
+        )
+    return result, lines
 
 
 def _gone(svc, lease_id: str) -> str:

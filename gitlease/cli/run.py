@@ -151,6 +151,10 @@ def run_(
                 _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
         if link and not link.register(lease_id, os.getpid(), timing):
             link = None
+        from gitlease.identity.signer import commit_signing_config, config_env
+
+        # the command's commits are signed with the lease's key (a claim to the lease is honoured only then)
+        cmd_env = config_env(commit_signing_config(svc.settings.signing_key), dict(os.environ))
         res = Supervisor(
             svc,
             lease_id,
@@ -163,6 +167,7 @@ def run_(
             link=link,
             stop_by=stop_by,
             progress_timeout=svc.settings.progress_timeout,
+            env=cmd_env,
         ).run()
         outcome["code"] = res.returncode
         result = {
@@ -219,13 +224,6 @@ def _push_remote(cwd: str, branch: str) -> str:
     return "origin"
 
 
-def _refspec(branch: str) -> str:
-    src, _, dst = branch.partition(":")
-    dst = dst or src
-    full = [s if s.startswith("refs/") else f"refs/heads/{s}" for s in (src, dst)]
-    return f"{full[0]}:{full[1]}"
-
-
 def _lease_for_push(svc, given: str | None) -> str:
     if given:
         return given
@@ -245,41 +243,70 @@ def push(
     push_remote: Annotated[
         str | None, typer.Argument(metavar="[REMOTE]", help="Where to push (default: the branch's push remote).")
     ] = None,
-    branch: Annotated[
-        str | None,
-        typer.Argument(metavar="[BRANCH]", help="The branch, or SRC:DST (default: the current branch). Never '+'."),
+    refspecs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[REFSPEC]...",
+            help="Branches to push, as git push takes them: BRANCH, refs/heads/BRANCH, SRC:DST, HEAD:main "
+            "(default: the current branch). Never '+', no deletes.",
+        ),
     ] = None,
     lease: LeaseOpt = None,
     ttl: Annotated[str | None, typer.Option(help="New time to live (default: the lease's own).")] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Push a branch and renew the lease in ONE atomic push: if the lease was taken over, nothing lands (exit
-    6). Needs the lease store to be the remote pushed to."""
+    """Push branches and renew the lease in ONE atomic push: if the lease was taken over, nothing lands (exit
+    6). Every commit the push would land is checked first, as the pre-push hook does: a path outside the lease,
+    or inside another live lease, refuses the push (exit 4) and nothing is pushed. Needs the lease store to be
+    the remote pushed to."""
 
     def body():
+        from gitlease.enforce.push import fenced_push
+
         svc = service(remote)
         cwd = svc.repo.cwd
-        name = branch or _current_branch(cwd)
-        if name.startswith("+"):
-            raise errors.UsageError("a fenced push is a normal (fast-forward) push: drop the '+'")
-        target = push_remote or _push_remote(cwd, name.partition(":")[0])
+        specs = list(refspecs or []) or [_current_branch(cwd)]
+        first = specs[0].lstrip("+").partition(":")[0] or specs[0]
+        target = push_remote or _push_remote(cwd, _short_branch(cwd, first))
         lease_id = _lease_for_push(svc, lease)
-        spec = _refspec(name)
-        got = svc.push_fenced(lease_id, target, [spec], ttl=ttl_seconds(ttl))
-        rec = got.record
+        try:
+            got = fenced_push(svc, target, specs, lease_id, ttl=ttl_seconds(ttl))
+        except errors.GitLeaseError as exc:
+            if not as_json:
+                for line in exc.details.get("lines") or []:
+                    _say(line)
+                for line in exc.details.get("server") or []:
+                    _say(f"remote: {line}")
+            raise
+        if not as_json:
+            for line in got.warnings:
+                _say(line)
+        branches = ", ".join(t.dst.removeprefix("refs/heads/") for t in got.targets)
         return (
-            {
-                "leaseId": lease_id,
-                "remote": target,
-                "refspec": spec,
-                "version": rec.version,
-                "expiresAt": rec.expires_at,
-            },
+            got.to_json(),
             [
-                f"pushed {spec.split(':')[1]} to {target}, fenced by {lease_id}",
-                f"lease renewed: version={rec.version} expiresAt={rec.expires_at}",
+                f"pushed {branches} to {target}, fenced by {lease_id} "
+                f"({got.commits} commit{'s' if got.commits != 1 else ''}, {len(got.paths)} "
+                f"path{'s' if len(got.paths) != 1 else ''} checked, lease.enforce={got.mode})",
+                f"lease renewed: version={got.version} expiresAt={got.expires_at}",
             ],
         )
 
     run("push", as_json, body)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _short_branch(cwd: str, src: str) -> str:
+    """The local branch name a push source names (for its push remote), or the source as given."""
+    from gitlease.core import gitcmd
+
+    if src.startswith("-"):
+        return src
+    res = gitcmd.run(["rev-parse", "--symbolic-full-name", src], cwd=cwd, check=False)
+    full = res.out.strip()
+    return full.removeprefix("refs/heads/") if full.startswith("refs/heads/") else src

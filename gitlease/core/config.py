@@ -6,13 +6,30 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gitlease.core.durations import seconds as _int
 from gitlease.core.errors import ConfigError
 from gitlease.core.modes import parse_mode
 
 DEFAULT_TTL = 300
 DEFAULT_SKEW = 30
 DEFAULT_TIMEOUT = 30.0
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Build and test leftovers that never hold work: cleaned before a worktree is pooled (lease.worktree.disposable)
+DISPOSABLE = (
+    "__pycache__",
+    "*.pyc",
+    "*.pyo",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "node_modules/.cache",
+)
+LOCAL = "local"  # lease.remote / --remote value that chooses this repository's own refs on purpose
+NO_STORE = (
+    "lease.remote is not set and this repository has remotes: point it at the shared lease store "
+    "('git lease init --remote origin'), or choose this repository's own refs on purpose "
+    "('git config lease.remote local', or --remote local)"
+)
 
 
 @dataclass(frozen=True)
@@ -35,22 +52,9 @@ class Settings:
     enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
     worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
     renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
-
-
-def _int(name: str, value: str | None, default: int, lo: int, hi: int) -> int:
-    if value is None or value == "":
-        return default
-    text = value.strip().lower()
-    mult = 1
-    if text and text[-1] in _UNITS:
-        text, mult = text[:-1], _UNITS[text[-1]]
-    try:
-        n = int(text) * mult
-    except ValueError:
-        raise ConfigError(f"{name} must be a duration (300, 300s, 5m, 2h, 1d), not {value!r}") from None
-    if not lo <= n <= hi:
-        raise ConfigError(f"{name} must be between {lo} and {hi} seconds, not {n}")
-    return n
+    store_unset: bool = False  # no lease.remote and no --remote: the local store by default, not by choice
+    # lease.worktree.disposable: ignored files a pooled worktree may lose (cleaned before pooling)
+    worktree_disposable: tuple[str, ...] = ()
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -82,7 +86,8 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         return config.get(key)
 
     remote = pick("remote", "lease.remote")
-    if remote is not None and remote.strip() in ("", "local"):
+    store_unset = remote is None or remote.strip() == ""
+    if remote is not None and remote.strip() in ("", LOCAL):
         remote = None
     agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{os.uname().nodename}"
     task = pick("task", "lease.task", "GITLEASE_TASK") or "manual"
@@ -113,7 +118,16 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         enforce=parse_mode(pick("enforce", "lease.enforce")),
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
         renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
+        store_unset=store_unset,
+        worktree_disposable=_patterns(pick("worktree_disposable", "lease.worktree.disposable")),
     )
+
+
+def _patterns(value: str | None) -> tuple[str, ...]:
+    """``lease.worktree.disposable``: patterns separated by spaces or commas; unset: DISPOSABLE; empty: none."""
+    if value is None:
+        return DISPOSABLE
+    return tuple(p for p in value.replace(",", " ").split() if p)
 
 
 def _user() -> str:

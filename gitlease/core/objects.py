@@ -18,6 +18,10 @@ from gitlease.core.fsutil import atomic_write
 
 RECORD_FILE = "lease.json"
 SIGNATURE_FILE = "lease.sig"
+# `git lease doctor`'s throw-away probe commits (refs/leases/doctor/...): parentless, one small file
+PROBE_FILE = "doctor.txt"
+PROBE_MAGIC = b"gitlease doctor probe "
+PROBE_MAX_BYTES = 1024
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,34 @@ def new_record(
     return rec
 
 
+def largest_version(rec: Record) -> Record:
+    """The largest record any later version of ``rec`` can be: renewals change only the version, the TTL, the
+    timestamps (fixed width) and the progress note (at most MAX_NOTE printable characters, 4 bytes each in
+    UTF-8 at most, a counter of at most 13 digits)."""
+    from gitlease.core.progress import MAX_NOTE
+
+    return replace(
+        rec,
+        version=10**12,
+        ttl=366 * 86400,
+        progress=Progress(note="\U0010ffff" * MAX_NOTE, counter=10**13, at=rec.renewed_at),
+    )
+
+
+def size_problem(rec: Record) -> str | None:
+    """Why a lease with ``rec``'s scope could not be written and read back for its whole life, or None: the
+    one limit writers and readers share (MAX_PATHS paths, MAX_RECORD_BYTES bytes for every version)."""
+    if len(rec.paths) > MAX_PATHS:
+        return f"{len(rec.paths)} paths, over the limit of {MAX_PATHS} paths per lease"
+    size = len(largest_version(rec).canonical())
+    if size > MAX_RECORD_BYTES:
+        return (
+            f"its record would be up to {size} bytes (renewals included), over the "
+            f"{MAX_RECORD_BYTES}-byte limit every reader enforces"
+        )
+    return None
+
+
 def canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
@@ -335,6 +363,8 @@ def from_json(obj: Any) -> Record:
 
 
 def validate(rec: Record) -> None:
+    if not 1 <= len(rec.paths) <= MAX_PATHS:
+        raise InvalidRecord(f"scope paths must be 1 to {MAX_PATHS} paths")
     if not LEASE_ID.match(rec.lease_id):
         raise InvalidRecord(f"bad lease id {rec.lease_id[:60]!r}")
     if rec.status != "active":

@@ -8,6 +8,9 @@ Layout (docs/protocol.md):
 * ``refs/leases/id/<leaseId>``: a lease's current version;
 * ``refs/leases/scope/<encoded path>``: the grant (version 1) of the lease holding that path; the ref
   ``refs/leases/scope`` itself holds the whole repository (``.``);
+* ``refs/leases/task/<encoded task id>``: the grant of the lease a queue runner took for that task (one ref
+  component, ``encode_segment`` of the task id), created and deleted with the lease's other refs;
+* ``refs/leases/doctor/<run>/...``: throw-away probes of ``git lease doctor`` (no lease reader lists them);
 * ``refs/leases-audit/<writer>``: the audit log of one writer (outside ``refs/leases/``, so no lease reader ever
   mistakes it for a lease).
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 NAMESPACE = "refs/leases"
 ID_PREFIX = NAMESPACE + "/id/"
 SCOPE_REF = NAMESPACE + "/scope"  # the whole repository ('.'); paths live below it
+TASK_PREFIX = NAMESPACE + "/task/"  # refs/leases/task/<encoded task id>: the grant of the lease working on it
+PROBE_PREFIX = NAMESPACE + "/doctor/"  # `git lease doctor`'s throw-away probes: not leases, never listed
 AUDIT_NAMESPACE = "refs/leases-audit"
 AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
 
@@ -117,7 +122,11 @@ def path_of_scope_ref(ref: str) -> str:
     path = from_ref_suffix(ref[len(SCOPE_REF) + 1 :])
     from gitlease.core.scope import normalize  # only here: the hooks never decode scope refs
 
-    if normalize(path) != path:
+    try:
+        ok = normalize(path) == path
+    except Exception:  # ScopeError: a decoded path no scope can be ("..", ".git", too long)
+        ok = False
+    if not ok:
         raise ValueError(ref)
     return path
 

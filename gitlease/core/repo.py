@@ -16,6 +16,7 @@ class Repo:
     worktree: str | None  # None in a bare repository
     object_format: str = "sha1"
     config: dict[str, str] = field(default_factory=dict)  # lease.* keys, lower-cased, last value wins
+    remotes: tuple[str, ...] = ()  # the configured remotes' names (remote.<name>.url), sorted
 
     @classmethod
     def discover(cls, path: str | os.PathLike[str] = ".") -> Repo:
@@ -38,12 +39,14 @@ class Repo:
         bare = lines[0] == "true"
         worktree = None if bare or len(lines) < 5 else lines[4]
         git_dir, common_dir, fmt = lines[1], lines[2], lines[3]
+        config, remotes = read_config(git_dir)
         return cls(
             git_dir=git_dir,
             common_dir=common_dir,
             worktree=worktree,
             object_format=fmt,
-            config=read_lease_config(git_dir),
+            config=config,
+            remotes=remotes,
         )
 
     @property
@@ -64,17 +67,30 @@ class Repo:
 
 
 def read_lease_config(git_dir: str) -> dict[str, str]:
-    """Every ``lease.*`` key git sees for this repository (all config scopes). A git that cannot read the
-    configuration is an error, never "no keys": an empty answer would silently mean unsigned (issue 17: a
-    renewal agent whose working directory was removed renewed signed leases unsigned that way)."""
-    res = gitcmd.run(["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^lease\."], cwd=git_dir, check=False)
+    return read_config(git_dir)[0]
+
+
+def read_config(git_dir: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The ``lease.*`` keys (lower-cased, last value wins) and the names of the configured remotes, in one
+    ``git config`` call. A git that cannot read the configuration is an error, never "no keys": an empty
+    answer would silently mean unsigned (issue 17: a renewal agent whose working directory was removed renewed
+    signed leases unsigned that way)."""
+    res = gitcmd.run(
+        ["--git-dir", git_dir, "config", "-z", "--get-regexp", r"^(lease\.|remote\..*\.url$)"],
+        cwd=git_dir,
+        check=False,
+    )
     if res.returncode not in (0, 1):  # 1: no such key
         raise ConfigError(f"cannot read the git configuration of {git_dir}: {res.err.strip() or res.returncode}")
     out: dict[str, str] = {}
+    remotes: set[str] = set()
     for item in gitcmd.zsplit(res.out):
         key, _, value = item.partition("\n")
-        out[key.lower()] = value
-    return out
+        if key.lower().startswith("lease."):
+            out[key.lower()] = value
+        elif key.startswith("remote.") and key.endswith(".url"):
+            remotes.add(key[len("remote.") : -len(".url")])
+    return out, tuple(sorted(remotes))
 
 
 def absent_paths(repo: Repo, paths: list[str] | tuple[str, ...]) -> list[str]:

@@ -14,6 +14,12 @@ from gitlease.core.errors import ScopeError
 
 ROOT = "."
 MAX_PATH_BYTES = 4096
+# A scope is stored as a ref (one path segment, encoded, per ref component: gitlease.core.refnames). git's files
+# ref backend keeps each ref in a file and locks it with "<name>.lock": a component over 250 bytes cannot be
+# locked on common file systems (255-byte file names), and the whole ref must stay well below PATH_MAX once
+# the server's own path to the repository is in front of it.
+MAX_COMPONENT_BYTES = 250
+MAX_REF_BYTES = 2048
 
 
 def normalize(raw: str) -> str:
@@ -44,7 +50,29 @@ def normalize(raw: str) -> str:
         raise ScopeError(f"scope {shown} names a .git directory, which is never part of the repository's tree")
     if not parts:
         return ROOT
+    _check_storable(parts, shown)
     return "/".join(parts)
+
+
+def _check_storable(parts: list[str], shown: str) -> None:
+    """Refuse a path whose scope ref git could not store (see MAX_COMPONENT_BYTES)."""
+    from gitlease.core.refnames import SCOPE_REF, encode_segment
+
+    total = len(SCOPE_REF)
+    for p in parts:
+        n = len(encode_segment(p))
+        total += n + 1
+        if n > MAX_COMPONENT_BYTES:
+            raise ScopeError(
+                f"scope {shown}: the segment {_show(p[:40])}{'...' if len(p) > 40 else ''} is {n} bytes once "
+                f"encoded as a ref name component, over git's limit of {MAX_COMPONENT_BYTES}: no lease can be "
+                "stored for it (lease its folder instead)"
+            )
+    if total > MAX_REF_BYTES:
+        raise ScopeError(
+            f"scope {shown} is {total} bytes once encoded as a ref name, over the limit of {MAX_REF_BYTES}: "
+            "no lease can be stored for it (lease a folder above it instead)"
+        )
 
 
 def normalize_all(raws: Iterable[str] | str) -> tuple[str, ...]:

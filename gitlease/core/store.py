@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
-from gitlease.core.refnames import NAMESPACE, SCOPE_REF
+from gitlease.core.refnames import NAMESPACE, PROBE_PREFIX, SCOPE_REF
 
-RESERVED = (NAMESPACE + "/doctor/",)  # throw-away probe refs of `git lease doctor`: not leases, never listed
+RESERVED = (PROBE_PREFIX,)  # throw-away probe refs of `git lease doctor`: not leases, never listed
 ZERO = "0" * 40
 DEFAULT_TIMEOUT = 30.0
 PUSH_GRACE = 1.0  # seconds a timed-out push's children get to finish (gitcmd.run, grace)
@@ -52,6 +52,7 @@ class Outcome:
     ambiguous: bool = False
     statuses: dict[str, str] = field(default_factory=dict)  # ref -> ok | uptodate | rejected:<reason>
     message: str = ""
+    server: list[str] = field(default_factory=list)  # what the server said ("remote: " lines: its hooks' reasons)
     connected: bool = True  # False: git never reached the store (no such remote or host): nothing landed
 
     def check_reached(self) -> None:
@@ -215,6 +216,7 @@ class RemoteStore(Store):
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         statuses = parse_push_porcelain(res.out)
         wanted = [u.ref for u in updates]
+        server = server_lines(res.err)
         if not statuses and _never_connected(res.err):
             # git says it never reached a repository (no such remote, host or path; refused; not allowed):
             # nothing can have landed. Still "ambiguous" for callers that only know that much (they re-read)
@@ -226,9 +228,9 @@ class RemoteStore(Store):
             )
         if not statuses or any(r not in statuses for r in wanted):
             # No verdict for some ref: the connection failed before, or during, the push.
-            return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err))
+            return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err), server=server)
         ok = all(not s.startswith("rejected") for s in statuses.values()) and res.returncode == 0
-        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err))
+        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err), server=server)
 
     def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
         try:
@@ -386,6 +388,13 @@ _NOT_CONNECTED = (
 def _never_connected(stderr: str) -> bool:
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     return any(m in ln for ln in lines[:3] for m in _NOT_CONNECTED)
+
+
+def server_lines(stderr: str, limit: int = 50) -> list[str]:
+    """The lines the server sent during a push (``remote: ...``: its hooks' own reasons), without the prefix."""
+    out = [ln[len("remote: ") :].rstrip() for ln in stderr.splitlines() if ln.startswith("remote: ")]
+    out = [ln for ln in out if ln.strip()]
+    return out[:limit] + ([f"... and {len(out) - limit} more lines"] if len(out) > limit else [])
 
 
 def _last_error(stderr: str) -> str:

@@ -122,12 +122,11 @@ def _diff_index(tree: str) -> list[str]:
 
 
 def skew(cfg: dict[str, str]) -> int:
-    text = cfg.get("lease.skew", "").strip().lower()
-    mult = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], 0)
-    try:
-        return int(text[:-1]) * mult if mult else int(text)
-    except ValueError:
-        return DEFAULT_SKEW
+    """``lease.skew`` read as every other command reads it (gitlease.core.durations; unset: 30); anything else is
+    a ConfigError (exit 1), never a silent default."""
+    from gitlease.core.durations import seconds
+
+    return seconds("lease.skew", cfg.get("lease.skew"), DEFAULT_SKEW, 0, 3600)
 
 
 class LocalLookup:
@@ -192,6 +191,7 @@ def pre_commit() -> int:
     configured = enforce.parse_mode(cfg.get("lease.enforce"))
     if configured == "off":
         return 0
+    skew(cfg)  # a bad lease.skew is refused here as by every other command
     try:
         mine = enforce.load_held(os.path.join(gdir, "gitlease", "held.json"))
     except InvalidRecord as exc:

@@ -10,8 +10,8 @@ It refuses, for the whole push (git applies all or none of a push a pre-receive 
   own timestamps: no server clock involved); a renewal that changes the scope (extend, narrow) must create,
   at the lease's grant, exactly the scope refs of the paths it adds and delete exactly those of the paths it
   removes, in the same push; scope refs never move; nothing else lives under ``refs/leases/``. Deletes
-  (release, clearing an expired lease) are compare-and-swap updates the client pins; they pass.
-  Signatures: ``signature_problem`` verifies each version against the server's trust file.
+  (release, clearing an expired lease) are compare-and-swap updates the client pins; they must be whole
+  leases (or a narrow's). Signatures: ``signature_problem`` verifies each version against the server's trust file.
 * branch and tag updates whose new commits touch a path inside a lease held by someone else: a push claims
   leases with push options (``git push -o lease=lease_...``) or ``Lease:`` trailers in its commits; without
   signatures such a claim is not proof (docs/limits.md).
@@ -22,15 +22,29 @@ environment (``keep_repo_env``), which points at the quarantine.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
 from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
-from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
-from gitlease.core.refnames import ID_PREFIX, NAMESPACE, SCOPE_REF, path_of_scope_ref
+from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, PROBE_MAX_BYTES, RECORD_FILE, SIGNATURE_FILE
+from gitlease.core.refnames import (
+    AUDIT_NAMESPACE,
+    AUDIT_PREFIX,
+    ID_PREFIX,
+    NAMESPACE,
+    PROBE_PREFIX,
+    SCOPE_REF,
+    TASK_PREFIX,
+    decode_segment,
+    is_scope_ref,
+    path_of_scope_ref,
+    scope_ref,
+)
 from gitlease.core.store import Blob, parse_batch
+from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
@@ -127,114 +141,312 @@ def _parse(blob: Blob | None) -> tuple[records.Record | None, str | None]:
         return None, exc.message
 
 
-SAME = ("lease_id", "acquired_at", "owner", "repo", "workspace_id", "schema")  # the scope: see scope_changes
+SAME = ("lease_id", "acquired_at", "owner", "repo", "workspace_id", "schema")  # the scope: see _scope_changes
 
 
-def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
-    """Problems with the lease ref updates of one push (``(old, new, ref)``, zero oids for none)."""
-    from gitlease.core import store
+# ------------------------------------------------------------------------ lease and audit refs
+# Every ref under refs/leases/ and refs/leases-audit/ must be one of gitlease's own shapes. ``shape`` names the
+# shape of a ref name; ``_Push.check_write`` dispatches a create or update to the checker of its shape, and
+# ``_Push.check_deletes`` judges the push's deletes together. A new shape is one more line in ``shape`` and
+# one checker method.
 
-    reserved = tuple(getattr(store, "RESERVED", ()))  # e.g. `git lease doctor`'s throw-away probe refs
-    lease = [
-        (o, n, r)
-        for o, n, r in updates
-        if (r == SCOPE_REF or r.startswith(NAMESPACE + "/")) and not (reserved and r.startswith(reserved))
-    ]
-    if not lease:
-        return []
-    problems: list[str] = []
-    wanted = {x for o, n, _ in lease for x in (o, n) if not ZERO.match(x)}
-    blobs, parents = read_objects(wanted)
-    scope_creates: dict[str, set[str]] = {}  # oid -> paths of the scope refs created at it
-    scope_deletes: dict[str, set[str]] = {}  # oid -> paths of the scope refs deleted (pinned to it)
-    id_creates: dict[str, str] = {}  # oid -> lease id
-    scope_changes: list[tuple[str, str, set[str], set[str]]] = []  # (id ref, new version, added, removed)
-    for old, new, ref in lease:
-        if ZERO.match(new):
-            # a delete: release, or clearing an expired lease (pinned by the pusher), or a narrow's
-            if ref == SCOPE_REF or ref.startswith(SCOPE_REF + "/"):
+
+def in_namespaces(ref: str) -> bool:
+    return ref in (NAMESPACE, AUDIT_NAMESPACE) or ref.startswith((NAMESPACE + "/", AUDIT_PREFIX))
+
+
+def shape(ref: str) -> str | None:
+    """id | scope | task | probe | audit for a ref name of one of gitlease's shapes, else None."""
+    if ref.startswith(ID_PREFIX):
+        return "id" if records.LEASE_ID.match(ref[len(ID_PREFIX) :]) else None
+    if is_scope_ref(ref):
+        try:
+            path_of_scope_ref(ref)
+        except ValueError:
+            return None
+        return "scope"
+    if ref.startswith(TASK_PREFIX):
+        name = ref[len(TASK_PREFIX) :]
+        try:
+            decode_segment(name)
+        except ValueError:
+            return None
+        return "task" if name and "/" not in name else None
+    if ref.startswith(PROBE_PREFIX):
+        return "probe" if len(ref) > len(PROBE_PREFIX) else None
+    if ref.startswith(AUDIT_PREFIX):
+        name = ref[len(AUDIT_PREFIX) :]
+        return "audit" if name and "/" not in name else None
+    return None
+
+
+LEASE_SHAPES = ("id", "scope", "task")  # the refs of a lease, deleted together
+
+
+class _Push:
+    """The lease-namespace updates of one push, and what is needed to judge them."""
+
+    def __init__(self, updates: list[tuple[str, str, str]]) -> None:
+        self.updates = updates
+        self.ours = [(o, n, r) for o, n, r in updates if in_namespaces(r)]
+        wanted = {x for o, n, r in self.ours if shape(r) in LEASE_SHAPES for x in (o, n) if not ZERO.match(x)}
+        self.blobs, self.parents = read_objects(wanted)
+        self.problems: list[str] = []
+        self.scope_creates: dict[str, set[str]] = {}  # oid -> paths of the scope refs created at it
+        self.id_creates: dict[str, str] = {}  # oid -> lease id
+        self.task_creates: dict[str, set[str]] = {}  # oid -> task ids of the task refs created at it
+        self.scope_deletes: dict[str, set[str]] = {}  # oid -> paths of the scope refs deleted (pinned to it)
+        self.scope_changes: list[tuple[str, str, set[str], set[str]]] = []  # (id ref, new version, added, removed)
+        self.resized: set[str] = set()  # scope refs an extend or a narrow of this push creates or deletes
+        self.audit: list[dict] = []  # audit entries appended (parsed)
+
+    def check(self) -> list[str]:
+        for old, new, ref in self.ours:
+            kind = shape(ref)
+            if kind is None:
+                self.problems.append(
+                    f"{ref}: not a gitlease ref (only {ID_PREFIX}<lease>, {SCOPE_REF}[/<path>], "
+                    f"{TASK_PREFIX}<task>, {PROBE_PREFIX}... and {AUDIT_PREFIX}<writer> live here)"
+                )
+            elif not ZERO.match(new):
+                getattr(self, f"_write_{kind}")(old, new, ref)
+            elif kind == "scope":
                 try:
-                    scope_deletes.setdefault(old, set()).add(path_of_scope_ref(ref))
+                    self.scope_deletes.setdefault(old, set()).add(path_of_scope_ref(ref))
                 except ValueError:
                     pass
-            continue
-        if ref.startswith(ID_PREFIX):
-            lid = ref[len(ID_PREFIX) :]
-            rec, why = _parse(blobs.get(new))
-            if rec is None:
-                problems.append(f"{ref}: invalid record: {why}")
-                continue
-            if rec.lease_id != lid:
-                problems.append(f"{ref}: the record names lease {rec.lease_id}")
-                continue
-            prev = None
-            if ZERO.match(old):
-                if rec.version != 1 or parents.get(new):
-                    problems.append(f"{ref}: a new lease must be version 1 without a parent commit")
-                    continue
-                id_creates[new] = lid
-            else:
-                prev, pwhy = _parse(blobs.get(old))
-                if prev is None:
-                    problems.append(f"{ref}: the version it replaces is invalid ({pwhy})")
-                    continue
-                if parents.get(new) != (old,):
-                    problems.append(f"{ref}: not a next version (its parent must be exactly {old[:12]})")
-                    continue
-                if rec.version != prev.version + 1:
-                    problems.append(f"{ref}: version {rec.version} does not follow version {prev.version}")
-                    continue
-                changed = [f for f in SAME if getattr(rec, f) != getattr(prev, f)]
-                if rec.paths != prev.paths:
-                    scope_changes.append((ref, new, set(rec.paths) - set(prev.paths), set(prev.paths) - set(rec.paths)))
-                if changed:
-                    problems.append(f"{ref}: a renewal may not change {', '.join(changed)}")
-                    continue
-                if rec.renewed_at >= prev.expires_at:
-                    problems.append(f"{ref}: renewed at {rec.renewed_at}, after the lease expired at {prev.expires_at}")
-                    continue
-            sig = signature_problem(blobs[new], rec, prev)
-            if sig:
-                problems.append(f"{ref}: signature: {sig}")
-        elif ref == SCOPE_REF or ref.startswith(SCOPE_REF + "/"):
-            if not ZERO.match(old):
-                problems.append(f"{ref}: scope refs never move while their lease lives")
-                continue
+        self._scope_changes()
+        self._pair_creates()
+        self._check_deletes()
+        return self.problems
 
-            try:
-                path = path_of_scope_ref(ref)
-            except ValueError:
-                problems.append(f"{ref}: not a gitlease scope ref")
-                continue
-            scope_creates.setdefault(new, set()).add(path)
+    # -- creates and updates, one checker per shape
+    def _write_id(self, old: str, new: str, ref: str) -> None:
+        lid = ref[len(ID_PREFIX) :]
+        rec, why = _parse(self.blobs.get(new))
+        if rec is None:
+            self.problems.append(f"{ref}: invalid record: {why}")
+            return
+        if rec.lease_id != lid:
+            self.problems.append(f"{ref}: the record names lease {rec.lease_id}")
+            return
+        prev = None
+        if ZERO.match(old):
+            if rec.version != 1 or self.parents.get(new):
+                self.problems.append(f"{ref}: a new lease must be version 1 without a parent commit")
+                return
+            self.id_creates[new] = lid
         else:
-            problems.append(f"{ref}: not a gitlease ref (only {ID_PREFIX}* and {SCOPE_REF}/* live here)")
-    for ref, new, added, removed in scope_changes:
-        grant = _root(new)
-        made = scope_creates.get(grant, set()) if grant not in id_creates else set()
-        if grant is None or made != added or scope_deletes.get(grant, set()) != removed:
-            problems.append(
-                f"{ref}: a renewal may not change paths unless the same push creates, at the lease's grant, "
-                f"exactly the scope refs of the paths it adds ({' '.join(sorted(added)) or 'none'}) and deletes "
-                f"exactly those of the paths it removes ({' '.join(sorted(removed)) or 'none'})"
+            prev, pwhy = _parse(self.blobs.get(old))
+            if prev is None:
+                self.problems.append(f"{ref}: the version it replaces is invalid ({pwhy})")
+                return
+            if self.parents.get(new) != (old,):
+                self.problems.append(f"{ref}: not a next version (its parent must be exactly {old[:12]})")
+                return
+            if rec.version != prev.version + 1:
+                self.problems.append(f"{ref}: version {rec.version} does not follow version {prev.version}")
+                return
+            changed = [f for f in SAME if getattr(rec, f) != getattr(prev, f)]
+            if rec.paths != prev.paths:
+                self.scope_changes.append(
+                    (ref, new, set(rec.paths) - set(prev.paths), set(prev.paths) - set(rec.paths))
+                )
+            if changed:
+                self.problems.append(f"{ref}: a renewal may not change {', '.join(changed)}")
+                return
+            if rec.renewed_at >= prev.expires_at:
+                self.problems.append(
+                    f"{ref}: renewed at {rec.renewed_at}, after the lease expired at {prev.expires_at}"
+                )
+                return
+        sig = signature_problem(self.blobs[new], rec, prev)
+        if sig:
+            self.problems.append(f"{ref}: signature: {sig}")
+
+    def _write_scope(self, old: str, new: str, ref: str) -> None:
+        if not ZERO.match(old):
+            self.problems.append(f"{ref}: scope refs never move while their lease lives")
+            return
+        self.scope_creates.setdefault(new, set()).add(path_of_scope_ref(ref))
+
+    def _write_task(self, old: str, new: str, ref: str) -> None:
+        if not ZERO.match(old):
+            self.problems.append(f"{ref}: task refs never move while their lease lives")
+            return
+        self.task_creates.setdefault(new, set()).add(decode_segment(ref[len(TASK_PREFIX) :]))
+
+    def _write_probe(self, old: str, new: str, ref: str) -> None:
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{PROBE_FILE}"])
+        kind, body = got.get(new, (None, b""))
+        tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
+        kind_f, data = got.get(f"{new}:{PROBE_FILE}", (None, b""))
+        ok = (
+            kind == "commit"
+            and b"\nparent " not in body.split(b"\n\n", 1)[0]
+            and kind_f == "blob"
+            and data.startswith(PROBE_MAGIC)
+            and len(data) <= PROBE_MAX_BYTES
+            and _tree_names(tree) == [PROBE_FILE]
+        )
+        if not ok:
+            self.problems.append(
+                f"{ref}: not a doctor probe (a parentless commit holding only {PROBE_FILE}); nothing else "
+                f"may be parked under {PROBE_PREFIX}"
             )
-        elif grant in scope_creates:
-            del scope_creates[grant]  # an extend's: accounted for
-    for oid, paths in scope_creates.items():
-        rec, _ = _parse(blobs.get(oid))
-        if oid not in id_creates or rec is None:
-            problems.append(
-                f"scope refs {', '.join(sorted(paths))} created without their lease's id ref in the same push"
+
+    def _write_audit(self, old: str, new: str, ref: str) -> None:
+        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, SCHEMA, canonical
+
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{ENTRY_FILE}", f"{new}:{ENTRY_SIG}"])
+        kind, body = got.get(new, (None, b""))
+        parents = tuple(ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent "))
+        kind_e, data = got.get(f"{new}:{ENTRY_FILE}", (None, b""))
+        sig = got.get(f"{new}:{ENTRY_SIG}", (None, None))[1]
+        tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
+        where = f"{ref}: not a gitlease audit entry"
+        names = sorted([ENTRY_FILE, ENTRY_SIG] if sig is not None else [ENTRY_FILE])
+        if kind != "commit" or kind_e != "blob" or len(data) > 64 * 1024 or sorted(_tree_names(tree) or ()) != names:
+            self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
+            return
+        try:
+            doc = json.loads(data.decode("utf-8"))
+            if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or canonical(doc) != data:
+                raise ValueError("schema")
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            self.problems.append(f"{where} ({ENTRY_FILE} is not a canonical {SCHEMA} entry)")
+            return
+        writer = ref[len(AUDIT_PREFIX) :]
+        prev_seq = 0
+        if not ZERO.match(old):
+            before = _cat([f"{old}:{ENTRY_FILE}"]).get(f"{old}:{ENTRY_FILE}", (None, b""))[1]
+            try:
+                prev_seq = json.loads(before.decode("utf-8")).get("seq")
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                prev_seq = None
+            if not parents or parents[0] != old or len(parents) > 2:
+                self.problems.append(f"{where}: an entry's first parent is the entry before it ({old[:12]})")
+                return
+        elif len(parents) > 1:
+            self.problems.append(f"{where}: a first entry has at most one parent (the reclaimed version)")
+            return
+        expected_prev = None if ZERO.match(old) else old
+        if (
+            doc.get("writer") != writer
+            or doc.get("prev") != expected_prev
+            or not isinstance(prev_seq, int)
+            or doc.get("seq") != prev_seq + 1
+        ):
+            self.problems.append(
+                f"{where}: writer, prev and seq must continue the log ({writer}, {str(expected_prev)[:12]}, "
+                f"{prev_seq + 1 if isinstance(prev_seq, int) else '?'})"
             )
-        elif set(rec.paths) != paths:
-            problems.append(
-                f"lease {rec.lease_id}: its scope refs must be created together and match its "
-                f"scope ({' '.join(rec.paths)})"
+            return
+        trust = _server_trust()
+        if trust.signed:
+            from gitlease.identity.trust import check_audit_entry
+
+            problem = check_audit_entry(trust, doc, data, sig)
+            if problem:
+                self.problems.append(f"{ref}: audit entry signature: {problem}")
+                return
+        self.audit.append(doc)
+
+    # -- what must hold across the push
+    def _scope_changes(self) -> None:
+        """An extend or a narrow (a renewal whose scope differs from its parent's) creates, at the lease's
+        grant, exactly the scope refs of the paths it adds, and deletes exactly those of the paths it removes,
+        in the same push (docs/protocol.md, "Extend and narrow"). What it accounts for is taken out of the
+        creates and deletes the other checks judge."""
+        for ref, new, added, removed in self.scope_changes:
+            grant = _root(new)
+            made = self.scope_creates.get(grant, set()) if grant is not None and grant not in self.id_creates else set()
+            gone = self.scope_deletes.get(grant, set()) if grant is not None else set()
+            if grant is None or made != added or gone != removed:
+                self.problems.append(
+                    f"{ref}: a renewal may not change paths unless the same push creates, at the lease's grant, "
+                    f"exactly the scope refs of the paths it adds ({' '.join(sorted(added)) or 'none'}) and deletes "
+                    f"exactly those of the paths it removes ({' '.join(sorted(removed)) or 'none'})"
+                )
+                continue
+            self.scope_creates.pop(grant, None)
+            self.scope_deletes.pop(grant, None)
+            self.resized |= {scope_ref(p) for p in added | removed}
+
+    def _pair_creates(self) -> None:
+        for oid, paths in self.scope_creates.items():
+            rec, _ = _parse(self.blobs.get(oid))
+            if oid not in self.id_creates or rec is None:
+                self.problems.append(
+                    f"scope refs {', '.join(sorted(paths))} created without their lease's id ref in the same push"
+                )
+            elif set(rec.paths) != paths:
+                self.problems.append(
+                    f"lease {rec.lease_id}: its scope refs must be created together and match its "
+                    f"scope ({' '.join(rec.paths)})"
+                )
+        for oid, lid in self.id_creates.items():
+            if oid not in self.scope_creates:
+                self.problems.append(f"lease {lid}: created without its scope refs")
+        for oid, tasks in self.task_creates.items():
+            rec, _ = _parse(self.blobs.get(oid))
+            if oid not in self.id_creates or rec is None or tasks != {rec.owner.task_id}:
+                self.problems.append(
+                    f"task refs {', '.join(sorted(tasks))}: created only with the lease of that task, at its "
+                    "version 1, in the same push"
+                )
+
+    def _check_deletes(self) -> None:
+        """Deletes of lease refs must be a release or a clear: whole leases (every ref the lease has here), in
+        a push that carries nothing but lease and audit refs, and at most one lease that no audit entry of
+        the same push names. Audit entries are never deleted. (A ``git push --mirror`` from a clone deletes
+        every lease while it updates other refs: refused.)"""
+        deletes = [(o, r) for o, n, r in self.ours if ZERO.match(n) and shape(r) != "probe" and r not in self.resized]
+        if not deletes:
+            return
+        for _o, r in deletes:
+            if shape(r) == "audit":
+                self.problems.append(f"{r}: the audit log is append-only; its refs are never deleted")
+        lease_deletes = [(o, r) for o, r in deletes if shape(r) in LEASE_SHAPES]
+        if not lease_deletes:
+            return
+        others = sorted(r for _o, _n, r in self.updates if not in_namespaces(r))
+        if others:
+            self.problems.append(
+                f"a push that deletes leases may carry nothing else (it also updates {', '.join(others[:3])}"
+                f"{' ...' if len(others) > 3 else ''}): a release or a clear is its own push"
             )
-    for oid, lid in id_creates.items():
-        if oid not in scope_creates:
-            problems.append(f"lease {lid}: created without its scope refs")
-    return problems
+            return
+        on_server = _lease_refs_here()
+        lease_of = _lease_ids({o for o in on_server.values()} | {o for o, _r in lease_deletes})
+        deleted = {r for _o, r in lease_deletes}
+        touched: dict[str, set[str]] = {}  # lease id (or ?oid) -> refs deleted
+        for o, r in lease_deletes:
+            touched.setdefault(_owner_of(r, o, lease_of), set()).add(r)
+        for lid in sorted(touched):
+            mine = {r for r, o in on_server.items() if _owner_of(r, o, lease_of) == lid}
+            left = sorted(mine - deleted)
+            if left:
+                self.problems.append(
+                    f"lease {lid}: a release or a clear deletes all its refs together; this push leaves "
+                    f"{', '.join(left[:3])}{' ...' if len(left) > 3 else ''}"
+                )
+        named = {str(d.get("leaseId")) for d in self.audit}
+        for d in self.audit:
+            refs = d.get("refs") if isinstance(d.get("refs"), dict) else {}
+            missing = [r for r in refs if r not in deleted]
+            if missing:
+                self.problems.append(
+                    f"audit entry for {d.get('leaseId')}: the refs it records are not deleted by this push "
+                    f"({', '.join(sorted(missing)[:3])})"
+                )
+        unaudited = sorted(lid for lid in touched if lid not in named)
+        if len(unaudited) > 1:
+            self.problems.append(
+                f"this push deletes {len(unaudited)} leases ({', '.join(unaudited[:3])}"
+                f"{' ...' if len(unaudited) > 3 else ''}) with no audit entry: a release gives back one "
+                "lease, a clear records each lease it removes (a git push --mirror deletes every lease)"
+            )
 
 
 def _root(oid: str) -> str | None:
@@ -244,21 +456,81 @@ def _root(oid: str) -> str | None:
     return roots[0] if len(roots) == 1 else None
 
 
-def push_claims(cwd: str, new_oids: list[str]) -> set[str]:
-    """Leases a push says it is made under: ``-o lease=ID`` push options and ``Lease:`` commit trailers."""
+def _tree_names(body: bytes) -> list[str] | None:
+    """The entry names of a raw tree object (``<mode> <name>\\0<binary object id>`` each; the id may hold NUL
+    bytes), or None when it does not parse."""
+    size = 32 if _object_format() == "sha256" else 20
+    names, pos = [], 0
+    while pos < len(body):
+        sp = body.find(b" ", pos)
+        nul = body.find(b"\0", sp + 1)
+        if sp < 0 or nul < 0 or nul + 1 + size > len(body):
+            return None
+        names.append(body[sp + 1 : nul].decode("utf-8", "surrogateescape"))
+        pos = nul + 1 + size
+    return names
+
+
+def _object_format() -> str:
+    res = _read(["rev-parse", "--show-object-format"], check=False)
+    return res.out.strip() or "sha1"
+
+
+def _cat(names: list[str]) -> dict[str, tuple[str, bytes]]:
+    res = _read(
+        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
+        input="".join(f"{n} {n}\n" for n in names).encode(),
+        check=False,
+    )
+    return parse_batch(res.stdout)
+
+
+def _lease_refs_here() -> dict[str, str]:
+    """{ref: oid} of the lease refs (id, scope, task) on this repository now."""
+    res = _read(["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"], check=False)
+    out = {}
+    for line in res.out.splitlines():
+        oid, _, ref = line.partition(" ")
+        if shape(ref) in LEASE_SHAPES:
+            out[ref] = oid
+    return out
+
+
+def _lease_ids(oids) -> dict[str, str]:
+    """{oid: lease id its record names} for the lease commits among ``oids``."""
+    blobs, _ = read_objects(oids)
+    out = {}
+    for oid, blob in blobs.items():
+        rec, _ = _parse(blob)
+        if rec is not None:
+            out[oid] = rec.lease_id
+    return out
+
+
+def _owner_of(ref: str, oid: str, lease_of: dict[str, str]) -> str:
+    """The lease a lease ref belongs to: the id ref's name, else the lease its (grant) record names, else the
+    object itself (an unreadable record: refs at one object belong together)."""
+    if ref.startswith(ID_PREFIX):
+        return ref[len(ID_PREFIX) :]
+    return lease_of.get(oid) or f"?{oid[:12]}"
+
+
+def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
+    """Problems with the updates of one push under refs/leases/ and refs/leases-audit/ (``(old, new, ref)``,
+    zero oids for none): anything that is not gitlease's own record shapes (``_Push``)."""
+    push = _Push(updates)
+    if not push.ours:
+        return []
+    return push.check()
+
+
+def push_claims() -> set[str]:
+    """Leases a push claims with ``-o lease=ID`` push options (a commit's ``Lease:`` trailers are its own)."""
     claims = set()
     for value in push_options():
         m = LEASE_OPTION.fullmatch(value)
         if m:
             claims.add(m.group(1))
-    if new_oids:
-        res = _read(
-            ["log", "--format=%(trailers:key=Lease,valueonly,separator=%x00)%x00", *new_oids, "--not", "--all", "--"],
-            check=False,
-        )
-        for item in enforce.zsplit(res.stdout):
-            if re.fullmatch(r"lease_[0-9a-z]{6,40}", item.strip()):
-                claims.add(item.strip())
     return claims
 
 
@@ -276,28 +548,61 @@ def push_options() -> list[str]:
     return [found[i] for i in sorted(found) if i < n]
 
 
+def pushed_commits(updates: list[tuple[str, str, str]]) -> list[claims_mod.Commit]:
+    """The commits each branch or tag update brings to its ref: those its new value has and its old value has
+    not (a new ref: those the default branch, HEAD, has not; before the first push, all of them). Not
+    "those no ref has": a commit parked elsewhere first is judged when it reaches a branch."""
+    head = _read(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], check=False).out.strip() or None
+    by_base: dict[str, list[str]] = {}  # base ("" for none) -> new values judged against it: one walk each
+    olds = {o for o, n, r in updates if not ZERO.match(o) and not ZERO.match(n) and not in_namespaces(r)}
+    found = _cat(sorted(olds)) if olds else {}
+    known = {o for o in olds if found.get(o, ("", b""))[0] == "commit"}
+    for old, new, ref in updates:
+        if ZERO.match(new) or in_namespaces(ref):
+            continue
+        # an old value that is not a commit here (git always sends one it has): judged as a new ref
+        base = old if old in known else (head or "")
+        news = by_base.setdefault(base, [])
+        if new not in news:
+            news.append(new)
+    found: dict[str, claims_mod.Commit] = {}
+    for base, news in by_base.items():
+        for c in claims_mod.commits_between(_read, news, [base] if base else []):
+            found.setdefault(c.oid, c)
+    return list(found.values())
+
+
+def _anonymous(v: enforce.Violation) -> enforce.Violation:
+    """The violation without the holder's lease id: the server hook prints how to claim a lease, and must not
+    hand out another holder's id next to that."""
+    h = v.holder
+    if h is None:
+        return v
+    if h.invalid is not None:
+        reason = f"held by an invalid lease ({h.invalid})"
+    else:
+        left = h.seconds_left
+        when = "" if left is None else (f", {left}s left" if left >= 0 else ", expired, within the skew margin")
+        reason = f"held by another lease (task={h.task} agent={h.agent}{when})"
+    return enforce.Violation(v.path, v.scope, reason, h, v.code)
+
+
 def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
-    """Refusal lines (and notes) for branch and tag updates touching paths leased to someone else."""
+    """Refusal lines (and notes) for branch and tag updates bringing commits that touch paths leased to someone
+    else, judged commit by commit with the leases each may claim (gitlease.enforce.claims)."""
     from gitlease.core.config import resolve
     from gitlease.core.repo import Repo
-    from gitlease.enforce.verify import others_lookup
     from gitlease.service.leases import LeaseService
 
-    news = list(
-        dict.fromkeys(
-            n for o, n, r in updates if not ZERO.match(n) and not (r == SCOPE_REF or r.startswith(NAMESPACE + "/"))
-        )
-    )
-    if not news:
+    if not any(not ZERO.match(n) and not in_namespaces(r) for _o, n, r in updates):
         return [], []
     repo = Repo.discover(".")
     settings = resolve(repo.config)
     mode = settings.enforce or "others"
     if mode == "off":
         return [], []
-    res = _read(["log", "--format=", "--name-only", "--no-renames", "--cc", "-z", *news, "--not", "--all", "--"])
-    paths = sorted(set(enforce.zsplit(res.stdout)))
-    if not paths:
+    commits = pushed_commits(updates)
+    if not any(c.paths for c in commits):
         return [], []
     svc = LeaseService(repo, settings)
     untrusted = None
@@ -316,35 +621,52 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
         snap = svc.snapshot(use_cache=False)
     now = svc.clock.now()
-    claims = push_claims(repo.cwd, news) if untrusted is None else set()
-    mine = []
-    for lid in sorted(claims):
-        view = snap.find(lid)
-        if view and view.valid and view.record and view.state(now, settings.skew) != "expired":
-            mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
+    options = push_claims() if untrusted is None else set()
+    # a fenced push (git lease push) renews its lease in the same push: that renewal, a valid next version
+    # (signed by the owner key on a signed store: check_lease_updates), claims the lease for the push
+    renewing = (
+        {r[len(ID_PREFIX) :] for o, n, r in updates if shape(r) == "id" and not ZERO.match(o) and not ZERO.match(n)}
+        if untrusted is None
+        else set()
+    )
     check_mode = "strict" if mode == "strict" else "others"
-    violations = enforce.check(
-        paths,
-        mine,
+    judged = claims_mod.judge(
+        commits,
+        (lambda c: c.trailers | options | renewing) if untrusted is None else (lambda c: set()),
+        snap,
         check_mode,
         now,
-        others_lookup(snap, {m.lease_id for m in mine}, now, settings.skew),
-        who="this push",
+        settings.skew,
+        signed=snap.signed_store,
+        raw=lambda oids: claims_mod.raw_commits(_read, oids),
+        object_format=repo.object_format,
+        proven=renewing,
     )
-    if not violations:
+    if not judged.violations:
         return [], []
+    violations = [_anonymous(v) for v in judged.violations]
     lines = [
         ln.removeprefix("gitlease: ")
         for ln in enforce.refusal(
-            "push", check_mode, violations, warn=mode == "warn", why="server", mine="the leases this push names"
+            "push", check_mode, violations, warn=mode == "warn", why="server", mine="the leases this push may claim"
         )
     ]
-    lines[-1] = (
-        "name your lease with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or a "
-        "'Lease: LEASE_ID' commit trailer; see git lease status"
-    )
+    if lines[-1].startswith("acquire the scope first"):
+        lines.pop()
+    lines += judged.notes
     if untrusted is not None:
-        lines[-1] = f"no lease claim is honoured until the trust file is fixed: {untrusted}"
+        lines.append(f"no lease claim is honoured until the trust file is fixed: {untrusted}")
+    elif snap.signed_store:
+        lines.append(
+            "a lease's holder claims it with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or "
+            "a 'Lease: LEASE_ID' commit trailer, in commits signed (gpg.format=ssh) with the lease's owner key; "
+            "see git lease status"
+        )
+    else:
+        lines.append(
+            "a lease's holder claims it with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or "
+            "a 'Lease: LEASE_ID' commit trailer; on this unsigned store claims are not verified (docs/limits.md)"
+        )
     if mode == "warn":
         return [], lines
     return lines, []

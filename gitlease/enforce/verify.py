@@ -91,17 +91,14 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return _refuse_or_warn(warn, f"push refused: {exc.message}", exc.exit_code)
     mode = enforce.effective_mode(configured, bool(held))
     check_mode = mode if mode in ("strict", "others") else ("strict" if held else "others")
-    include, exclude = [], [f"--remotes={remote}"]
-    for _local_ref, local_oid, remote_ref, remote_oid in parse_push_lines(data):
-        if ZERO_RE.match(local_oid) or remote_ref.startswith("refs/leases/"):
-            continue  # a delete touches no path; lease refs are checked by the server hook
-        if local_oid not in include:
-            include.append(local_oid)
-        if not ZERO_RE.match(remote_oid) and remote_oid not in exclude and _exists(repo.cwd, remote_oid):
-            exclude.append(remote_oid)
-    if not include:
+    updates = [
+        (local_oid, remote_ref, remote_oid)
+        for _local_ref, local_oid, remote_ref, remote_oid in parse_push_lines(data)
+        if not ZERO_RE.match(local_oid) and not remote_ref.startswith(("refs/leases/", "refs/leases-audit/"))
+    ]  # a delete touches no path; lease refs are checked by the server hook
+    if not updates:
         return True, [], 0
-    paths = touched_paths(repo.cwd, include, exclude)
+    paths = paths_gained(repo.cwd, remote, updates)
     if not paths:
         return True, [], 0
     try:
@@ -120,6 +117,59 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return True, [], 0
     lines = enforce.refusal("push", check_mode, violations, warn=warn)
     return warn, lines, enforce.exit_code(violations)
+
+
+def paths_gained(cwd: str, remote: str, updates: list[tuple[str, str, str]]) -> list[str]:
+    """Every path of the commits each updated ref gains: those its new value has and its value on the remote
+    has not; a new ref (or an old value that cannot be fetched): those the remote's default branch has not
+    (fetched when missing here); with neither, those the remote's remote-tracking refs here do not have. Not
+    "those no remote ref has": a branch pushed before a lease was taken is judged again when it moves onto
+    another branch."""
+    head: list[str | None] = []
+    paths: set[str] = set()
+    for local_oid, _remote_ref, remote_oid in updates:
+        base = remote_oid if not ZERO_RE.match(remote_oid) and _have(cwd, remote, remote_oid) else None
+        if base is None:  # a new ref, or an old value that cannot be had: against the default branch
+            if not head:
+                head.append(_remote_head(cwd, remote))
+            base = head[0]
+        # with neither: against what the remote is known to have (its remote-tracking refs here)
+        paths.update(touched_paths(cwd, [local_oid], [base] if base else [f"--remotes={remote}"]))
+    return sorted(paths)
+
+
+def _remote_head(cwd: str, remote: str) -> str | None:
+    """The commit of ``remote``'s default branch (local when possible), or None."""
+    res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
+    oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""
+    if OID_RE.fullmatch(oid) and _have(cwd, remote, oid):
+        return oid
+    local = gitcmd.run(
+        ["rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/HEAD^{{commit}}"], cwd=cwd, check=False
+    )
+    return local.out.strip() or None
+
+
+def _have(cwd: str, remote: str, oid: str) -> bool:
+    """Whether commit ``oid`` is here, fetching it from ``remote`` when it is not."""
+    if _exists(cwd, oid):
+        return True
+    gitcmd.run(
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--no-recurse-submodules",
+            remote,
+            oid,
+        ],
+        cwd=cwd,
+        check=False,
+        timeout=60,
+    )
+    return _exists(cwd, oid)
 
 
 OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
@@ -177,6 +227,7 @@ class Verdict:
     mode: str  # strict (a lease is named) | others (none named)
     violations: list[enforce.Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    signed: bool | None = None  # whether the store is signed (claims need the owner key's commit signature)
 
     @property
     def ok(self) -> bool:
@@ -194,6 +245,7 @@ class Verdict:
             "mode": self.mode,
             "violations": [v.to_json() for v in self.violations],
             "notes": self.notes,
+            "signed": self.signed,
         }
 
 
@@ -254,21 +306,25 @@ def verify(
     if not paths:
         return verdict
     snap = svc.snapshot(use_cache=False)  # RemoteUnavailable: the caller fails (closed)
-    now, skew = svc.clock.now(), svc.settings.skew
-    mine = []
-    for lid in ids:
-        view = snap.find(lid)
-        if view is None or not view.valid or view.record is None:
-            why = "is not on the lease store" if view is None else "is invalid: " + "; ".join(view.problems)
-            verdict.notes.append(f"lease {lid} {why}")
-            mine.append(enforce.Mine(lid, view.paths if view else (), "", problem=why))
-            continue
-        # (signatures, issue 3: once records are signed, the snapshot's views say whether they verify.)
-        mine.append(enforce.Mine(lid, view.record.paths, view.record.expires_at, view.grant_oid))
-    usable = {m.lease_id for m in mine if m.problem is None}
-    verdict.violations = enforce.check(
-        paths, mine, verdict.mode, now, others_lookup(snap, usable, now, skew), who="this change"
+    from gitlease.enforce import claims
+
+    def git(args, **kw):
+        return gitcmd.run(args, cwd=cwd, **kw)
+
+    # Each commit may use the named leases: on a signed store only those whose owner key signed it.
+    judged = claims.judge(
+        claims.commits_between(git, [head_oid], [base_oid]),
+        lambda c: set(ids),
+        snap,
+        verdict.mode,
+        svc.clock.now(),
+        svc.settings.skew,
+        signed=snap.signed_store,
+        raw=lambda oids: claims.raw_commits(git, oids),
+        object_format=svc.repo.object_format,
+        who="this change",
     )
+    verdict.violations, verdict.notes, verdict.signed = judged.violations, judged.notes, snap.signed_store
     return verdict
 
 
@@ -284,6 +340,8 @@ def describe(verdict: Verdict) -> list[str]:
         return [f"verify ok: {n} path{'s' if n != 1 else ''} in {c} commit{'s' if c != 1 else ''} ({span}), {scope}"]
     lines = [f"gitlease: {note}" for note in verdict.notes]
     lines += enforce.refusal("verify", verdict.mode, verdict.violations, why=scope, mine="the change's leases")
+    if verdict.leases and verdict.signed is False:
+        lines.append("gitlease: this store is unsigned: the lease a change names is taken on trust (docs/limits.md)")
     return lines
 
 

@@ -72,3 +72,33 @@ def load_signer(value: str) -> SshSigner:
     if literal is not None:
         return SshSigner(AgentKey(literal))
     return SshSigner(SigningKey.load(path))
+
+
+def commit_signing_config(signing_key: str | None) -> list[tuple[str, str]]:
+    """The git config that makes ``git commit`` sign with the lease's own key (git's SSH commit signing,
+    ``gpg.format=ssh``), so that a ``Lease:`` trailer or ``-o lease=`` claim in those commits is honoured on a
+    signed store (gitlease/enforce/claims.py). ``git lease run`` puts it in its command's environment, the
+    worktree manager in an attached worktree's own config. Empty when no key is configured."""
+    if not signing_key:
+        return []
+    value = signing_key
+    if value.startswith("ssh-"):
+        value = "key::" + value
+    elif not value.startswith("key::"):
+        value = os.path.abspath(os.path.expanduser(value))
+    return [("gpg.format", "ssh"), ("user.signingKey", value), ("commit.gpgSign", "true")]
+
+
+def config_env(pairs: list[tuple[str, str]], env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``pairs`` added as git configuration (GIT_CONFIG_COUNT/KEY_n/VALUE_n, after any already
+    there): what git reads for every command run with that environment."""
+    if not pairs:
+        return env
+    out = dict(env)
+    count = out.get("GIT_CONFIG_COUNT", "")
+    n = int(count) if count.isdigit() else 0
+    for i, (key, value) in enumerate(pairs, n):
+        out[f"GIT_CONFIG_KEY_{i}"] = key
+        out[f"GIT_CONFIG_VALUE_{i}"] = value
+    out["GIT_CONFIG_COUNT"] = str(n + len(pairs))
+    return out

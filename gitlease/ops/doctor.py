@@ -45,7 +45,7 @@ from gitlease.core import gitcmd
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import Settings
 from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
-from gitlease.core.objects import ObjectWriter
+from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, ObjectWriter
 from gitlease.core.repo import Repo
 from gitlease.core.store import (
     NAMESPACE,
@@ -70,6 +70,8 @@ HOOK_NAMES = ("pre-commit", "pre-push")
 HOOK_MARKERS = ("gitlease", "git-lease", "git lease")
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+RACE_PUSHERS = 4  # the concurrency probe: pushers racing per round
+RACE_ROUNDS = 4
 
 # One advertised ref line in a packet trace, as the client read it ("<"): "<oid> <ref>\0<capabilities>".
 _ADVERTISEMENT = re.compile(r"packet:\s+[\w.-]+< (?:[0-9a-f]{40}|[0-9a-f]{64}) [^ \\]+\\0(.*)$")
@@ -194,6 +196,9 @@ class Doctor:
         self._tmp: str | None = None
         self._atomic = True  # until the advertisement says otherwise
         self._leftovers = 0
+        self._caps: list[str] | None = None  # receive-pack's capability advertisement, once read
+        self._cas_old = ""
+        self._push_ms = self._read_ms = 0.0
 
     # -- reporting
     def _add(self, name: str, status: str, message: str, **data: Any) -> Check:
@@ -247,7 +252,15 @@ class Doctor:
         return res.out.strip() or self.remote
 
     # ------------------------------------------------------------------------- the store probes
-    PROBES = ("custom-refs", "atomic-advertised", "dir-file", "atomic-honoured", "compare-and-swap", "latency")
+    PROBES = (
+        "custom-refs",
+        "atomic-advertised",
+        "dir-file",
+        "atomic-honoured",
+        "compare-and-swap",
+        "concurrency",
+        "latency",
+    )
 
     def probe_store(self) -> None:
         try:
@@ -266,8 +279,8 @@ class Doctor:
 
     def _commit(self, label: str) -> str:
         """A fresh, unique commit for a probe ref (unique objects: see the same-object trap in git-facts)."""
-        body = f"gitlease doctor probe {label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
-        tree = self.objects.tree({"doctor.txt": self.objects.blob(body)})
+        body = PROBE_MAGIC + f"{label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
+        tree = self.objects.tree({PROBE_FILE: self.objects.blob(body)})
         return self.objects.commit(
             tree,
             (),
@@ -338,10 +351,23 @@ class Doctor:
         return Outcome(ok=all(s == "ok" for s in statuses.values()), statuses=statuses)
 
     def _probe(self) -> None:
-        remote = isinstance(self.store, RemoteStore)
-        skip_rest = self._skip_probes
+        """The store probes in order; each is a method of its own. A probe that makes the rest meaningless
+        (the remote cannot be reached, custom refs are refused) skips them."""
+        if not self._probe_custom_refs():
+            return
+        self._probe_atomic_advertised()
+        df_ok = self._probe_dir_file()
+        self._probe_atomic_honoured(df_ok)
+        self._probe_cas(self._cas_old, self._atomic)
+        self._probe_concurrency()
+        self._probe_latency()
 
+    def _probe_custom_refs(self) -> bool:
+        """1. custom refs accepted (non-atomic: we do not know yet whether the remote does atomic); reads the
+        capability advertisement from the packet trace of that push. False: the other probes are skipped."""
+        remote = isinstance(self.store, RemoteStore)
         x = {n: self._commit(n) for n in ("probe", "df", "dir-leaf", "cas")}
+        self._cas_old = x["cas"]
         created = {
             self._ref("probe"): x["probe"],
             self._ref("df"): x["df"],
@@ -349,32 +375,31 @@ class Doctor:
             self._ref("cas"): x["cas"],
         }
         first = [RefUpdate(ref, oid, None) for ref, oid in created.items()]
-
-        # 1. custom refs accepted (non-atomic: we do not know yet whether the remote does atomic).
         t0 = self.clock.monotonic()
-        caps: list[str] | None = None
         if remote:
             trace = os.path.join(self._tmp or ".", "packet.trace")
             out = self._push(first, atomic=False, env={"GIT_TRACE_PACKET": trace})
             try:
                 with open(trace, encoding="utf-8", errors="replace") as fh:
-                    caps = advertised_capabilities(fh.read())
+                    self._caps = advertised_capabilities(fh.read())
             except OSError:
-                caps = None
+                self._caps = None
         else:
             out = self.store.apply(first)
-        push_ms = (self.clock.monotonic() - t0) * 1000
+        self._push_ms = (self.clock.monotonic() - t0) * 1000
         if out.ambiguous and not out.statuses:
             self._add("custom-refs", FAIL, f"cannot push to {self.store.name}: {out.message or 'no answer'}")
-            return skip_rest("the remote could not be reached")
+            self._skip_probes("the remote could not be reached")
+            return False
         refused = {r: s for r, s in out.statuses.items() if s != "ok"}
         try:
             t1 = self.clock.monotonic()
             listed = self._list(self.run + "/*")
-            read_ms = (self.clock.monotonic() - t1) * 1000
+            self._read_ms = (self.clock.monotonic() - t1) * 1000
         except RemoteUnavailable as exc:
             self._add("custom-refs", FAIL, f"pushed, but cannot list refs: {exc}")
-            return skip_rest("the remote could not be read")
+            self._skip_probes("the remote could not be read")
+            return False
         missing = [r for r in created if listed.get(r) != created[r]]
         if refused or missing:
             why = next(iter(refused.values()), "rejected").split(":", 1)[-1] if refused else "not listed"
@@ -386,12 +411,34 @@ class Doctor:
                 refused=refused,
                 missing=missing,
             )
-            return skip_rest("custom refs are refused")
-        self._add("custom-refs", PASS, f"refs under {NAMESPACE}/ can be created and are listed", refs=len(created))
+            self._skip_probes("custom refs are refused")
+            return False
+        self._add(
+            "custom-refs",
+            PASS,
+            f"refs under {NAMESPACE}/ can be created and are listed" + self._server_said(),
+            refs=len(created),
+            agent=self.agent,
+        )
+        return True
 
-        # 2. atomic advertised
-        atomic = True
-        if not remote:
+    @property
+    def agent(self) -> str | None:
+        """The server's agent string (``agent=...`` in its capability advertisement), e.g. git/2.39.5."""
+        for cap in self._caps or ():
+            if cap.startswith("agent="):
+                return cap[len("agent=") :]
+        return None
+
+    def _server_said(self) -> str:
+        if self._caps is None:
+            return ""
+        return f" (server: {self.agent})" if self.agent else " (server: no agent advertised)"
+
+    def _probe_atomic_advertised(self) -> None:
+        """2. ``atomic`` in receive-pack's capability advertisement."""
+        caps = self._caps
+        if not isinstance(self.store, RemoteStore):
             self._add("atomic-advertised", PASS, "local store: update-ref transactions are all-or-nothing")
         elif caps is None:
             self._add(
@@ -403,7 +450,7 @@ class Doctor:
         elif "atomic" in caps:
             self._add("atomic-advertised", PASS, "receive-pack advertises 'atomic'", capabilities=caps)
         else:
-            atomic = self._atomic = False
+            self._atomic = False
             self._add(
                 "atomic-advertised",
                 FAIL,
@@ -412,7 +459,8 @@ class Doctor:
                 capabilities=caps,
             )
 
-        # 3. directory/file rule, both directions, each ref on its own.
+    def _probe_dir_file(self) -> bool:
+        """3. directory/file rule, both directions, each ref on its own. True when it holds."""
         sub, parent = self._ref("df/sub"), self._ref("dir")
         out = self._apply_each(
             [RefUpdate(sub, self._commit("df-sub"), None), RefUpdate(parent, self._commit("dir"), None)]
@@ -436,35 +484,102 @@ class Doctor:
                 "refused",
                 accepted=wrong,
             )
+        return df_ok
 
-        # 4. atomic honoured: one good create + one create the server must refuse (D/F), atomically.
-        if not atomic:
+    def _probe_atomic_honoured(self, df_ok: bool) -> None:
+        """4. one good create + one create the server must refuse (D/F), atomically: neither may land."""
+        if not self._atomic:
             self._add("atomic-honoured", SKIP, "not tested: 'atomic' is not advertised")
-        elif not df_ok:
+            return
+        if not df_ok:
             self._add("atomic-honoured", SKIP, "not tested: needs the directory/file rule to force a refusal")
+            return
+        good, bad = self._ref("atomic"), self._ref("df/sub2")
+        ups = [RefUpdate(good, self._commit("atomic"), None), RefUpdate(bad, self._commit("df-sub2"), None)]
+        out = self.store.apply(ups, atomic=True)
+        after = self._list(self.run + "/*")
+        if good not in after and bad not in after and not out.ok:
+            self._add("atomic-honoured", PASS, "an atomic push with one refused ref left neither ref")
+        elif out.ambiguous and good not in after:
+            self._add("atomic-honoured", WARN, f"could not tell: {out.message or 'no verdict'}")
         else:
-            good, bad = self._ref("atomic"), self._ref("df/sub2")
-            ups = [RefUpdate(good, self._commit("atomic"), None), RefUpdate(bad, self._commit("df-sub2"), None)]
-            out = self.store.apply(ups, atomic=True)
-            after = self._list(self.run + "/*")
-            if good not in after and bad not in after and not out.ok:
-                self._add("atomic-honoured", PASS, "an atomic push with one refused ref left neither ref")
-            elif out.ambiguous and good not in after:
-                self._add("atomic-honoured", WARN, f"could not tell: {out.message or 'no verdict'}")
-            else:
-                self._add(
-                    "atomic-honoured",
-                    FAIL,
-                    "an atomic push with one refused ref still wrote "
-                    + ", ".join(r[len(self.run) + 1 :] for r in (good, bad) if r in after)
-                    + ": lease writes would not be all-or-nothing",
-                )
+            self._add(
+                "atomic-honoured",
+                FAIL,
+                "an atomic push with one refused ref still wrote "
+                + ", ".join(r[len(self.run) + 1 :] for r in (good, bad) if r in after)
+                + ": lease writes would not be all-or-nothing",
+            )
 
-        # 5. compare-and-swap on a stale expectation.
-        self._probe_cas(x["cas"], atomic)
+    def _probe_concurrency(self) -> None:
+        """6. RACE_PUSHERS pushers racing, RACE_ROUNDS times, as acquires do: each creates an "id" ref of its
+        own and a "scope" ref (in even rounds half of them the parent X, half the child X/sub; in odd rounds all
+        X) in one --atomic push, each ref pinned to "must not exist". A server that serialises ref
+        transactions lets one of them win per round; one that checks and writes refs without a lock over the
+        whole transaction (JGit's RefDirectory, dulwich) tells several they won, with overlapping scopes.
+        Sequential probes cannot see this."""
+        if not self._atomic:
+            self._add("concurrency", SKIP, "not tested: 'atomic' is not advertised")
+            return
+        bad: list[str] = []
+        remnants = 0
+        for rnd in range(RACE_ROUNDS):
+            if bad:
+                break  # one round with several winners is enough: no more pushes to a server that failed
+            base = self._ref(f"race{rnd}")
+            pushes = []
+            for i in range(RACE_PUSHERS):
+                oid = self._commit(f"race-{rnd}-{i}")
+                # even rounds: parent X and child X/sub; odd rounds: all on X
+                scope = f"{base}/x" if i % 2 == 0 or rnd % 2 else f"{base}/x/sub"
+                pushes.append([RefUpdate(f"{base}/id/p{i}", oid, None), RefUpdate(scope, oid, None)])
+            outs = _race(self.store, pushes)
+            winners = [i for i, out in enumerate(outs) if out.ok]
+            listed = self._list(base + "/*")
+            landed = [i for i, ups in enumerate(pushes) if listed.get(ups[0].ref) == ups[0].new]
+            both = f"{base}/x" in listed and f"{base}/x/sub" in listed
+            if len(winners) > 1 or both:
+                bad.append(f"round {rnd + 1}: {len(winners)} of {RACE_PUSHERS} pushers told they won")
+            elif set(winners) - set(landed):
+                bad.append(f"round {rnd + 1}: a pusher was told it won, and its refs are not there")
+            # git's files backend can commit a loser's transaction in part when a directory/file conflict is
+            # only found while it renames its locks: the loser was told it lost, one of its refs is there.
+            # An acquire deletes such a remnant of its own (docs/limits.md); not an overlap.
+            remnants += len(set(landed) - set(winners))
+        what = f"{RACE_PUSHERS} pushers racing parent/child refs, {RACE_ROUNDS} rounds"
+        left = (
+            f"; refused pushes left part of their refs {remnants} time{'s' if remnants != 1 else ''} (a "
+            "directory/file race in git's files backend: an acquire deletes such remnants)"
+            if remnants
+            else ""
+        )
+        if bad:
+            self._add(
+                "concurrency",
+                FAIL,
+                f"{what}: {'; '.join(bad)}{self._server_said()}: this server grants overlapping leases when "
+                "pushes race (JGit/Gerrit: use reftable, docs/hosts.md)",
+                agent=self.agent,
+                rounds=RACE_ROUNDS,
+                pushers=RACE_PUSHERS,
+                problems=bad,
+            )
+        else:
+            self._add(
+                "concurrency",
+                PASS,
+                f"{what}: one winner every round{self._server_said()}{left}",
+                agent=self.agent,
+                rounds=RACE_ROUNDS,
+                pushers=RACE_PUSHERS,
+                remnants=remnants,
+            )
 
-        # 6. latency
+    def _probe_latency(self) -> None:
+        """7. the round trips of the first push and read."""
         ttl = self.settings.ttl
+        read_ms, push_ms = self._read_ms, self._push_ms
+        remote = isinstance(self.store, RemoteStore)
         msg = f"read {read_ms:.0f} ms, {'push' if remote else 'write'} {push_ms:.0f} ms"
         if push_ms > ttl * 100:  # more than a tenth of the TTL
             self._add(
@@ -785,6 +900,30 @@ class Doctor:
             )
             return
         self._add("signing-key", PASS, f"{key} readable, private to this user")
+
+
+def _race(store: Store, pushes: Sequence[Sequence[RefUpdate]]) -> list[Outcome]:
+    """Each list of updates as one atomic transaction, all started at once (threads behind a barrier; each
+    transaction its own ``git push``)."""
+    gate = threading.Barrier(len(pushes))
+    outs: list[Outcome] = [Outcome(ok=False, ambiguous=True, message="not run")] * len(pushes)
+
+    def push(i: int) -> None:
+        try:
+            gate.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            pass
+        try:
+            outs[i] = store.apply(list(pushes[i]))
+        except GitLeaseError as exc:
+            outs[i] = Outcome(ok=False, ambiguous=True, message=str(exc))
+
+    threads = [threading.Thread(target=push, args=(i,), daemon=True) for i in range(len(pushes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outs
 
 
 def _hook_installed(path: str) -> bool:

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
 from gitlease.core.clock import SYSTEM, Clock
-from gitlease.core.config import Settings
+from gitlease.core.config import NO_STORE, Settings
 from gitlease.core.errors import (
     Forbidden,
     GitLeaseError,
@@ -54,6 +54,7 @@ from gitlease.service.views import (
     Snapshot,
     _parse_blob,
     build_views,
+    foreign_refs,
     held_error,
 )
 
@@ -296,6 +297,12 @@ class LeaseService:
         )
 
     # ------------------------------------------------------------------------- acquire
+    def require_store(self) -> None:
+        """Writes need a store chosen on purpose: with no ``lease.remote`` in a repository that has remotes,
+        a lease written to this clone's own refs would exclude nobody (UsageError, exit 2)."""
+        if self.settings.store_unset and self.repo.remotes and self.store.kind == "local":
+            raise UsageError(NO_STORE)
+
     def acquire(
         self,
         raw_scopes: Sequence[str],
@@ -315,101 +322,201 @@ class LeaseService:
         atomic push; when one of them is refused the acquire is retried without them, and ``piggybacked``
         in the answer says whether they landed. ``stop_after``: the holder's promise, recorded as ``stopBy`` in
         each version, to have stopped that many seconds after its last renewal unless it hears of a later one
-        (a supervised holder's stop deadline; default: the TTL)."""
+        (a supervised holder's stop deadline; default: the TTL). A refused or unclear attempt leaves none of its
+        refs behind: whatever of it landed is deleted again (``_undo_partial``)."""
+        self.require_store()
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
+        self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
         self.check_writer()
-        release_with: list[RefUpdate] = []
-        if replace is not None:
-            h = self.held_lease(replace)
-            if h.pending:
-                h = self._settle_pending(h)
-            if scopes.sets_overlap(h.paths, paths):
-                self.release(replace)  # git refuses a delete and an overlapping create in one push
-            else:
-                release_with = [RefUpdate(id_ref(replace), None, h.current)] + [
-                    RefUpdate(scope_ref(p), None, h.grant) for p in h.paths
-                ]
+        release_with = self._release_with(replace, paths)
         cleared: list[str] = []
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         for _attempt in range(ACQUIRE_ATTEMPTS):
-            now = self.clock.now()
-            owner = Owner(
-                task_id=self.settings.task,
-                agent_id=self.settings.agent,
-                host=os.uname().nodename,
-                pid=holder_pid,
-                pid_start=process_start(holder_pid) if holder_pid else None,
-                key=self.signer.public_key,
-            )
-            rec = records.new_record(
-                lease_id=records.new_lease_id(now),
-                repo=self._repo_name(),
-                paths=paths,
-                workspace_id=workspace or self._workspace(),
-                owner=owner,
-                now=now,
-                ttl=ttl,
-                renew_every=renew_every,
-                stop_after=stop_after,
-            )
-            oid = self._write_version(rec, None, "acquire")
-            updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
-            out = self.store.apply(updates + release_with + list(piggyback))
-            if out.ambiguous:
-                out = self._resolve(updates + release_with + list(piggyback), out)
+            rec, oid, updates = self._grant(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+            attempts[rec.lease_id] = (rec, oid)
+            out = self._push(updates + release_with + list(piggyback))
             if piggyback and not out.ok:
                 refused = [u for u in piggyback if _refused_itself(out.statuses.get(u.ref, ""))]
                 piggyback = ()
                 if refused:  # a renewal failed the atomic push: the same acquire again, without them
+                    self._undo_partial(attempts)
                     continue
             if release_with:
                 if out.ok:
                     self.forget(replace)
                 else:  # refused as a whole: the old lease stays; release it on its own, then acquire as usual
                     release_with = []
-                    try:
-                        self.release(replace)
-                    except (LeaseLost, NotHeld):
-                        pass  # gone already: nothing of it to give back
+                    self._release_quietly(replace)
                     if not any(st.startswith("rejected") for st in out.statuses.values()):
+                        self._undo_partial(attempts)
                         continue
             if out.ok:
                 self._remember(rec, oid, oid)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
+                self._undo_partial(attempts)
+                said = [ln for ln in out.server if ln not in out.message][:5]
                 raise GitLeaseError(
                     f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
+                    + "".join(f"; remote: {ln}" for ln in said),
+                    server=out.server,
                 )
             snap = self.snapshot(use_cache=False)
-            now = self.clock.now()
-            attempts[rec.lease_id] = (rec, oid)
-            for lid, (arec, aoid) in attempts.items():
-                mine = snap.find(lid)
-                if (
-                    mine is not None
-                    and mine.current_oid == aoid
-                    and mine.grant_oid == aoid
-                    and set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}
-                ):
-                    # a push of ours landed after all (it timed out, or its answer was lost, and the server
-                    # committed it later): lease ids and objects are unique to each attempt, so it is ours
-                    self._remember(arec, aoid, aoid)
-                    return Acquired(lid, arec, aoid, tuple(cleared))
-            blockers = snap.overlapping(paths)
-            live = [b for b in blockers if b.state(now, self.settings.skew) != "expired"]
-            if live:
-                raise held_error(paths, live, now, self.settings.skew)
-            for b in blockers:
-                if self._clear(b):
-                    cleared.append(b.lease_id)
+            landed = self._landed_after_all(snap, attempts)
+            if landed is not None:
+                return Acquired(landed[0].lease_id, landed[0], landed[1], tuple(cleared))
+            self._undo_partial(attempts, snap)
+            self._clear_blockers(paths, snap, set(attempts), cleared)
             # nothing blocks any more (released meanwhile, or cleared): try again with a new version
         raise GitLeaseError(
             f"could not acquire {' '.join(paths)}: "
             f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
         )
+
+    def _owner(self, holder_pid: int) -> Owner:
+        return Owner(
+            task_id=self.settings.task,
+            agent_id=self.settings.agent,
+            host=os.uname().nodename,
+            pid=holder_pid,
+            pid_start=process_start(holder_pid) if holder_pid else None,
+            key=self.signer.public_key,
+        )
+
+    def _record(
+        self,
+        paths: tuple[str, ...],
+        ttl: int,
+        holder_pid: int,
+        renew_every: int | None,
+        workspace: str | None,
+        stop_after: int | None = None,
+    ) -> Record:
+        now = self.clock.now()
+        return records.new_record(
+            lease_id=records.new_lease_id(now),
+            repo=self._repo_name(),
+            paths=paths,
+            workspace_id=workspace or self._workspace(),
+            owner=self._owner(holder_pid),
+            now=now,
+            ttl=ttl,
+            renew_every=renew_every,
+            stop_after=stop_after,
+        )
+
+    def _check_size(
+        self,
+        paths: tuple[str, ...],
+        ttl: int,
+        holder_pid: int,
+        renew_every: int | None,
+        workspace: str | None,
+        stop_after: int | None = None,
+    ) -> None:
+        """Refuse, before any push, a lease whose record (any version of it) readers would refuse."""
+        if len(paths) > records.MAX_PATHS:
+            problem: str | None = f"{len(paths)} paths, over the limit of {records.MAX_PATHS} paths per lease"
+        else:
+            problem = records.size_problem(self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after))
+        if problem:
+            raise UsageError(
+                f"scope too large for one lease ({len(paths)} paths): {problem}; lease coarser scopes "
+                "(folders instead of files: git lease plan --granularity dir)",
+                paths=len(paths),
+                limitBytes=records.MAX_RECORD_BYTES,
+                limitPaths=records.MAX_PATHS,
+            )
+
+    def _grant(
+        self,
+        paths: tuple[str, ...],
+        ttl: int,
+        holder_pid: int,
+        renew_every: int | None,
+        workspace: str | None,
+        stop_after: int | None = None,
+    ) -> tuple[Record, str, list[RefUpdate]]:
+        """A new lease's version 1 (a unique commit) and the creates of its id ref and scope refs."""
+        rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+        oid = self._write_version(rec, None, "acquire")
+        updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
+        return rec, oid, updates
+
+    def _release_with(self, replace: str | None, paths: tuple[str, ...]) -> list[RefUpdate]:
+        """The deletes releasing ``replace`` in the acquire's own push; none (released first, on its own) when
+        its scope overlaps the new one (git refuses a delete and an overlapping create in one push)."""
+        if replace is None:
+            return []
+        h = self.held_lease(replace)
+        if h.pending:
+            h = self._settle_pending(h)
+        if scopes.sets_overlap(h.paths, paths):
+            self.release(replace)
+            return []
+        return [RefUpdate(id_ref(replace), None, h.current)] + [RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
+
+    def _release_quietly(self, lease_id: str | None) -> None:
+        if lease_id is None:
+            return
+        try:
+            self.release(lease_id)
+        except (LeaseLost, NotHeld):
+            pass  # gone already: nothing of it to give back
+
+    def _push(self, updates: Sequence[RefUpdate]) -> Outcome:
+        """One atomic transaction; an unclear outcome re-read and settled (``_resolve``)."""
+        out = self.store.apply(updates)
+        if out.ambiguous:
+            out = self._resolve(updates, out)
+        return out
+
+    def _landed_after_all(self, snap: Snapshot, attempts: dict[str, tuple[Record, str]]) -> tuple[Record, str] | None:
+        """An attempt of ours that landed whole after all (it timed out, or its answer was lost, and the server
+        committed it later): lease ids and objects are unique to each attempt, so it is ours."""
+        for lid, (arec, aoid) in attempts.items():
+            mine = snap.find(lid)
+            if (
+                mine is not None
+                and mine.current_oid == aoid
+                and mine.grant_oid == aoid
+                and set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}
+            ):
+                self._remember(arec, aoid, aoid)
+                return arec, aoid
+        return None
+
+    def _undo_partial(self, attempts: dict[str, tuple[Record, str]], snap: Snapshot | None = None) -> list[str]:
+        """Delete every ref that an attempt of ours wrote although the attempt as a whole did not land (a
+        server that applied the atomic push in part, or an unclear outcome settled as "not landed"): each
+        delete pinned to the attempt's own object, so nothing but our remnant can go. Returns the refs
+        deleted. Left as it is when the store cannot be read or refuses the delete (then it is INVALID and
+        blocks its paths, fail closed, as before)."""
+        oids = {aoid for _rec, aoid in attempts.values()}
+        try:
+            refs = self.store.list_refs() if snap is None else {r: o for v in snap.leases for r, o in v.refs().items()}
+        except RemoteUnavailable:
+            return []
+        stray = sorted(ref for ref, oid in refs.items() if oid in oids)
+        if not stray:
+            return []
+        out = self._push([RefUpdate(ref, None, refs[ref]) for ref in stray])
+        return stray if out.ok else []
+
+    def _clear_blockers(self, paths: tuple[str, ...], snap: Snapshot, mine: set[str], cleared: list[str]) -> None:
+        """HeldError when a lease that is not expired beyond the skew margin overlaps ``paths``; otherwise clear
+        the expired ones (audited), adding their ids to ``cleared``. ``mine``: our own attempts (not blockers)."""
+        now = self.clock.now()
+        blockers = [b for b in snap.overlapping(paths) if b.lease_id not in mine]
+        live = [b for b in blockers if b.state(now, self.settings.skew) != "expired"]
+        if live:
+            raise held_error(paths, live, now, self.settings.skew)
+        for b in blockers:
+            if self._clear(b):
+                cleared.append(b.lease_id)
 
     def _clear(self, view: LeaseView) -> bool:
         """CAS-delete exactly the refs of an expired lease, at the values we read, with its audit entry."""
@@ -440,6 +547,7 @@ class LeaseService:
         """Delete exactly ``view``'s refs at the values read AND append the audit entry (who, which lease,
         which version, why, when) in ONE atomic transaction: never a reclaim without its record. A lease that
         changed since it was read (renewed, released, reclaimed by another) makes it all fail: ``changed``."""
+        self.require_store()
         rec = view.record
         fields = {
             "action": action,
@@ -513,6 +621,7 @@ class LeaseService:
         store only) are pushed in the same atomic push: see ``push_fenced``. Renewals of one lease in one
         worktree (a heartbeat and a fenced push of its command) take turns, so they never race each other.
         ``stop_after``: see ``acquire`` (default: carried over from the version renewed)."""
+        self.require_store()
         self.held_lease(records.check_lease_id(lease_id))  # before any file is named after it
         with self._renewing(lease_id):
             return self._renew(
@@ -557,6 +666,7 @@ class LeaseService:
                 f"push rejected, nothing landed: {_branch_refusal(out, prep.update.ref)}; the lease "
                 f"{lease_id} is still held (not renewed)",
                 statuses=out.statuses,
+                server=out.server,
             )
         got = self.settle_renewal(prep, out.ok)
         if isinstance(got, GitLeaseError):
@@ -669,7 +779,17 @@ class LeaseService:
         store, so the branches land only if the lease is still at the version this worktree wrote: a holder
         whose lease was taken over cannot land its commits (docs/protocol.md, "Fenced pushes").
 
-        Only when the lease store is the remote pushed to; anything else is refused (UsageError)."""
+        Only when the lease store is the remote pushed to; anything else is refused (UsageError). Paths are not
+        checked here: ``gitlease.enforce.push.fenced_push`` checks them first, and is what callers use."""
+        self.check_fence(remote)
+        for spec in refspecs:
+            if spec.startswith("+") or spec.startswith(":") or ":" not in spec:
+                raise UsageError(f"refspec {spec!r}: a fenced push takes src:dst, without '+' and no deletes")
+        return self.renew(lease_id, ttl=ttl, extra_refspecs=list(refspecs))
+
+    def check_fence(self, remote: str) -> None:
+        """UsageError unless a fenced push to ``remote`` can carry this store's lease renewal."""
+        self.require_store()
         if not isinstance(self.store, RemoteStore):
             raise UsageError(
                 "a fenced push needs the lease store on the remote you push to, but leases are "
@@ -682,10 +802,6 @@ class LeaseService:
                 f"on {self.store.remote!r} and the branch goes to {remote!r}; push to "
                 f"{self.store.remote!r}, or use 'git lease renew' and then 'git push' (not fenced)"
             )
-        for spec in refspecs:
-            if spec.startswith("+") or spec.startswith(":") or ":" not in spec:
-                raise UsageError(f"refspec {spec!r}: a fenced push takes src:dst, without '+' and no deletes")
-        return self.renew(lease_id, ttl=ttl, extra_refspecs=list(refspecs))
 
     def _settle_pending(self, h: Held) -> Held:
         refs = self.store.list_refs()
@@ -730,6 +846,7 @@ class LeaseService:
         A lease this worktree does not hold: released before (or reclaimed), it is gone from the store and the
         answer says ``already`` (idempotent); otherwise NotHeld says where it is held, or that no such lease
         is known (a typo)."""
+        self.require_store()
         records.check_lease_id(lease_id)
         if lease_id not in self.held.load():
             return self._not_held(lease_id)
@@ -868,7 +985,13 @@ class LeaseService:
             views = build_views(refs, blobs)
             self._verify(views, blobs, trust, before)
             return Snapshot(
-                views, fetched_at, stale=True, error=str(exc), trust=trust.describe(), signed_store=trust.signed
+                views,
+                fetched_at,
+                stale=True,
+                error=str(exc),
+                trust=trust.describe(),
+                signed_store=trust.signed,
+                foreign=foreign_refs(refs),
             )
         cache.save(refs, fetched_at)
         trust = self.trust()
@@ -884,7 +1007,9 @@ class LeaseService:
             {v.lease_id for v in views},
             self.clock.now(),
         )
-        return Snapshot(views, fetched_at, trust=trust.describe(), signed_store=trust.signed)
+        return Snapshot(
+            views, fetched_at, trust=trust.describe(), signed_store=trust.signed, foreign=foreign_refs(refs)
+        )
 
     def _verify(
         self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: dict[str, dict[str, object]]

@@ -15,7 +15,15 @@ from gitlease.core import record as records
 from gitlease.core import scope as scopes
 from gitlease.core.errors import HeldError, InvalidRecord
 from gitlease.core.record import Record
-from gitlease.core.refnames import ID_PREFIX, SCOPE_REF, decode_segment, id_ref, path_of_scope_ref
+from gitlease.core.refnames import (
+    ID_PREFIX,
+    SCOPE_REF,
+    TASK_PREFIX,
+    decode_segment,
+    id_ref,
+    is_scope_ref,
+    path_of_scope_ref,
+)
 from gitlease.core.store import Blob
 
 if TYPE_CHECKING:
@@ -95,6 +103,7 @@ class Snapshot:
     error: str | None = None
     trust: str = "unsigned"  # Trust.describe(): signed (and from where) or unsigned (and why)
     signed_store: bool = False
+    foreign: list[str] = field(default_factory=list)  # refs under refs/leases/ that are not gitlease's (faults)
 
     def blocking(self, paths: Iterable[str], now: float, skew: int) -> list[LeaseView]:
         """Every lease whose scope overlaps ``paths`` and is not expired beyond the skew margin."""
@@ -104,6 +113,12 @@ class Snapshot:
     def overlapping(self, paths: Iterable[str]) -> list[LeaseView]:
         paths = list(paths)
         return [v for v in self.leases if scopes.sets_overlap(v.paths, paths)]
+
+    def overlaps(self, now: float, skew: int) -> list[tuple[LeaseView, LeaseView]]:
+        """Pairs of valid leases, neither expired beyond the skew margin, whose scopes overlap: a store fault
+        (git's directory/file rule makes a correct store refuse the second)."""
+        live = [v for v in self.leases if v.valid and v.state(now, skew) != "expired"]
+        return [(a, b) for i, a in enumerate(live) for b in live[i + 1 :] if scopes.sets_overlap(a.paths, b.paths)]
 
     def find(self, lease_id: str) -> LeaseView | None:
         return next((v for v in self.leases if v.lease_id == lease_id), None)
@@ -142,8 +157,8 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
     by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
     bad: list[LeaseView] = []
     for ref, oid in refs.items():
-        if ref.startswith(ID_PREFIX):
-            continue
+        if ref.startswith(ID_PREFIX) or not is_scope_ref(ref):
+            continue  # foreign refs (foreign_refs) block nothing
         try:
             path = path_of_scope_ref(ref)
         except ValueError:
@@ -215,14 +230,32 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
 
 
 def _undecodable_path(ref: str) -> str:
-    """Best-effort path for a foreign ref under refs/leases/scope/: its first component, or the whole
-    repository, so that it keeps blocking what git's D/F rule would block anyway."""
+    """The path a foreign ref under refs/leases/scope/ blocks, as git's directory/file rule does: its
+    components decoded up to the first one that is not a canonical encoding of a path segment, and that
+    component as it is (a name no real path encodes to). ``refs/leases/scope/%zz/x`` blocks the whole
+    repository (the ref ``refs/leases/scope`` cannot be created beside it) and nothing else;
+    ``refs/leases/scope/a/%zz`` blocks ``.`` and ``a``. Never more: a stray ref must not block paths that
+    ``acquire`` would be granted."""
     rest = ref[len(SCOPE_REF) + 1 :] if ref.startswith(SCOPE_REF + "/") else ""
-    first = rest.split("/", 1)[0]
-    try:
-        return scopes.normalize(decode_segment(first)) if first else scopes.ROOT
-    except Exception:
+    if not rest:
         return scopes.ROOT
+    out: list[str] = []
+    for comp in rest.split("/"):
+        try:
+            seg = decode_segment(comp)
+            if scopes.normalize(seg) != seg or "/" in seg:
+                raise ValueError(comp)
+        except Exception:
+            out.append(comp)
+            break
+        out.append(seg)
+    return "/".join(out)
+
+
+def foreign_refs(refs: Iterable[str]) -> list[str]:
+    """Refs under refs/leases/ that are neither a lease's id or scope ref nor another ref gitlease writes
+    there: store faults to report, which block nothing (git refuses no lease because of them)."""
+    return sorted(r for r in refs if not (is_scope_ref(r) or r.startswith(ID_PREFIX) or r.startswith(TASK_PREFIX)))
 
 
 def held_error(paths: Sequence[str], blockers: Sequence[LeaseView], now: float, skew: int) -> HeldError:

@@ -32,11 +32,13 @@ from dataclasses import asdict, dataclass, field
 from gitlease.core import gitcmd
 from gitlease.core import scope as scopes
 from gitlease.core.clock import iso, parse_iso
+from gitlease.core.config import LOCAL
 from gitlease.core.errors import GitError, GitLeaseError, InvalidRecord, LeaseLost, NotHeld, UsageError
 from gitlease.core.fsutil import locked, write_json
 from gitlease.core.procs import process_start, same_process
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
+from gitlease.identity.signer import commit_signing_config
 from gitlease.service.leases import Acquired, LeaseService
 
 META = "worktree.json"
@@ -334,7 +336,8 @@ class WorktreeManager:
             dirt.append("detached HEAD (not on its task branch)")
         elif meta and branch != meta.branch:
             dirt.append(f"HEAD is on branch {branch}, not its task branch {meta.branch}")
-        dirt += _status_dirt(wt)
+        dirt += _status_dirt(wt, self.svc.settings.worktree_disposable)
+        dirt += _hidden_changes(wt)
         for name, label in IN_PROGRESS:
             if os.path.exists(os.path.join(wt.git_dir, name)) and label not in dirt:
                 dirt.append(label)
@@ -612,8 +615,12 @@ class WorktreeManager:
         _save_meta(git_dir, meta)
         gitcmd.run(["config", "--worktree", "lease.enforce", "strict"], cwd=path)
         gitcmd.run(["config", "--worktree", "--unset-all", "lease.remote"], cwd=path, check=False)
-        if self.svc.settings.remote and self.repo.config.get("lease.remote") != self.svc.settings.remote:
-            gitcmd.run(["config", "--worktree", "lease.remote", self.svc.settings.remote], cwd=path)
+        store = self.svc.settings.remote or ("" if self.svc.settings.store_unset else LOCAL)
+        if store and self.repo.config.get("lease.remote") != store:
+            gitcmd.run(["config", "--worktree", "lease.remote", store], cwd=path)
+        # commits made in it are signed with the lease's key: its claims are honoured on a signed store
+        for key, value in commit_signing_config(self.svc.settings.signing_key):
+            gitcmd.run(["config", "--worktree", key, value], cwd=path)
         self._move_held(lease_id, HeldState(os.path.join(git_dir, "gitlease")), self.svc.held)
         meta.claim = None  # bound: its held.json now says who holds it
         _save_meta(git_dir, meta)
@@ -737,6 +744,7 @@ class WorktreeManager:
         meta = wt.meta
         assert meta is not None
         self._drop_dead_leases(wt)
+        _clean_disposable(wt, self.svc.settings.worktree_disposable)
         now = iso(self.clock.now())
         if meta.lease:
             meta.last_lease = meta.lease
@@ -790,6 +798,8 @@ class WorktreeManager:
                         ["commit-tree", res.out.strip(), "-p", head, "-m", "index"], cwd=wt.path, env=ident
                     ).out.strip()
                     parents += ["-p", idx]
+                # files marked skip-worktree or assume-unchanged are saved as they are on disk, too
+                _unmark(wt, _marked(wt), {"GIT_INDEX_FILE": tmp})
             gitcmd.run(
                 ["add", "--all", *(["-f"] if include_ignored else []), "--", "."],
                 cwd=wt.path,
@@ -963,7 +973,108 @@ def _head_of(git_dir: str) -> str | None:
     return text if re.fullmatch(r"[0-9a-f]{40,64}", text) else None
 
 
-def _status_dirt(wt: Worktree) -> list[str]:
+def _marked(wt: Worktree) -> list[str]:
+    """Index entries marked skip-worktree or assume-unchanged (``git ls-files -v``: ``S``, or a lower-case
+    tag) whose file is on disk."""
+    res = _on(wt, ["ls-files", "-v", "-z"], check=False)
+    marked = [
+        item[2:]
+        for item in res.out.split("\0")
+        if len(item) > 2 and item[1] == " " and (item[0] == "S" or item[0].islower())
+    ]
+    return [p for p in marked if os.path.lexists(os.path.join(wt.path, p))]
+
+
+def _unmark(wt: Worktree, paths: Sequence[str], env: dict[str, str]) -> bool:
+    """Clear both bits of ``paths`` in the index ``env`` names. One flag per call: update-index applies only
+    the first of ``--no-assume-unchanged`` and ``--no-skip-worktree`` to a path. Paths are given from the top
+    of the worktree (``:/`` is no pathspec here), so git runs with the worktree's top as its cwd."""
+    for flag in ("--no-assume-unchanged", "--no-skip-worktree"):
+        for i in range(0, len(paths), 500):
+            got = gitcmd.run(
+                ["--git-dir", wt.git_dir, "--work-tree", wt.path, "update-index", flag, "--", *paths[i : i + 500]],
+                cwd=wt.path,
+                env=env,
+                check=False,
+            )
+            if got.returncode != 0:
+                return False
+    return True
+
+
+def _hidden_changes(wt: Worktree) -> list[str]:
+    """Edits ``git status`` does not show: files marked ``--skip-worktree`` or ``--assume-unchanged`` whose
+    contents on disk differ from the index. Checked on a copy of the index with those bits cleared, so git
+    itself compares (filters, modes, symlinks). A marked file that is not on disk (sparse checkout) loses
+    nothing and is not dirt; anything that cannot be checked is."""
+    marked = _marked(wt)
+    if not marked:
+        return []
+    index = os.path.join(wt.git_dir, "index")
+    tmp = os.path.join(wt.git_dir, f"gitlease-hidden-index-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        shutil.copyfile(index, tmp)
+        env = {"GIT_INDEX_FILE": tmp}
+        if not _unmark(wt, marked, env):
+            return [f"{len(marked)} files marked skip-worktree or assume-unchanged that could not be checked"]
+        _on(wt, ["update-index", "-q", "--refresh"], env=env, check=False)
+        diff = _on(wt, ["diff-files", "--name-only", "-z"], env=env, check=False)
+        if diff.returncode != 0:
+            return [f"{len(marked)} files marked skip-worktree or assume-unchanged that could not be checked"]
+        n = len([p for p in diff.out.split("\0") if p])
+    except OSError:
+        return [f"{len(marked)} files marked skip-worktree or assume-unchanged that could not be checked"]
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    if not n:
+        return []
+    return [f"{n} hidden change{'s' if n > 1 else ''} (files marked skip-worktree or assume-unchanged)"]
+
+
+def _disposable(path: str, patterns: Sequence[str]) -> bool:
+    """Whether an ignored path (``dir/`` for a directory) lies inside, or is, something ``patterns`` calls
+    disposable: a pattern without ``/`` matches any one path component (``__pycache__``, ``*.pyc``), one with
+    ``/`` consecutive components (``node_modules/.cache``)."""
+    from fnmatch import fnmatchcase
+
+    parts = path.rstrip("/").split("/")
+    for pat in patterns:
+        want = [p for p in pat.strip("/").split("/") if p]
+        if not want:
+            continue
+        for i in range(len(parts) - len(want) + 1):
+            if all(fnmatchcase(parts[i + j], want[j]) for j in range(len(want))):
+                return True
+    return False
+
+
+def _ignored(wt: Worktree) -> list[str]:
+    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"])
+    return [item[2:] for item in res.out.split("\0") if item.startswith("! ")]
+
+
+def _clean_disposable(wt: Worktree, patterns: Sequence[str]) -> list[str]:
+    """Delete the ignored files and folders ``patterns`` call disposable (build and test leftovers) before a
+    worktree goes back to the pool; every other ignored file stays. Returns what was deleted."""
+    gone = []
+    root = os.path.realpath(wt.path)
+    for rel in _ignored(wt):
+        if not _disposable(rel, patterns):
+            continue
+        full = os.path.realpath(os.path.join(wt.path, rel.rstrip("/")))
+        if not full.startswith(root + os.sep):
+            continue
+        with contextlib.suppress(OSError):
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+            gone.append(rel)
+    return gone
+
+
+def _status_dirt(wt: Worktree, disposable: Sequence[str] = ()) -> list[str]:
     res = _on(
         wt,
         ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--ignore-submodules=none"],
@@ -988,7 +1099,7 @@ def _status_dirt(wt: Worktree) -> list[str]:
         elif kind == "?":
             untracked += 1
         elif kind == "!":
-            ignored += 1
+            ignored += not _disposable(item[2:], disposable)
     out = []
     for n, label in (
         (staged, "staged change"),

@@ -1,0 +1,185 @@
+"""The commits an update brings, their paths and their lease claims, and the rule applied to each commit.
+
+Used where a change is judged after the fact by someone else than its writer: the server's pre-receive hook and
+``git lease verify`` in CI. A commit *claims* a lease with a ``Lease: lease_...`` trailer, a push with
+``-o lease=lease_...`` (and ``verify`` with ``--lease`` or the branch name). On a **signed store** (a trust file
+on the default branch) a claim to lease L is honoured for a commit only when that commit carries a git SSH
+signature (``gpg.format=ssh``) that verifies with L's owner key, the key L's own records are signed with (and
+the trust file vouches for); anybody can write a trailer, only L's holder can sign with its key. On an
+**unsigned store** claims are honoured as they are: unverified (docs/limits.md).
+
+Then the rule (``gitlease.enforce.rules.check``) runs once per set of honoured leases, over the paths of the
+commits that have that set: a commit's paths may use only the leases it may claim.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gitlease.core import gitcmd
+from gitlease.core.errors import UsageError
+from gitlease.core.store import parse_batch
+from gitlease.enforce import rules as enforce
+
+LEASE_ID = re.compile(r"lease_[0-9a-z]{6,40}")
+_HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+Git = Callable[..., gitcmd.Result]  # run(args, input=None, check=...) -> Result
+
+
+@dataclass
+class Commit:
+    oid: str
+    paths: list[str] = field(default_factory=list)  # what it changes (both sides of renames, deletes; --cc)
+    trailers: set[str] = field(default_factory=set)  # lease ids its Lease: trailers name
+
+
+def commits_between(git: Git, include: Sequence[str], exclude: Sequence[str]) -> list[Commit]:
+    """Every commit reachable from ``include`` and not from ``exclude``, with its paths and claims.
+
+    Paths come from ``git log -z --name-only --no-renames --cc`` with a format that starts each commit with an
+    empty field (a path is never empty), and the commits listed must be exactly ``git rev-list``'s: anything
+    else raises (fail closed: a misread listing could hide a path)."""
+    if not include:
+        return []
+    spec = [*include, "--not", *exclude, "--"]
+    listed = git(["rev-list", *spec]).out.split()
+    if not listed:
+        return []
+    out = git(["log", "-z", "--format=%x00%H", "--name-only", "--no-renames", "--cc", *spec]).stdout
+    found: list[Commit] = []
+    tokens = out.split(b"\0")
+    after_empty, first_path = True, False
+    for tok in tokens:
+        if not tok:
+            after_empty = True
+            continue
+        if after_empty:
+            oid = tok.decode("ascii", "replace")
+            if not _HEX.fullmatch(oid):
+                raise UsageError("cannot read the pushed commits' paths (unexpected git log output); refusing")
+            found.append(Commit(oid))
+            after_empty, first_path = False, True
+            continue
+        if not found:
+            raise UsageError("cannot read the pushed commits' paths (unexpected git log output); refusing")
+        if first_path and tok.startswith(b"\n"):
+            tok = tok[1:]
+        first_path = False
+        if tok:
+            found[-1].paths.append(tok.decode("utf-8", "surrogateescape"))
+    if [c.oid for c in found] != listed:
+        raise UsageError("cannot read the pushed commits' paths (git log and rev-list disagree); refusing")
+    trailers = git(["log", "--format=%H%x00%(trailers:key=Lease,valueonly,separator=%x01)%x00", *spec]).stdout.split(
+        b"\0"
+    )
+    by_oid = {c.oid: c for c in found}
+    for i in range(0, len(trailers) - 1, 2):
+        oid = trailers[i].decode("ascii", "replace").strip()
+        commit = by_oid.get(oid)
+        if commit is None:
+            continue
+        for item in trailers[i + 1].decode("utf-8", "replace").split("\x01"):
+            if LEASE_ID.fullmatch(item.strip()):
+                commit.trailers.add(item.strip())
+    return found
+
+
+def raw_commits(git: Git, oids: Iterable[str]) -> dict[str, bytes]:
+    oids = sorted(set(oids))
+    if not oids:
+        return {}
+    res = git(
+        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
+        input="".join(f"{o} {o}\n" for o in oids).encode(),
+        check=False,
+    )
+    return {name: body for name, (kind, body) in parse_batch(res.stdout).items() if kind == "commit"}
+
+
+@dataclass
+class Judged:
+    violations: list[enforce.Violation]
+    notes: list[str]  # claims not honoured, and why
+
+
+def judge(
+    commits: Sequence[Commit],
+    claims: Callable[[Commit], set[str]],
+    snap,
+    mode: str,
+    now: float,
+    skew: int,
+    *,
+    signed: bool,
+    raw: Callable[[Iterable[str]], dict[str, bytes]] | None = None,
+    object_format: str = "sha1",
+    who: str = "this push",
+    proven: set[str] = frozenset(),  # type: ignore[assignment]
+) -> Judged:
+    """The rule applied per commit: a commit may use the leases it claims that are live on the store (and, on
+    a signed store, whose owner key signed it, unless the claim is ``proven`` otherwise: a fenced push renews
+    the lease in the same push, with a version the server verified against the owner key). ``snap``: a
+    Snapshot of the store, read now."""
+    from gitlease.enforce.verify import others_lookup
+
+    notes: list[str] = []
+    live = {}
+    for lid in {lid for c in commits for lid in claims(c)}:
+        view = snap.find(lid)
+        if view is None:
+            notes.append(f"lease {lid} is not on the lease store")
+            continue
+        if not view.valid or view.record is None:
+            notes.append(f"lease {lid} is invalid: {'; '.join(view.problems) or 'unreadable'}")
+            continue
+        if view.state(now, skew) == "expired":
+            notes.append(f"lease {lid} has expired")
+            continue
+        live[lid] = view
+    signers: dict[str, tuple[str | None, str | None]] = {}
+    if signed and live and raw is not None:
+        from gitlease.identity.commitsig import signer
+
+        wanted = [c.oid for c in commits if (claims(c) & set(live)) - set(proven)]
+        for oid, body in raw(wanted).items():
+            signers[oid] = signer(body, object_format)
+    groups: dict[frozenset[str], set[str]] = {}
+    for c in commits:
+        honoured = set()
+        for lid in sorted(claims(c) & set(live)):
+            if signed and lid not in proven:
+                from gitlease.identity.commitsig import key_words
+
+                key, why = signers.get(c.oid, (None, "the commit could not be read"))
+                owner = key_words(live[lid].record.owner.key)
+                if owner is None:
+                    notes.append(f"commit {c.oid[:12]} claims lease {lid}, which has no owner key: not honoured")
+                    continue
+                if key != owner:
+                    why = why or "it is signed by another key"
+                    notes.append(
+                        f"commit {c.oid[:12]} claims lease {lid} but is not signed by its owner's key "
+                        f"({why}): not honoured"
+                    )
+                    continue
+            honoured.add(lid)
+        groups.setdefault(frozenset(honoured), set()).update(c.paths)
+    seen: set[str] = set()
+    violations: list[enforce.Violation] = []
+    for honoured, paths in sorted(groups.items(), key=lambda kv: sorted(kv[0])):
+        mine = [
+            enforce.Mine(lid, live[lid].record.paths, live[lid].record.expires_at, live[lid].grant_oid)
+            for lid in sorted(honoured)
+        ]
+        for v in enforce.check(sorted(paths), mine, mode, now, others_lookup(snap, set(honoured), now, skew), who=who):
+            if v.path not in seen:
+                seen.add(v.path)
+                violations.append(v)
+    violations.sort(key=lambda v: v.path)
+    return Judged(violations, sorted(set(notes)))
+
+
+__all__ = ["Commit", "commits_between", "raw_commits", "judge", "Judged"]

@@ -1,0 +1,49 @@
+"""A git server that races: dulwich's receive-pack (from the package index), one thread per connection.
+
+dulwich writes each ref of a push on its own and does not report a compare-and-swap it lost, so concurrent
+pushers creating overlapping refs are all told they won: the server ``git lease doctor``'s concurrency probe
+must fail. Run as ``python racing_server.py PORT REPO [DELAY]``: serves REPO as git://127.0.0.1:PORT/store.git,
+says READY on stdout, and exits when its stdin closes (the test process went away). DELAY (seconds, default
+0.2) is waited after a push's pack arrived and before its refs are written: a slow disk, which makes the race
+show every time instead of now and then (without it, on a quiet machine, it shows in most rounds)."""
+
+from __future__ import annotations
+
+import os
+import socketserver
+import sys
+import threading
+
+
+def main(port: int, path: str, delay: float) -> None:
+    import time
+
+    from dulwich.repo import Repo
+    from dulwich.server import DictBackend, ReceivePackHandler, TCPGitServer
+
+    apply_pack = ReceivePackHandler._apply_pack
+
+    def slow_apply(self, refs):
+        gen = apply_pack(self, refs)
+        yield next(gen)  # the pack: received and stored
+        time.sleep(delay)
+        yield from gen
+
+    ReceivePackHandler._apply_pack = slow_apply
+
+    class Threaded(socketserver.ThreadingMixIn, TCPGitServer):
+        daemon_threads = True
+
+    server = Threaded(DictBackend({b"/store.git": Repo(path)}), "127.0.0.1", port)
+
+    def lifeline() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=lifeline, daemon=True).start()
+    print("READY", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.2)
