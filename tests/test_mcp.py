@@ -140,9 +140,16 @@ def test_push_is_fenced(tmp_path, make_repo):
         git(repo, "add", ".")
         git(repo, "commit", "-q", "--no-verify", "-m", "a")
         err, pushed = await call(s, "lease_push", branch="main")
-        assert not err and pushed["version"] >= 2 and pushed["refspec"] == "refs/heads/main:refs/heads/main"
+        assert not err and pushed["version"] >= 2 and pushed["targets"][0]["dst"] == "refs/heads/main", pushed
         err, msg = await call(s, "lease_push", branch="+main")
-        assert err and "without '+'" in msg
+        assert err and "drop the '+'" in msg
+        (repo / "docs").mkdir()
+        (repo / "docs" / "x.md").write_text("stray\n")
+        git(repo, "add", ".")
+        git(repo, "commit", "-q", "--no-verify", "-m", "stray")
+        err, msg = await call(s, "lease_push", branch="main")  # scope-checked like git lease push: nothing lands
+        assert err and "docs/x.md" in msg, msg
+        git(repo, "reset", "-q", "--hard", "HEAD~1")
         return got["leaseId"]
 
     talk(repo, body)

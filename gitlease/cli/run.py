@@ -205,25 +205,6 @@ def _waiting(refusal, pause: float) -> None:
     _log(f"waiting: {refusal.message}; next try in {pause:.1f}s")
 
 
-def _current_branch(cwd: str) -> str:
-    from gitlease.core import gitcmd
-
-    res = gitcmd.run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, check=False)
-    if res.returncode != 0 or not res.out.strip():
-        raise errors.UsageError("HEAD is detached: name the branch to push (git lease push REMOTE BRANCH)")
-    return res.out.strip()
-
-
-def _push_remote(cwd: str, branch: str) -> str:
-    from gitlease.core import gitcmd
-
-    for key in (f"branch.{branch}.pushRemote", "remote.pushDefault", f"branch.{branch}.remote"):
-        res = gitcmd.run(["config", "--get", key], cwd=cwd, check=False)
-        if res.returncode == 0 and res.out.strip():
-            return res.out.strip()
-    return "origin"
-
-
 def _lease_for_push(svc, given: str | None) -> str:
     if given:
         return given
@@ -262,13 +243,10 @@ def push(
     the remote pushed to."""
 
     def body():
-        from gitlease.enforce.push import fenced_push
+        from gitlease.enforce.push import fenced_push, push_defaults
 
         svc = service(remote)
-        cwd = svc.repo.cwd
-        specs = list(refspecs or []) or [_current_branch(cwd)]
-        first = specs[0].lstrip("+").partition(":")[0] or specs[0]
-        target = push_remote or _push_remote(cwd, _short_branch(cwd, first))
+        target, specs = push_defaults(svc.repo.cwd, push_remote, refspecs)
         lease_id = _lease_for_push(svc, lease)
         try:
             got = fenced_push(svc, target, specs, lease_id, ttl=ttl_seconds(ttl))
@@ -299,14 +277,3 @@ def push(
 def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-
-
-def _short_branch(cwd: str, src: str) -> str:
-    """The local branch name a push source names (for its push remote), or the source as given."""
-    from gitlease.core import gitcmd
-
-    if src.startswith("-"):
-        return src
-    res = gitcmd.run(["rev-parse", "--symbolic-full-name", src], cwd=cwd, check=False)
-    full = res.out.strip()
-    return full.removeprefix("refs/heads/") if full.startswith("refs/heads/") else src

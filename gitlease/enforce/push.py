@@ -289,4 +289,50 @@ def _refuse(lease_id: str, mode: str, violations: list[enforce.Violation], targe
     raise ScopeViolation(message, **details)
 
 
-__all__ = ["fenced_push", "PushResult", "Target", "parse_refspec", "resolve_targets", "landing", "check_landing"]
+# ---------------------------------------------------------------------------------- defaults
+
+
+def push_defaults(cwd: str, remote: str | None, refspecs: Sequence[str] | None) -> tuple[str, list[str]]:
+    """What ``git push`` would push when told less: the current branch to the same name, to that branch's
+    push remote (``branch.B.pushRemote``, ``remote.pushDefault``, ``branch.B.remote``, else ``origin``)."""
+    specs = list(refspecs or []) or [current_branch(cwd)]
+    first = specs[0].lstrip("+").partition(":")[0] or specs[0]
+    return remote or push_remote(cwd, _short_branch(cwd, first)), specs
+
+
+def current_branch(cwd: str) -> str:
+    res = gitcmd.run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, check=False)
+    if res.returncode != 0 or not res.out.strip():
+        raise UsageError("HEAD is detached: name the branch to push (git lease push REMOTE BRANCH)")
+    return res.out.strip()
+
+
+def push_remote(cwd: str, branch: str) -> str:
+    for key in (f"branch.{branch}.pushRemote", "remote.pushDefault", f"branch.{branch}.remote"):
+        res = gitcmd.run(["config", "--get", key], cwd=cwd, check=False)
+        if res.returncode == 0 and res.out.strip():
+            return res.out.strip()
+    return "origin"
+
+
+def _short_branch(cwd: str, src: str) -> str:
+    """The local branch name a push source names (for its push remote), or the source as given."""
+    if src.startswith("-"):
+        return src
+    res = gitcmd.run(["rev-parse", "--symbolic-full-name", src], cwd=cwd, check=False)
+    full = res.out.strip()
+    return full.removeprefix("refs/heads/") if full.startswith("refs/heads/") else src
+
+
+__all__ = [
+    "fenced_push",
+    "PushResult",
+    "Target",
+    "parse_refspec",
+    "resolve_targets",
+    "landing",
+    "check_landing",
+    "push_defaults",
+    "push_remote",
+    "current_branch",
+]

@@ -281,30 +281,14 @@ class Session:
         return problems
 
 
-def fenced_push(svc, lease_id: str, branch: str) -> dict[str, Any]:
-    """Push ``branch`` (or SRC:DST) to the lease store in one atomic push with a renewal of ``lease_id``, as
-    ``git lease push`` does: nothing lands when the lease was lost. The one place to switch to the scope-checked
-    fenced push of gitlease/enforce/push.py once it exists."""
-    from gitlease.core import gitcmd
+def fenced_push(svc, lease_id: str, branch: str | None) -> dict[str, Any]:
+    """Push ``branch`` (or SRC:DST; default: the current branch) with a renewal of ``lease_id`` in one atomic
+    push, every commit it lands checked first, as ``git lease push`` does (gitlease.enforce.push)."""
+    from gitlease.enforce.push import fenced_push as push
+    from gitlease.enforce.push import push_defaults
 
-    if not branch or branch.startswith("+"):
-        raise UsageError("a fenced push is a normal (fast-forward) push: name the branch, without '+'")
-    src, _, dst = branch.partition(":")
-    spec = ":".join(s if s.startswith("refs/") else f"refs/heads/{s}" for s in (src, dst or src))
-    remote = "origin"
-    for key in (f"branch.{src}.pushRemote", "remote.pushDefault", f"branch.{src}.remote"):
-        res = gitcmd.run(["config", "--get", key], cwd=svc.repo.cwd, check=False)
-        if res.returncode == 0 and res.out.strip():
-            remote = res.out.strip()
-            break
-    got = svc.push_fenced(lease_id, remote, [spec])
-    return {
-        "leaseId": lease_id,
-        "remote": remote,
-        "refspec": spec,
-        "version": got.record.version,
-        "expiresAt": got.record.expires_at,
-    }
+    remote, specs = push_defaults(svc.repo.cwd, None, [branch] if branch else None)
+    return push(svc, remote, specs, lease_id).to_json()
 
 
 __all__ = ["Session", "fenced_push", "ON_EXIT"]
