@@ -341,7 +341,7 @@ def test_bench_sections_survive_each_others_rewrites(tmp_path):
     run, plan_bench = _bench_module("run"), _bench_module("plan")
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\nold figures\n")
-    plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v1\n<!-- plan:end -->\n")
+    plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v1\n<!-- plan:end -->\n", plan_bench.BEGIN, plan_bench.END)
     text = doc.read_text()
     assert text.startswith("# Performance\nold figures\n") and "plan v1" in text
     text += "\n<!-- hooks:begin -->\nhooks\n<!-- hooks:end -->\n"
@@ -350,6 +350,6 @@ def test_bench_sections_survive_each_others_rewrites(tmp_path):
     assert "old figures" not in rewritten and "new figures" in rewritten
     assert "plan v1" in rewritten and "<!-- hooks:begin -->\nhooks\n<!-- hooks:end -->" in rewritten
     doc.write_text(rewritten)
-    plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v2\n<!-- plan:end -->\n")
+    plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v2\n<!-- plan:end -->\n", plan_bench.BEGIN, plan_bench.END)
     text = doc.read_text()
     assert "plan v1" not in text and text.count("plan v2") == 1 and "new figures" in text and "hooks\n" in text
