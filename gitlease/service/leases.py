@@ -185,6 +185,11 @@ class LeaseService:
             self._trust = trust
         return trust
 
+    def _needs_trust_file(self) -> bool:
+        """Whether the next read of the trust file will ask the store (its default branch's HEAD): not once
+        read by this service, nor when the trust file is a local path."""
+        return self._trust is None and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers))
+
     def check_writer(self) -> None:
         """Refuse (UntrustedWriter, exit 5) to write what every reader would report INVALID: on a store whose
         trust file does not trust this client's key (or its lack of one) for its agent id, a lease blocks its
@@ -970,9 +975,12 @@ class LeaseService:
         seen = Seen(self.repo.shared_dir(), self.store.name)
         before = seen.load()  # before listing: see Seen
         try:
-            refs = self.store.list_refs()
+            refs = self.store.list_refs(head=self._needs_trust_file())
             fetched_at = self.clock.now()
-            blobs = self.store.read(set(refs.values()))
+            head = self.store.listed_head()  # the trust file's commit, fetched with the lease objects
+            blobs = self.store.read(set(refs.values()) | ({head} if head else set()))
+            if head and head not in refs.values():
+                blobs.pop(head, None)
         except RemoteUnavailable as exc:
             if not use_cache:
                 raise
@@ -1021,6 +1029,26 @@ class LeaseService:
         now = self.clock.now()
         heads = {v.current_oid or v.grant_oid for v in views if v.record is not None}
         heads.discard(None)
+        ident = trust.identity
+        if ident is not None:  # what other processes verified under this trust (trust.VerifiedCache)
+            MEMO.attach(os.path.join(self.repo.shared_dir(), "cache", "verified.sqlite3"))
+            MEMO.prefetch(ident, [v.lease_id for v in views])
+        try:
+            self._verify_chains(views, blobs, trust, before, heads, now)
+        finally:
+            MEMO.flush()
+
+    def _verify_chains(
+        self,
+        views: list[LeaseView],
+        blobs: dict[str, Blob],
+        trust: Trust,
+        before: dict[str, dict[str, object]],
+        heads: set[str | None],
+        now: float,
+    ) -> None:
+        from gitlease.identity.trust import MEMO
+
         ident = trust.identity
         # the history walk stops where this process already verified (trust.ChainMemo): a renewal adds one
         stop_at = MEMO.newest(ident, {v.lease_id for v in views}) if ident is not None else []
