@@ -553,8 +553,28 @@ class LeaseService:
         which version, why, when) in ONE atomic transaction: never a reclaim without its record. A lease that
         changed since it was read (renewed, released, reclaimed by another) makes it all fail: ``changed``."""
         self.require_store()
+        fields = self._reclaim_fields(view, action=action, rule=rule, reason=reason, by=by)
+        deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
+        return self.audit.append_with(deletes, fields, pointer=view.current_oid or view.grant_oid)
+
+    def reclaim_many(self, items: Sequence[tuple[LeaseView, str, str, str, str | None]]) -> tuple[list[Appended], int]:
+        """``reclaim`` of many leases ((view, action, rule, reason, by) each) in as few pushes as git allows:
+        one atomic push with all their deletes and audit entries; a lease that changed since it was read is
+        ``changed`` and the others go again without it (``AuditLog.append_many``). Returns one result per item
+        and the number of pushes."""
+        self.require_store()
+        batch = []
+        for view, action, rule, reason, by in items:
+            fields = self._reclaim_fields(view, action=action, rule=rule, reason=reason, by=by)
+            deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
+            batch.append((deletes, fields, view.current_oid or view.grant_oid))
+        return self.audit.append_many(batch)
+
+    def _reclaim_fields(
+        self, view: LeaseView, *, action: str, rule: str, reason: str, by: str | None
+    ) -> dict[str, object]:
         rec = view.record
-        fields = {
+        return {
             "action": action,
             "rule": rule,
             "reason": reason,
@@ -569,8 +589,6 @@ class LeaseService:
             "expiresAt": rec.expires_at if rec else None,
             "valid": view.valid,
         }
-        deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
-        return self.audit.append_with(deletes, fields, pointer=view.current_oid or view.grant_oid)
 
     def _resolve(self, updates: Sequence[RefUpdate], out: Outcome, what: str = "write") -> Outcome:
         """After an unclear outcome, re-read and compare with what we meant to write (a delete landed when
