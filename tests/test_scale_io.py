@@ -204,9 +204,7 @@ def test_replay_memory_is_written_only_when_it_changes(tmp_path, remote_file):
 
 def _pushes(bare) -> int:
     """Committed transactions on the server that wrote an audit entry: one per reclaiming push."""
-    return sum(
-        any(ref.startswith("refs/leases-audit/") for _o, _n, ref in t.updates) for t in serverlog.read(bare)
-    )
+    return sum(any(ref.startswith("refs/leases-audit/") for _o, _n, ref in t.updates) for t in serverlog.read(bare))
 
 
 def test_a_sweep_reclaims_many_leases_in_few_pushes(tmp_path, remote_file):
