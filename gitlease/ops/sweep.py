@@ -18,8 +18,9 @@ ordinary trusted key for a dead holder on its own host; a gitlease-admin key for
 
 An invalid lease is never reclaimed by a rule (it fails closed); only ``--force`` by an admin clears it.
 Every reclaim is ``LeaseService.reclaim`` (a sweep: ``reclaim_many``, many leases a push): atomic, deleting
-exactly the lease's refs at the versions read and appending the audit entry. A lease that changed in between survives; the sweep says so
-and moves on. The module prints nothing; the CLI renders its results.
+exactly the lease's refs at the versions read and appending the audit entry. A lease that changed in between
+survives (the others are reclaimed without it); the sweep says so and moves on. The module prints nothing; the
+CLI renders its results.
 """
 
 from __future__ import annotations
