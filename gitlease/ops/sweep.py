@@ -269,9 +269,11 @@ class Sweeper:
         )
         self.pushes += pushes
         fresh = None
+        held = self.service.held_here()
         for (idx, p), a in zip(group, got):
             if a.ok:
-                self.service.forget(p.view.lease_id)  # if this worktree held it, it does no more
+                if p.view.lease_id in held:
+                    self.service.forget(p.view.lease_id)  # this worktree held it: it does no more
                 results[idx] = _result(p.view, p.verdict, "reclaimed", audit=a.oid)
             elif a.status == "changed":
                 results[idx] = _lost(p.view, p.verdict, a.refs)

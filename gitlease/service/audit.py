@@ -207,7 +207,9 @@ class AuditLog:
         lost race never fails the others. Returns one ``Appended`` per item, in order, and the pushes made."""
         results: list[Appended | None] = [None] * len(items)
         todo = list(range(len(items)))
-        pointers = {i: (p if p and _is_commit(self.store.repo_dir, p) else None) for i, (_, _, p) in enumerate(items)}
+        wanted = sorted({p for _, _, p in items if p})
+        commits = {o for o, (kind, _) in _batch_check(self.store.repo_dir, wanted).items() if kind == "commit"}
+        pointers = {i: (p if p in commits else None) for i, (_, _, p) in enumerate(items)}
         head, seq = self._head or self._cached_head() or self.read_head()
         pushes, last = 0, ""
         for attempt in range(APPEND_ATTEMPTS):
