@@ -25,6 +25,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
@@ -33,6 +34,9 @@ from gitlease.core.fsutil import cache_path, lock_file, locked, write_json
 from gitlease.core.store import Blob, Store
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
+
+if TYPE_CHECKING:
+    import sqlite3
 
 MAX_CHAIN = 100_000  # versions walked per lease; a longer history is reported, not walked
 VERIFIED, UNSIGNED, UNTRUSTED, INVALID = "verified", "unsigned", "untrusted", "invalid"
@@ -387,10 +391,10 @@ class VerifiedCache:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = None
+        self._db: sqlite3.Connection | None = None
         self._broken = False
 
-    def _open(self):
+    def _open(self) -> sqlite3.Connection | None:
         if self._db is not None or self._broken:
             return self._db
         import sqlite3
