@@ -393,6 +393,7 @@ class VerifiedCache:
         self.path = path
         self._db: sqlite3.Connection | None = None
         self._broken = False
+        self._lock = threading.Lock()  # one connection, used by one thread at a time
 
     def _open(self) -> sqlite3.Connection | None:
         if self._db is not None or self._broken:
@@ -432,6 +433,12 @@ class VerifiedCache:
         self, ident: str, lease_ids: Sequence[str]
     ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
         """(oid, lease id, parent, verdict, signed, record bytes) of every cached version of these leases."""
+        with self._lock:
+            return self._load(ident, lease_ids)
+
+    def _load(
+        self, ident: str, lease_ids: Sequence[str]
+    ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
         db = self._open()
         if db is None:
             return []
@@ -457,6 +464,10 @@ class VerifiedCache:
         return out
 
     def save(self, rows: Sequence[tuple[str, str, str, str | None, HistoryCheck]]) -> None:
+        with self._lock:
+            self._save(rows)
+
+    def _save(self, rows: Sequence[tuple[str, str, str, str | None, HistoryCheck]]) -> None:
         db = self._open()
         if db is None:
             return
