@@ -433,8 +433,9 @@ class VerifiedCache:
         self, ident: str, lease_ids: Sequence[str]
     ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
         """(oid, lease id, parent, verdict, signed, record bytes) of every cached version of these leases."""
+        ids = [lid for lid in lease_ids if lid.isascii()]  # a lease id is ASCII; a ref name that is not never is one
         with self._lock:
-            return self._load(ident, lease_ids)
+            return self._load(ident, ids)
 
     def _load(
         self, ident: str, lease_ids: Sequence[str]
@@ -476,7 +477,7 @@ class VerifiedCache:
         values = []
         for ident, oid, lease_id, parent, h in rows:
             data = h.data()
-            if data is None or h.check.status == INVALID:
+            if data is None or h.check.status == INVALID or not (lease_id.isascii() and oid.isascii()):
                 continue
             c = h.check
             values.append(
