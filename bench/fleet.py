@@ -52,6 +52,7 @@ from gitlease.core.scope import normalize_all  # noqa: E402
 from gitlease.liveness.agent import Agent  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
 from soak import serverlog  # noqa: E402
+from testing.benchdoc import write_section  # noqa: E402
 
 BEGIN, END = "<!-- fleet:begin -->", "<!-- fleet:end -->"
 LIMIT = 6.0  # pushes a minute: GitHub's recommendation per repository
@@ -344,13 +345,7 @@ def main(argv=None) -> int:
     print(text)
     if args.write:
         path = Path(args.write)
-        doc = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
-        if BEGIN in doc and END in doc:
-            a, b = doc.index(BEGIN), doc.index(END) + len(END)
-            doc = doc[:a] + text.rstrip("\n") + doc[b:]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + text
-        path.write_text(doc, encoding="utf-8")
+        write_section(path, text, BEGIN, END)
         log(f"wrote its section of {path}")
     print(json.dumps({k: v for k, v in res.items() if k != "rounds_per_host"}), file=sys.stderr)
     return 0

@@ -44,6 +44,7 @@ from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
 from gitlease.enforce.install import install  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
+from testing.benchdoc import write_section  # noqa: E402
 
 BEGIN, END = "<!-- hooks:begin -->", "<!-- hooks:end -->"
 
@@ -201,17 +202,6 @@ def report(samples, runs, warmup, lfs: str | None, started: float, load0: float)
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + section + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text, encoding="utf-8")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -230,7 +220,7 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(section)
     if args.write:
-        write_section(Path(args.write), section)
+        write_section(Path(args.write), section, BEGIN, END)
         print(f"wrote its section of {args.write}", file=sys.stderr)
     return 0
 

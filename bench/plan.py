@@ -41,7 +41,6 @@ import math
 import os
 import platform
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -64,6 +63,7 @@ from gitlease.core.scope import ROOT  # noqa: E402
 from gitlease.plan.planner import Task, blocking_leases, make_task, plan  # noqa: E402
 from gitlease.plan.suggest import read_tree  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
+from testing.benchdoc import write_section  # noqa: E402
 
 DEFAULT_TRACE = ROOT_DIR.parent.parent / "shared" / "traces" / "tokio-2000.jsonl"
 if not DEFAULT_TRACE.exists():
@@ -500,16 +500,6 @@ def build_section(
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text, encoding="utf-8")
-
-
 def machine_info(trace: Path) -> dict:
     def out(*argv):
         try:
@@ -632,7 +622,7 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(section)
     if args.write:
-        write_section(args.write, section)
+        write_section(args.write, section, BEGIN, END)
         log(f"wrote {args.write}")
     return 0
 

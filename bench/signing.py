@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from testing.gitutil import git
+
 TARGET_MS = 2.0
 
 
@@ -39,10 +41,6 @@ def _proc_ms(argv, cwd, n: int) -> tuple[float, float]:
     for _ in range(2):
         once()
     return _median_ms(once, n)
-
-
-def _git(cwd, *args):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
 def run(tmp: Path, quick: bool, log) -> str:
@@ -105,20 +103,20 @@ def run(tmp: Path, quick: bool, log) -> str:
     for mode in ("unsigned", "signed"):
         bare = tmp / f"{mode}.git"
         work = tmp / f"{mode}-work"
-        _git(tmp, "init", "-q", "--bare", str(bare))
-        _git(tmp, "init", "-q", str(work))
+        git(tmp, "init", "-q", "--bare", str(bare))
+        git(tmp, "init", "-q", str(work))
         if mode == "signed":
             (work / ".gitlease").mkdir()
             (work / ".gitlease" / "allowed_signers").write_text(
                 f'bench-agent namespaces="gitlease" {signer.public_key}\n'
             )
-            _git(work, "add", ".gitlease")
-            _git(work, "config", "lease.signingKey", str(tmp / "key"))
-        _git(work, "commit", "-q", "--allow-empty", "-m", "init")
-        _git(work, "push", "-q", bare.as_uri(), "HEAD:refs/heads/main")
-        _git(work, "config", "lease.remote", bare.as_uri())
+            git(work, "add", ".gitlease")
+            git(work, "config", "lease.signingKey", str(tmp / "key"))
+        git(work, "commit", "-q", "--allow-empty", "-m", "init")
+        git(work, "push", "-q", bare.as_uri(), "HEAD:refs/heads/main")
+        git(work, "config", "lease.remote", bare.as_uri())
         for i in range(10):
-            _git(work, "lease", "acquire", "--scope", f"s/{i}")
+            git(work, "lease", "acquire", "--scope", f"s/{i}")
         works[mode] = work
     samples: dict[str, list[float]] = {mode: [] for mode in works}
     for round_ in range(n_proc + 2):  # interleaved, so that load drift hits both alike; 2 warm-up rounds

@@ -30,9 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-
-def git(cwd, *args):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+from testing.gitutil import git  # noqa: E402
 
 
 def build_repo(base: str, trace: str, kb: int) -> str:

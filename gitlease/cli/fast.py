@@ -73,7 +73,7 @@ def parse(command: str, args: list[str]) -> dict[str, object] | None:
                 return None  # click would take "-x" as the value; let it, and say so its own way
             if kind == "multi":
                 out.setdefault(name, [])
-                out[name].append(value)  # type: ignore[union-attr]
+                out[name].append(value)  # type: ignore[attr-defined]
             elif kind == "int":
                 try:
                     out[name] = int(value, 10)

@@ -65,7 +65,7 @@ def _help_text(cmd) -> str:
 
 
 def _paras(text: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for block in text.split("\n.PP\n"):
         if out:
             out.append(".PP")
@@ -94,7 +94,7 @@ def command_section(name: str, module: str, summary: str) -> list[str]:
     out += _paras(_help_text(cmd) or summary)
     for a in args:
         if getattr(a, "help", None):
-            out += [".TP", f"\\fI{esc(a.human_readable_name)}\\fR", *para(a.help)]
+            out += [".TP", f"\\fI{esc(a.human_readable_name)}\\fR", *para(a.help or "")]
     for o in opts:
         record = o.get_help_record(ctx)
         if record is None:
@@ -208,8 +208,8 @@ def render_markdown() -> str:
             for block in (_help_text(c) or summary).split("\n.PP\n"):  # paragraphs, not roff
                 out += [" ".join(block.split()), ""]
             out += ["```", usage, "```", ""]
-            rows = [o.get_help_record(ctx) for o in c.params if isinstance(o, click.Option)]
-            rows = [r for r in rows if r]
+            records = [o.get_help_record(ctx) for o in c.params if isinstance(o, click.Option)]
+            rows = [r for r in records if r]
             if rows:
                 out += ["| option | |", "| --- | --- |"]
                 out += [f"| `{f}` | {' '.join(h.split()).replace('|', chr(92) + '|')} |" for f, h in rows]

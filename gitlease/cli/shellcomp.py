@@ -11,6 +11,7 @@ listing) come from ``git lease completion --lease-ids held|known``: local files 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 # command -> which lease ids complete its argument
 LEASE_ARGS = {"release": "held", "renew": "held", "show": "known"}
@@ -45,7 +46,7 @@ def spec() -> dict[str, dict]:
     from gitlease.cli import COMMANDS
 
     out: dict[str, dict] = {}
-    groups: dict[str, object] = {}
+    groups: dict[str, Any] = {}
     for name, (module, summary) in COMMANDS.items():
         if module not in groups:
             groups[module] = typer.main.get_group(importlib.import_module(f"gitlease.cli.{module}").app)

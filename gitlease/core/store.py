@@ -92,6 +92,7 @@ class Store:
         timeout: float | None = None,
         extra_refspecs: Sequence[str] = (),
         run_hooks: bool = False,
+        atomic: bool = True,
     ) -> Outcome:
         raise NotImplementedError
 

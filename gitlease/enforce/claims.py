@@ -169,12 +169,12 @@ def judge(
         groups.setdefault(frozenset(honoured), set()).update(c.paths)
     seen: set[str] = set()
     violations: list[enforce.Violation] = []
-    for honoured, paths in sorted(groups.items(), key=lambda kv: sorted(kv[0])):
+    for owners, paths in sorted(groups.items(), key=lambda kv: sorted(kv[0])):
         mine = [
             enforce.Mine(lid, live[lid].record.paths, live[lid].record.expires_at, live[lid].grant_oid)
-            for lid in sorted(honoured)
+            for lid in sorted(owners)
         ]
-        for v in enforce.check(sorted(paths), mine, mode, now, others_lookup(snap, set(honoured), now, skew), who=who):
+        for v in enforce.check(sorted(paths), mine, mode, now, others_lookup(snap, set(owners), now, skew), who=who):
             if v.path not in seen:
                 seen.add(v.path)
                 violations.append(v)

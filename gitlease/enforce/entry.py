@@ -134,9 +134,10 @@ class LocalLookup:
     (local store), or the service's cache of the remote's last listing (``git lease status`` refreshes it).
     The pre-push hook and ``verify`` read the remote itself."""
 
-    def __init__(self, gdir: str, cfg: dict[str, str], mine, now: float) -> None:
+    def __init__(self, gdir: str, cfg: dict[str, str], mine, now: float, read_records=None) -> None:
         self.gdir, self.cfg, self.now = gdir, cfg, now
         self.mine_grants = {m.grant for m in mine if m.grant}
+        self.read_records = read_records or self.records  # the guard brings a reader that needs no json
 
     def refs(self) -> dict[str, str]:
         store = self.cfg.get("lease.remote", "").strip()
@@ -180,7 +181,9 @@ class LocalLookup:
         return out
 
     def __call__(self, paths) -> dict:
-        return enforce.holders_from_refs(paths, self.refs(), self.mine_grants, self.records, self.now, skew(self.cfg))
+        return enforce.holders_from_refs(
+            paths, self.refs(), self.mine_grants, self.read_records, self.now, skew(self.cfg)
+        )
 
 
 def pre_commit() -> int:

@@ -168,8 +168,7 @@ def check_worktree(root: str, rels: list[str], now: float) -> Verdict:
         v.mine = enforce.load_held(os.path.join(gdir, "gitlease", "held.json"))
         mode = enforce.effective_mode(configured, bool(v.mine))
         v.mode = "others" if mode == "warn" and not v.mine else ("strict" if mode == "warn" else mode)
-        lookup = entry.LocalLookup(gdir, cfg, v.mine, now)
-        lookup.records = read_records
+        lookup = entry.LocalLookup(gdir, cfg, v.mine, now, read_records)
         v.violations = enforce.check(rels, v.mine, v.mode, now, lookup, who="this worktree")
     except GitLeaseError as exc:
         v.error = exc

@@ -43,11 +43,15 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gitlease.core import errors
 from gitlease.core import record as records
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import Forbidden, GitLeaseError, LeaseLost, NotHeld, UsageError
+
+if TYPE_CHECKING:
+    from gitlease.service.leases import LeaseService
 
 DEFAULT_FRACTION = 0.5
 DEFAULT_IDLE = 60.0
@@ -136,7 +140,7 @@ class Agent:
 
     def __init__(
         self,
-        open_service: Callable[[str, str | None], object],
+        open_service: Callable[[str, str | None], LeaseService],
         *,
         clock: Clock = SYSTEM,
         fraction: float = DEFAULT_FRACTION,
@@ -152,9 +156,9 @@ class Agent:
         self.alive = alive or _process_alive
         self.regs: dict[str, Registration] = {}
         # what the agent knows of each repository: (repo, remote) -> (its identity on disk, its service)
-        self.services: dict[tuple[str, str], tuple[object, object]] = {}
+        self.services: dict[tuple[str, str], tuple[tuple, LeaseService]] = {}
         self._checked: set[tuple[str, str]] = set()  # identities checked in this round
-        self._keyed: dict[tuple[str, str, str], tuple[object, object]] = {}  # holder-key services, by base
+        self._keyed: dict[tuple[str, str, str], tuple[LeaseService, LeaseService]] = {}  # holder-key services, by base
         self._signers: dict[str, tuple[object, object]] = {}  # keyRef -> (its file's stamp, signer)
         self.lock = threading.Lock()
         self.busy_at = clock.monotonic()  # the last moment a lease was renewed by this agent (or registered)
@@ -201,7 +205,7 @@ class Agent:
             signer, ref = UNSIGNED, ""
         if signer is None or signer.public_key != want:
             raise AgentRefused("the holder signs with a key the agent cannot sign with: it renews by itself")
-        k = (repo, remote or "", ref)
+        k = (repo, remote or "", ref or "")
         got = self._keyed.get(k)
         if got is None or got[0] is not base or got[1].signer is not signer:
             from gitlease.service.leases import LeaseService
@@ -616,11 +620,12 @@ def _answer(agent: Agent, req: dict, peer: int | None = None) -> dict:
         )
         return dict(reg.to_json(), ok=True)
     if op in ("status", "unregister"):
+        found: Registration | None
         if op == "status":
-            reg = agent.status(req["lease"], req.get("progress"), peer=peer)
+            found = agent.status(req["lease"], req.get("progress"), peer=peer)
         else:
-            reg = agent.unregister(req["lease"])
-        return dict(reg.to_json(), ok=True) if reg else {"ok": True, "lease": req["lease"], "state": "unknown"}
+            found = agent.unregister(req["lease"])
+        return dict(found.to_json(), ok=True) if found else {"ok": True, "lease": req["lease"], "state": "unknown"}
     if op == "acquire":
         got, reg = agent.acquire(
             req["repo"],

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from gitlease.core.errors import GitLeaseError, RemoteUnavailable
 from gitlease.core.store import Outcome, RefUpdate
-from gitlease.service.leases import Busy, PreparedRenewal
+from gitlease.service.leases import Busy, LeaseService, PreparedRenewal
 
 
 @dataclass
 class _Item:
-    svc: object  # LeaseService
+    svc: LeaseService
     lease_id: str
     progress: str | None = None
     stop_after: int | None = None
@@ -87,6 +87,7 @@ def finish(items: Sequence[_Item], landed: bool | None) -> dict[str, object]:
     re-reading before its next renewal). Releases the locks."""
     out: dict[str, object] = {}
     for it in items:
+        assert it.prep is not None  # only prepared items reach a push
         if landed is False:
             it.prep.close()
             continue
@@ -128,6 +129,7 @@ def _per_lease(pusher, group: list[_Item], out: Outcome) -> dict[str, object]:
             refs = pusher.store.list_refs()
         except RemoteUnavailable as exc:
             for it in unclear:
+                assert it.prep is not None
                 it.svc.settle_renewal(it.prep, None)
                 verdicts[it.lease_id] = RemoteUnavailable(
                     f"outcome of the renewal of {it.lease_id} unknown ({out.message or 'no answer'}) and the "

@@ -28,10 +28,13 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitlease.core.errors import GitLeaseError, LeaseLost
-from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
+from gitlease.liveness.heartbeat import Attempt, Heartbeat, Timing, service_attempt
+
+if TYPE_CHECKING:
+    from gitlease.liveness.delegate import AgentAttempt
 
 
 @dataclass
@@ -125,14 +128,19 @@ def hold(
     ttl = int(ttl or svc.settings.ttl)
     timing = _timing(svc.settings, ttl, renew_every, timeout, grace)
     link = AgentLink.connect(svc, renew_agent, client=agent_client)
-    acquire_args = dict(ttl=ttl, renew_every=max(1, int(timing.renew_every)), stop_after=timing.stop_after)
+    acquire_args: dict[str, Any] = dict(
+        ttl=ttl, renew_every=max(1, int(timing.renew_every)), stop_after=timing.stop_after
+    )
     if link:
         acquire_args["holder_pid"] = os.getpid()
     got, _ = obtain(svc, scope, wait=wait, link=link, **acquire_args)
     beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
-    attempt = service_attempt(beat_svc, got.lease_id, stop_after=timing.stop_after)
+    attempt: Attempt = service_attempt(beat_svc, got.lease_id, stop_after=timing.stop_after)
+    agent_attempt: AgentAttempt | None = None
     if link and link.register(got.lease_id, os.getpid(), timing):
-        attempt = link.attempt(got.lease_id, timing, got.record.expires, attempt, got.record.stop_deadline)
+        attempt = agent_attempt = link.attempt(
+            got.lease_id, timing, got.record.expires, attempt, got.record.stop_deadline
+        )
     else:
         link = None
     hb = Heartbeat(
@@ -164,7 +172,7 @@ def hold(
             if not lease.release_on_exit and not lost:
                 if link is not None:
                     link.unregister(got.lease_id)  # nobody renews it any more: it expires on its own
-            elif link is not None and not attempt.fallen and not lost:
+            elif link is not None and agent_attempt is not None and not agent_attempt.fallen and not lost:
                 link.release(got.lease_id)
             else:
                 if link is not None:

@@ -174,7 +174,7 @@ class Session:
         svc = self._open(self.repo, remote=self.remote, **({"task": task} if task else {}))
         the_ttl = int(ttl or svc.settings.ttl)
         timing = _timing(svc.settings, the_ttl, None, None, None)
-        args = dict(
+        args: dict[str, Any] = dict(
             ttl=the_ttl,
             holder_pid=os.getpid(),
             renew_every=max(1, int(timing.renew_every)),

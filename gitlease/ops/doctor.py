@@ -46,9 +46,9 @@ from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import Settings
 from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
 from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, ObjectWriter
+from gitlease.core.refnames import NAMESPACE
 from gitlease.core.repo import Repo
 from gitlease.core.store import (
-    NAMESPACE,
     RESERVED,
     Outcome,
     RefUpdate,
@@ -200,6 +200,13 @@ class Doctor:
         self._cas_old = ""
         self._push_ms = self._read_ms = 0.0
 
+    @property
+    def _remote(self) -> str:
+        """The remote's name, for the checks that run only against a remote store."""
+        if self.remote is None:
+            raise AssertionError("a remote-store check ran against the local store")
+        return self.remote
+
     # -- reporting
     def _add(self, name: str, status: str, message: str, **data: Any) -> Check:
         check = Check(name, status, message, data)
@@ -248,8 +255,8 @@ class Doctor:
             self._add("git-version", PASS, f"git {shown} (gitlease needs {need} or newer)", version=shown)
 
     def _resolve_url(self) -> str:
-        res = gitcmd.run(["ls-remote", "--get-url", self.remote], cwd=self.repo.cwd, check=False)
-        return res.out.strip() or self.remote
+        res = gitcmd.run(["ls-remote", "--get-url", self._remote], cwd=self.repo.cwd, check=False)
+        return res.out.strip() or self._remote
 
     # ------------------------------------------------------------------------- the store probes
     PROBES = (
@@ -297,7 +304,7 @@ class Doctor:
         if isinstance(self.store, RemoteStore):
             try:
                 res = gitcmd.run(
-                    ["ls-remote", "--refs", self.remote, pattern],
+                    ["ls-remote", "--refs", self._remote, pattern],
                     cwd=self.repo.cwd,
                     timeout=self.settings.timeout,
                     check=False,
@@ -328,7 +335,7 @@ class Doctor:
     ) -> Outcome:
         """A push built by ``push_argv`` with a trace environment or our own hooks folder (the store's
         ``apply`` takes neither). The remote store only."""
-        argv = push_argv(self.remote, updates, atomic=atomic, run_hooks=hooks_dir is not None)
+        argv = push_argv(self._remote, updates, atomic=atomic, run_hooks=hooks_dir is not None)
         if hooks_dir is not None:
             argv = ["-c", f"core.hooksPath={hooks_dir}", *argv]
         try:
@@ -609,7 +616,7 @@ class Doctor:
         hooks = os.path.join(self._tmp or ".", "hooks")
         os.makedirs(hooks, exist_ok=True)
         marker = os.path.join(hooks, "moved")
-        nested = ["git", *push_argv(self.remote, [RefUpdate(ref, theirs, old)], atomic=atomic)]
+        nested = ["git", *push_argv(self._remote, [RefUpdate(ref, theirs, old)], atomic=atomic)]
         script = (
             f"#!/bin/sh\ncat >/dev/null\n{shlex.join(nested)} >/dev/null 2>&1\n"
             f"echo $? > {shlex.quote(marker)}\nexit 0\n"
@@ -740,7 +747,7 @@ class Doctor:
         if isinstance(self.store, RemoteStore):
             try:
                 res = gitcmd.run(
-                    ["ls-remote", "--symref", self.remote, "HEAD"],
+                    ["ls-remote", "--symref", self._remote, "HEAD"],
                     cwd=self.repo.cwd,
                     timeout=self.settings.timeout,
                     check=False,
@@ -788,7 +795,7 @@ class Doctor:
         if not isinstance(self.store, RemoteStore):
             self._add("clock", SKIP, "local store: one machine, one clock")
             return
-        url = self.url or self.remote
+        url = self.url or self._remote
         if not url.startswith(("http://", "https://")):
             scheme = url.split("://", 1)[0] + "://" if "://" in url else "ssh"
             self._add(
@@ -803,7 +810,7 @@ class Doctor:
         sent = self.clock.now()
         try:
             gitcmd.run(
-                ["ls-remote", "--refs", self.remote, self.run + "/*"],
+                ["ls-remote", "--refs", self._remote, self.run + "/*"],
                 cwd=self.repo.cwd,
                 timeout=self.settings.timeout,
                 check=False,
