@@ -37,8 +37,9 @@ from plan import isolate  # noqa: E402
 from gitlease.core import record as records  # noqa: E402
 from gitlease.core.refnames import scope_ref  # noqa: E402
 from soak import serverlog  # noqa: E402
+from testing.benchdoc import markers, write_section  # noqa: E402
 
-BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
+BEGIN, END = markers("scale")
 SVG_NAME = "scale-curve.svg"
 
 
@@ -379,16 +380,6 @@ def cpu_half_rows(quick: bool, log) -> list[str]:
     return []
 
 
-def write_section(path: Path, text: str) -> None:
-    doc = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
-    if BEGIN in doc and END in doc:
-        a, b = doc.index(BEGIN), doc.index(END) + len(END)
-        doc = doc[:a] + text.rstrip("\n") + doc[b:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    path.write_text(doc, encoding="utf-8")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="10 / 100 / 1,000 leases, fewer rounds")
@@ -418,7 +409,7 @@ def main(argv=None) -> int:
     print(text)
     if args.write:
         path = Path(args.write)
-        write_section(path, text)
+        write_section(path, text, BEGIN, END)
         (path.parent / SVG_NAME).write_text(svg(status, sweep), encoding="utf-8")
         log(f"wrote its section of {path} and {path.parent / SVG_NAME}")
     return 0

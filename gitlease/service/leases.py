@@ -1045,8 +1045,7 @@ class LeaseService:
         from gitlease.identity.trust import MEMO
 
         now = self.clock.now()
-        heads = {v.current_oid or v.grant_oid for v in views if v.record is not None}
-        heads.discard(None)
+        heads: set[str] = {h for v in views if v.record is not None and (h := v.current_oid or v.grant_oid)}
         ident = trust.identity
         if ident is not None:  # what other processes verified under this trust (trust.VerifiedCache)
             MEMO.attach(os.path.join(self.repo.shared_dir(), "cache", "verified.sqlite3"))
@@ -1062,7 +1061,7 @@ class LeaseService:
         blobs: dict[str, Blob],
         trust: Trust,
         before: dict[str, dict[str, object]],
-        heads: set[str | None],
+        heads: set[str],
         now: float,
     ) -> None:
         from gitlease.identity.trust import MEMO
