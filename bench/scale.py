@@ -350,6 +350,14 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
                 f"{met(r['ours'] <= 1.2 * r['base'])} |"
             )
     lines += cpu_rows
+    if any("**not met**" in ln for ln in lines if "status" in ln):
+        lines += [
+            "",
+            "Where a status row is not met, the time goes to the CPU work of a read (parsing each record, its "
+            "timestamps and scope, and `status` comparing every pair of leases for the overlap fault), the other "
+            "half of issue 22: linear scope algebra, one parse per object, the PathIndex trie wherever overlap is "
+            "decided (bench/scale_cpu.py). The reads' I/O is one `ls-remote` and one fetch, as git's own.",
+        ]
     lines += [
         "",
         "A read is one `git ls-remote` (the lease refs and the default branch's HEAD together; HEAD only when the "
