@@ -96,8 +96,13 @@ class Store:
     ) -> Outcome:
         raise NotImplementedError
 
-    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+    def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
+        """The lease refs. ``head``: also learn the default branch's HEAD in the same read, when the store
+        can (a remote: one ``ls-remote``), for the next ``default_head``."""
         raise NotImplementedError
+
+    def listed_head(self) -> str | None:
+        return None
 
     def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
         """Make the objects of these commits readable locally."""
@@ -196,6 +201,7 @@ class RemoteStore(Store):
     def __init__(self, repo_dir: str, remote: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         super().__init__(repo_dir, timeout=timeout)
         self.remote = remote
+        self._head: tuple[tuple[str, str] | None, bool] | None = None  # HEAD as the last listing saw it
 
     @property
     def name(self) -> str:
@@ -233,52 +239,67 @@ class RemoteStore(Store):
         ok = all(not s.startswith("rejected") for s in statuses.values()) and res.returncode == 0
         return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err), server=server)
 
-    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+    def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
+        """The lease refs, by one ``git ls-remote``. ``head``: the same call also answers the remote's ``HEAD``
+        and the branch it names (``--symref``), kept for ``default_head`` (the trust file's branch): one round
+        trip for both. Without ``head`` HEAD is not asked for."""
+        argv = ["ls-remote", "--symref", self.remote, "HEAD", f"{NAMESPACE}/*"] if head else None
+        res = self._ls_remote(argv or ["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"], timeout)
+        refs = {}
+        branch = oid = None
+        for line in res.out.splitlines():
+            left, _, ref = line.partition("\t")
+            if ref == "HEAD":  # only asked for with ``head`` (a lease ref's name never is exactly HEAD)
+                if left.startswith("ref: "):
+                    branch = left[5:].strip()
+                else:
+                    oid = left.strip()
+                continue
+            if ref.endswith("^{}"):  # a peeled tag (listed without --refs): not a ref of its own
+                continue
+            if (ref == SCOPE_REF or ref.startswith(NAMESPACE + "/")) and not ref.startswith(RESERVED):
+                refs[ref] = left
+        if head:
+            self._head = ((branch or "HEAD", oid) if oid else None, True)
+        return refs
+
+    def _ls_remote(self, argv: list[str], timeout: float | None) -> gitcmd.Result:
         try:
-            res = gitcmd.run(
-                ["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"],
-                cwd=self.repo_dir,
-                timeout=timeout or self.timeout,
-                check=False,
-            )
+            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False)
         except gitcmd.Timeout as exc:
             raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
         if res.returncode != 0:
             raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: {_last_error(res.err)}")
-        refs = {}
-        for line in res.out.splitlines():
-            oid, _, ref = line.partition("\t")
-            if (ref == SCOPE_REF or ref.startswith(NAMESPACE + "/")) and not ref.startswith(RESERVED):
-                refs[ref] = oid
-        return refs
+        return res
+
+    def listed_head(self) -> str | None:
+        """The commit of the remote's HEAD as the last ``list_refs(head=True)`` saw it (to fetch it with the
+        lease objects), or None."""
+        got = self._head
+        return got[0][1] if got is not None and got[0] is not None else None
 
     def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
         """``git ls-remote --symref <remote> HEAD``: the branch the remote's HEAD names, and its commit
-        (fetched by oid, like lease commits, when it is not local yet)."""
-        try:
-            res = gitcmd.run(
-                ["ls-remote", "--symref", self.remote, "HEAD"],
-                cwd=self.repo_dir,
-                timeout=timeout or self.timeout,
-                check=False,
-            )
-        except gitcmd.Timeout as exc:
-            raise RemoteUnavailable(f"lease remote {self.remote!r} did not answer: {exc}") from None
-        if res.returncode != 0:
-            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: {_last_error(res.err)}")
-        branch = oid = None
-        for line in res.out.splitlines():
-            left, _, right = line.partition("\t")
-            if right != "HEAD":
-                continue
-            if left.startswith("ref: "):
-                branch = left[5:].strip()
-            else:
-                oid = left.strip()
-        if not oid:
+        (fetched by oid, like lease commits, when it is not local yet). Answered without a call when the last
+        listing asked for HEAD too (``list_refs(head=True)``); that answer is used once."""
+        if self._head is not None:
+            got, self._head = self._head[0], None
+        else:
+            res = self._ls_remote(["ls-remote", "--symref", self.remote, "HEAD"], timeout)
+            branch = oid = None
+            for line in res.out.splitlines():
+                left, _, right = line.partition("\t")
+                if right != "HEAD":
+                    continue
+                if left.startswith("ref: "):
+                    branch = left[5:].strip()
+                else:
+                    oid = left.strip()
+            got = (branch or "HEAD", oid) if oid else None
+        if got is None:
             return None
-        self.ensure_objects([oid], timeout=timeout)
-        return branch or "HEAD", oid
+        self.ensure_objects([got[1]], timeout=timeout)
+        return got
 
     def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
         oids = list(oids)
@@ -466,7 +487,7 @@ class LocalStore(Store):
         ).out.strip()
         return (ref or "HEAD", head) if head else None
 
-    def list_refs(self, *, timeout: float | None = None) -> dict[str, str]:
+    def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         res = gitcmd.run(
             ["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"],
             cwd=self.repo_dir,

@@ -25,14 +25,18 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
-from gitlease.core.fsutil import cache_path, lock_file, write_json
+from gitlease.core.fsutil import cache_path, lock_file, locked, write_json
 from gitlease.core.store import Blob, Store
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
+
+if TYPE_CHECKING:
+    import sqlite3
 
 MAX_CHAIN = 100_000  # versions walked per lease; a longer history is reported, not walked
 VERIFIED, UNSIGNED, UNTRUSTED, INVALID = "verified", "unsigned", "untrusted", "invalid"
@@ -197,7 +201,7 @@ class Trust:
         new = len(out.versions)
         out.versions.extend(base)
         if out.versions and len(parsed) == len(chain):
-            self._chain_rules(lease_id, out)
+            self._chain_rules(lease_id, out, new if base else None)
         statuses = {h.check.status for h in out.versions}
         if out.problems or INVALID in statuses or not out.versions:
             out.status = INVALID
@@ -216,20 +220,27 @@ class Trust:
         return out
 
     @staticmethod
-    def _chain_rules(lease_id: str, out: ChainCheck) -> None:
-        """Versions strictly advance from 1; what a renewal never changes stays; one key signs them all."""
-        hist = [(h.oid, h.record) for h in out.versions]
-        root_oid, root = hist[-1]
+    def _chain_rules(lease_id: str, out: ChainCheck, new: int | None = None) -> None:
+        """Versions strictly advance from 1; what a renewal never changes stays; one key signs them all.
+        ``new``: only the first ``new`` versions are not memoised (the rest is a history found valid under this
+        trust): the rules are checked for them and where they join the memoised part."""
+        if new == 0:
+            return  # nothing new over a history already found valid as a whole
+        versions = out.versions if new is None else out.versions[:new]
+        hist = [(h.oid, h.record) for h in versions]
+        root = out.versions[-1].record
         assert root is not None
         root_key = out.versions[-1].check.key
-        if root.version != 1:
+        if new is None and root.version != 1:
             out.problems.append(f"history starts at v{root.version}, not v1")
-        for (newer_oid, newer), (_, older) in zip(hist, hist[1:]):
+        numbers = [(oid, rec.version if rec else None) for oid, rec in hist]
+        if new is not None:  # where the new part joins the memoised one: by the version it was verified as
+            numbers.append((out.versions[new].oid, out.versions[new].check.version))
+        for (newer_oid, newer), (_, older) in zip(numbers, numbers[1:]):
             assert newer is not None and older is not None
-            if newer.version != older.version + 1:
+            if newer != older + 1:
                 out.problems.append(
-                    f"replay: v{newer.version} ({newer_oid[:12]}) follows v{older.version}; "
-                    "versions must advance by one"
+                    f"replay: v{newer} ({newer_oid[:12]}) follows v{older}; versions must advance by one"
                 )
         for oid, rec in hist:
             assert rec is not None
@@ -244,7 +255,7 @@ class Trust:
                 root.workspace_id,
             ):
                 out.problems.append(f"v{rec.version} changes the owner or grant fields of v1")
-        for h in out.versions[:-1]:
+        for h in out.versions[: len(out.versions) - 1 if new is None else new]:
             if h.check.key is not None and h.check.key != root_key:
                 out.problems.append(
                     f"v{h.check.version} is signed by {h.check.fingerprint}, not by the key that "
@@ -263,12 +274,65 @@ class ChainMemo:
     HistoryCheck, with the commit id of the version before it. Only versions of a history found valid as a
     whole go in, so a hit stands for the whole history below it. Bounded: cleared when full."""
 
-    def __init__(self, limit: int = 200_000) -> None:
+    def __init__(self, limit: int = 200_000, *, persist: bool = False) -> None:
         self.limit = limit
         self._entries: dict[tuple[str, str], tuple[str, HistoryCheck, str | None]] = {}
         self._newest: dict[tuple[str, str], str] = {}  # (trust, lease id) -> its newest verified commit
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        self.persist = persist  # shared with other processes through a VerifiedCache (``attach``)
+        self.disk: VerifiedCache | None = None
+        self._loaded: set[tuple[str, str]] = set()  # (trust, lease id) already asked of the disk
+        self._pending: list[tuple[str, str, str, str | None, HistoryCheck]] = []
+
+    # ------------------------------------------------------------------ shared with other processes
+    def attach(self, path: str) -> None:
+        """Share verdicts through the verified cache at ``path`` (a memo made with ``persist``; else nothing)."""
+        if not self.persist or (self.disk is not None and self.disk.path == path):
+            return
+        with self._lock:
+            self.disk, self._loaded = VerifiedCache(path), set()
+
+    def prefetch(self, ident: str, lease_ids: Iterable[str]) -> None:
+        """Load what other processes verified of these leases under this trust (one query per 500 leases)."""
+        disk = self.disk
+        if disk is None:
+            return
+        wanted = sorted({lid for lid in lease_ids if (ident, lid) not in self._loaded})
+        if not wanted:
+            return
+        rows = disk.load(ident, wanted)
+        with self._lock:
+            self._loaded.update((ident, lid) for lid in wanted)
+            tops: dict[str, tuple[int, str]] = {}
+            for oid, lease_id, parent, check, signed, data in rows:
+                key = (ident, oid)
+                if key not in self._entries:
+                    self._entries[key] = (lease_id, HistoryCheck(oid, None, check, signed, data=data), parent)
+                v = check.version or 0
+                if lease_id not in tops or tops[lease_id][0] < v:
+                    tops[lease_id] = (v, oid)
+            for lease_id, (_, oid) in tops.items():
+                if self._whole(ident, lease_id, oid):  # a walk may stop only where the history below is whole
+                    self._newest.setdefault((ident, lease_id), oid)
+
+    def _whole(self, ident: str, lease_id: str, oid: str) -> bool:
+        cur: str | None = oid
+        for _ in range(MAX_CHAIN + 1):
+            if cur is None:
+                return True
+            entry = self._entries.get((ident, cur))
+            if entry is None or entry[0] != lease_id:
+                return False
+            cur = entry[2]
+        return False
+
+    def flush(self) -> None:
+        """Write the verdicts remembered since the last flush to the verified cache."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if pending and self.disk is not None:
+            self.disk.save(pending)
 
     def versions(self, ident: str, lease_id: str, oid: str) -> list[HistoryCheck]:
         """The verified history from ``oid`` down to v1, newest first; empty when ``oid`` is not memoised."""
@@ -299,6 +363,8 @@ class ChainMemo:
             for i in range(min(new, len(versions)) - 1, -1, -1):
                 parent = versions[i + 1].oid if i + 1 < len(versions) else None
                 self._entries[(ident, versions[i].oid)] = (lease_id, versions[i], parent)
+                if self.disk is not None:
+                    self._pending.append((ident, versions[i].oid, lease_id, parent, versions[i]))
             self._newest[(ident, lease_id)] = versions[0].oid
 
     def newest(self, ident: str, lease_ids: Iterable[str]) -> list[str]:
@@ -307,7 +373,147 @@ class ChainMemo:
             return [self._newest[(ident, lid)] for lid in lease_ids if (ident, lid) in self._newest]
 
 
-MEMO = ChainMemo()
+MEMO = ChainMemo(persist=True)
+
+
+class VerifiedCache:
+    """Verdicts on lease versions shared by every process of a repository: a SQLite file in the common git dir,
+    one row per (trust identity, commit id) of a history found valid as a whole, with the version's verdict,
+    its parent and its record's bytes. Safe to share: what a commit id names never changes, and a verdict is
+    keyed by the trust file it was reached under. It remembers only verdicts (never which version is current),
+    so an id ref moved back to an older version is still caught by the replay memory (``Seen``).
+
+    Bounded: past ``LIMIT`` rows the leases written longest ago are dropped, all their versions at once (a
+    history in the cache is always whole). A file that cannot be read (damaged, not a database) is removed and
+    the read goes on without it: the cache only saves work, it never decides."""
+
+    LIMIT = 400_000
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self._broken = False
+        self._lock = threading.Lock()  # one connection, used by one thread at a time
+
+    def _open(self) -> sqlite3.Connection | None:
+        if self._db is not None or self._broken:
+            return self._db
+        import sqlite3
+
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS v (trust TEXT NOT NULL, oid TEXT NOT NULL, lease TEXT NOT NULL, "
+                "parent TEXT, version INTEGER, status TEXT NOT NULL, key TEXT, fp TEXT, principal TEXT, "
+                "signed INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trust, oid))"
+            )
+            db.execute("CREATE INDEX IF NOT EXISTS v_lease ON v (trust, lease)")
+            self._db = db
+        except (sqlite3.Error, OSError):
+            self._give_up()
+        return self._db
+
+    def _give_up(self) -> None:
+        """A damaged cache: closed, removed (under the lock) and not used again by this process."""
+        self._broken = True
+        if self._db is not None:
+            try:
+                self._db.close()
+            except Exception:  # noqa: BLE001 - closing a broken database may fail in any way; nothing to save
+                pass
+            self._db = None
+        try:
+            with locked(self.path + ".lock", wait=1.0):
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    def load(
+        self, ident: str, lease_ids: Sequence[str]
+    ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
+        """(oid, lease id, parent, verdict, signed, record bytes) of every cached version of these leases."""
+        ids = [lid for lid in lease_ids if lid.isascii()]  # a lease id is ASCII; a ref name that is not never is one
+        with self._lock:
+            return self._load(ident, ids)
+
+    def _load(
+        self, ident: str, lease_ids: Sequence[str]
+    ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
+        db = self._open()
+        if db is None:
+            return []
+        import sqlite3
+
+        out = []
+        try:
+            for i in range(0, len(lease_ids), 500):
+                chunk = lease_ids[i : i + 500]
+                cur = db.execute(
+                    "SELECT oid, lease, parent, version, status, key, fp, principal, signed, data FROM v "
+                    f"WHERE trust = ? AND lease IN ({','.join('?' * len(chunk))})",
+                    [ident, *chunk],
+                )
+                for oid, lease, parent, version, status, key, fp, principal, signed, data in cur:
+                    if status not in (VERIFIED, UNSIGNED, UNTRUSTED) or not isinstance(data, bytes):
+                        continue  # only verdicts of valid histories are ever written
+                    check = VersionCheck(version, status, key, fp, principal)
+                    out.append((oid, lease, parent, check, bool(signed), data))
+        except sqlite3.Error:
+            self._give_up()
+            return []
+        return out
+
+    def save(self, rows: Sequence[tuple[str, str, str, str | None, HistoryCheck]]) -> None:
+        with self._lock:
+            self._save(rows)
+
+    def _save(self, rows: Sequence[tuple[str, str, str, str | None, HistoryCheck]]) -> None:
+        db = self._open()
+        if db is None:
+            return
+        import sqlite3
+
+        values = []
+        for ident, oid, lease_id, parent, h in rows:
+            data = h.data()
+            if data is None or h.check.status == INVALID or not (lease_id.isascii() and oid.isascii()):
+                continue
+            c = h.check
+            values.append(
+                (
+                    ident,
+                    oid,
+                    lease_id,
+                    parent,
+                    c.version,
+                    c.status,
+                    c.key,
+                    c.fingerprint,
+                    c.principal,
+                    int(h.signed),
+                    data,
+                )
+            )
+        try:
+            with locked(self.path + ".lock", wait=10.0):
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany("INSERT OR IGNORE INTO v VALUES (?,?,?,?,?,?,?,?,?,?,?)", values)
+                    lo, hi = db.execute("SELECT min(rowid), max(rowid) FROM v").fetchone()
+                    if lo is not None and hi - lo >= self.LIMIT:  # drop the oldest leases, whole
+                        db.execute(
+                            "DELETE FROM v WHERE lease IN (SELECT lease FROM v WHERE rowid < ?)",
+                            (lo + (hi - lo) // 2,),
+                        )
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error:
+            self._give_up()
+        except OSError:
+            pass  # a lock that cannot be taken only costs what would have been remembered
 
 
 @dataclass(frozen=True)
@@ -320,12 +526,42 @@ class VersionCheck:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
 class HistoryCheck:
-    oid: str
-    record: records.Record | None
-    check: VersionCheck
-    signed: bool = False  # a lease.sig is there (whether or not it verifies)
+    """One version of a lease as checked: its commit, record, verdict, and whether it carries a signature. A
+    version read back from the verified cache (``VerifiedCache``) keeps its record's bytes and parses them only
+    when something asks for the record (``show``): a read of a long history parses what it has not seen."""
+
+    __slots__ = ("oid", "check", "signed", "_record", "_data")
+
+    def __init__(
+        self,
+        oid: str,
+        record: records.Record | None,
+        check: VersionCheck,
+        signed: bool = False,
+        *,
+        data: bytes | None = None,
+    ) -> None:
+        self.oid, self.check, self.signed = oid, check, signed  # signed: a lease.sig is there
+        self._record, self._data = record, data
+
+    @property
+    def record(self) -> records.Record | None:
+        if self._record is None and self._data is not None:
+            try:
+                self._record = records.parse(self._data)
+            except InvalidRecord:
+                pass
+            self._data = None
+        return self._record
+
+    def data(self) -> bytes | None:
+        """The record's canonical bytes (for the verified cache)."""
+        rec = self._record
+        return self._data if rec is None else rec.canonical()
+
+    def __repr__(self) -> str:
+        return f"HistoryCheck({self.oid[:12]}, v{self.check.version}, {self.check.status})"
 
 
 @dataclass
@@ -529,6 +765,9 @@ class TrustCache:
 # ---------------------------------------------------------------------------------------- replay memory
 
 
+_SEEN_LOADED: dict[str, tuple[tuple[int, int, int], dict[str, dict[str, object]]]] = {}  # Seen.load, per process
+
+
 class Seen:
     """Newest version of each lease this machine has seen on a store (in the common git dir, shared by all
     worktrees), and which leases it has seen disappear.
@@ -543,7 +782,22 @@ class Seen:
         self.path = _cache_name(folder, "seen", store_name)
 
     def load(self) -> dict[str, dict[str, object]]:
-        """The memory, without any entry that is not well-formed (a damaged file forgets, never crashes)."""
+        """The memory, without any entry that is not well-formed (a damaged file forgets, never crashes). Read
+        once per process: again only when the file changed since (another process wrote it). The dict returned
+        is shared: read it, never change it."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return {}
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        got = _SEEN_LOADED.get(self.path)
+        if got is not None and got[0] == sig:
+            return got[1]
+        out = self._read()
+        _SEEN_LOADED[self.path] = (sig, out)
+        return out
+
+    def _read(self) -> dict[str, dict[str, object]]:
         try:
             with open(self.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
@@ -592,14 +846,29 @@ class Seen:
             return  # a memory that cannot be written only forgets
         with lock:
             seen = self.load()
+            changes: dict[str, dict[str, object]] = {}
             for lease_id, version, oid, expires in listed:
                 cur = seen.get(lease_id)
                 if cur and cur.get("gone"):
                     continue
                 if cur is None or cur["v"] < version:  # type: ignore[operator]
-                    seen[lease_id] = {"v": version, "oid": oid, "exp": expires}
-            for lease_id, entry in seen.items():
-                if lease_id in before and lease_id not in present and not entry.get("gone"):
-                    entry["gone"] = True
-            seen = {k: v for k, v in seen.items() if v["exp"] + self.KEEP >= now}  # type: ignore[operator]
+                    changes[lease_id] = {"v": version, "oid": oid, "exp": expires}
+            for lease_id in before:
+                entry = seen.get(lease_id)
+                if entry is not None and lease_id not in present and not entry.get("gone"):
+                    changes[lease_id] = dict(changes.get(lease_id, entry), gone=True)
+            cutoff = now - self.KEEP
+            old = [k for k, v in seen.items() if v["exp"] < cutoff]  # type: ignore[operator]
+            if not changes and not old:
+                return  # nothing new: the file stays as it is (and no other process re-reads it)
+            seen = dict(seen)
+            seen.update(changes)
+            for k in old:
+                seen.pop(k, None)
+            seen = {k: v for k, v in seen.items() if v["exp"] >= cutoff} if changes else seen  # type: ignore[operator]
             _write_json(self.path, seen)
+            try:
+                st = os.stat(self.path)
+                _SEEN_LOADED[self.path] = ((st.st_ino, st.st_mtime_ns, st.st_size), seen)
+            except OSError:
+                pass

@@ -17,9 +17,10 @@ never precedes the holder's stop. Who may reclaim (``authorize``): anyone truste
 ordinary trusted key for a dead holder on its own host; a gitlease-admin key for the other early rules.
 
 An invalid lease is never reclaimed by a rule (it fails closed); only ``--force`` by an admin clears it.
-Every reclaim is ``LeaseService.reclaim``: one atomic transaction deleting exactly the lease's refs at the
-versions read and appending the audit entry. A lease that changed in between survives; the sweep says so
-and moves on. The module prints nothing; the CLI renders its results.
+Every reclaim is ``LeaseService.reclaim`` (a sweep: ``reclaim_many``, many leases a push): atomic, deleting
+exactly the lease's refs at the versions read and appending the audit entry. A lease that changed in between
+survives (the others are reclaimed without it); the sweep says so and moves on. The module prints nothing; the
+CLI renders its results.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class Sweep:
     examined: int
     at: float
     dry_run: bool
+    pushes: int = 0  # pushes the reclaims took (a batch is one, plus one per retry after a lost race)
 
     @property
     def failed(self) -> list[SweepResult]:
@@ -111,6 +113,7 @@ def proc_available() -> bool:
     return can_tell()
 
 
+MAX_BATCH_REFS = 2000  # ref updates per batched push (deletes and audit entries)
 EXPIRY_RULES = ("expired", "half-deleted")  # rules about expired leases: any trusted agent may apply them
 
 
@@ -184,11 +187,14 @@ class Sweeper:
         before_reclaim: Callable[[LeaseView, Verdict], None] | None = None,
         host: str | None = None,
         rotate: bool = True,
+        batch: int = 200,
     ) -> None:
         self.service = service
         self.before_reclaim = before_reclaim
         self.host = host or os.uname().nodename
         self.rotate = rotate  # start at a random stale lease, so concurrent sweepers rarely race for the same one
+        self.batch = batch  # leases reclaimed per push (at most; fewer when they have many refs)
+        self.pushes = 0  # pushes made by the reclaims of this sweeper
 
     def plan(self, snap=None, *, authorized: bool = True) -> tuple[list[Planned], int, float]:
         """The judgement, from one listing (``snap``, else a fresh one): each lease that may be reclaimed now,
@@ -213,15 +219,17 @@ class Sweeper:
         return planned, len(snap.leases), now
 
     def sweep(self, *, dry_run: bool = False, limit: int = 0) -> Sweep:
-        """Judge (``plan``), then reclaim what the judgement allows, one audited transaction each."""
+        """Judge (``plan``), then reclaim what the judgement allows: up to ``batch`` leases a push, each lease's
+        deletes with its audit entry in the same atomic push; a lease that changed since it was read stays, and
+        the others are reclaimed without it."""
         planned, examined, now = self.plan(authorized=not dry_run)
         if self.rotate and planned:
             k = random.randrange(len(planned))
             planned = planned[k:] + planned[:k]
         if planned and not dry_run:
             self.service.check_writer()  # an audit entry every reader reports INVALID helps no one: refused (exit 5)
-        results: list[SweepResult] = []
-        fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
+        results: list[SweepResult | None] = []
+        batch: list[tuple[int, Planned]] = []  # reclaims, made together (``_reclaim_batch``)
         for p in planned:
             view, verdict = p.view, p.verdict
             if limit and len(results) >= limit:
@@ -229,16 +237,50 @@ class Sweeper:
             if dry_run:
                 results.append(_result(view, verdict, "would-reclaim"))
                 continue
-            if fresh is not None and any(fresh.get(r) != o for r, o in view.refs().items()):
-                results.append(_lost(view, verdict, fresh))
-                continue
             if p.by is None:
                 results.append(_result(view, verdict, "forbidden", detail=p.refusal))
                 continue
-            res, refs = self._reclaim(view, verdict, action="reclaim", by=p.by)
-            fresh = refs if refs else fresh
-            results.append(res)
-        return Sweep(results, examined, now, dry_run)
+            batch.append((len(results), p))
+            results.append(None)
+        fresh: dict[str, str] | None = None  # a later listing, learnt from a lost race: skip what it rules out
+        group: list[tuple[int, Planned]] = []
+        for n, (idx, p) in enumerate(batch):
+            if fresh is not None and any(fresh.get(r) != o for r, o in p.view.refs().items()):
+                results[idx] = _lost(p.view, p.verdict, fresh)
+            else:
+                group.append((idx, p))
+            refs_in_group = sum(len(q.view.refs()) + 1 for _, q in group)
+            if group and (len(group) >= self.batch or refs_in_group >= MAX_BATCH_REFS or n == len(batch) - 1):
+                fresh = self._reclaim_batch(group, results) or fresh
+                group = []
+        return Sweep([r for r in results if r is not None], examined, now, dry_run, pushes=self.pushes)
+
+    def _reclaim_batch(
+        self, group: list[tuple[int, Planned]], results: list[SweepResult | None]
+    ) -> dict[str, str] | None:
+        """Reclaim ``group`` in as few pushes as git allows (``LeaseService.reclaim_many``: one atomic push,
+        again without any lease that changed since it was read); each lease's refs and its audit entry land
+        together or not at all. Returns the refs as last re-read after a lost race (or None)."""
+        if self.before_reclaim:
+            for _, p in group:
+                self.before_reclaim(p.view, p.verdict)
+        got, pushes = self.service.reclaim_many(
+            [(p.view, "reclaim", p.verdict.rule, p.verdict.reason, p.by) for _, p in group]
+        )
+        self.pushes += pushes
+        fresh = None
+        held = self.service.held_here()
+        for (idx, p), a in zip(group, got):
+            if a.ok:
+                if p.view.lease_id in held:
+                    self.service.forget(p.view.lease_id)  # this worktree held it: it does no more
+                results[idx] = _result(p.view, p.verdict, "reclaimed", audit=a.oid)
+            elif a.status == "changed":
+                results[idx] = _lost(p.view, p.verdict, a.refs)
+                fresh = a.refs
+            else:
+                results[idx] = _result(p.view, p.verdict, "failed", detail=a.message or "the store refused the reclaim")
+        return fresh
 
     def _reclaim(
         self, view: LeaseView, verdict: Verdict, *, action: str, by: str

@@ -197,6 +197,63 @@ class AuditLog:
         self._head = None
         return Appended("failed", message=f"the audit ref {self.ref} kept moving: {last}")
 
+    def append_many(
+        self, items: Sequence[tuple[Sequence[RefUpdate], dict[str, Any], str | None]]
+    ) -> tuple[list[Appended], int]:
+        """Many reclaims in one atomic push: each item's deletes (CAS at the values read) and its entry, the
+        entries chained one after another on our ref. Atomic, so an entry lands exactly when its deletes do.
+        A lease that changed since it was read (a lost CAS) fails the push: the refs are re-read, the items
+        whose refs moved are ``changed`` (nothing of theirs landed) and the rest go again without them, so one
+        lost race never fails the others. Returns one ``Appended`` per item, in order, and the pushes made."""
+        results: list[Appended | None] = [None] * len(items)
+        todo = list(range(len(items)))
+        wanted = sorted({p for _, _, p in items if p})
+        commits = {o for o, (kind, _) in _batch_check(self.store.repo_dir, wanted).items() if kind == "commit"}
+        pointers = {i: (p if p in commits else None) for i, (_, _, p) in enumerate(items)}
+        head, seq = self._head or self._cached_head() or self.read_head()
+        pushes, last = 0, ""
+        for attempt in range(APPEND_ATTEMPTS):
+            if not todo:
+                break
+            entries: list[tuple[str, dict[str, Any]]] = []
+            prev, n = head, seq
+            for i in todo:
+                n += 1
+                oid, doc = self._entry_commit(items[i][1], prev, n, pointers[i])
+                entries.append((oid, doc))
+                prev = oid
+            mine = RefUpdate(self.ref, prev, head)
+            deletes = [u for i in todo for u in items[i][0]]
+            out = self.store.apply([*deletes, mine])
+            pushes += 1
+            if out.ambiguous:
+                out = self._resolve(mine, out)
+            if out.ok:
+                for i, (oid, doc) in zip(todo, entries):
+                    results[i] = Appended("ok", oid, doc)
+                self._head = (prev, n)
+                self._save_head()
+                todo = []
+                break
+            last = out.message
+            refs = self.store.list_refs()
+            lost = [i for i in todo if any(refs.get(u.ref) != u.old for u in items[i][0])]
+            for i in lost:
+                results[i] = Appended("changed", refs=refs, message=last)
+            todo = [i for i in todo if i not in set(lost)]
+            if lost:
+                continue  # the others again, without the leases that changed
+            now_head, now_seq = self.read_head()
+            transient = "lock" in out.statuses.get(self.ref, "") + last
+            if now_head == head and not transient:
+                break  # refused for another reason: every remaining item failed
+            head, seq = now_head, now_seq  # another process appended under our writer id: go again
+            self.clock.sleep(random.uniform(0, min(0.5, 0.02 * (attempt + 1))))
+        if todo:
+            self._head = None
+        done = [r or Appended("failed", message=last or "the store refused the audited reclaims") for r in results]
+        return done, pushes
+
     def _cached_head(self) -> tuple[str | None, int] | None:
         """Our last entry as this clone wrote it (a guess: a stale one only fails the CAS, then we re-read)."""
         if not self.head_cache:

@@ -185,6 +185,11 @@ class LeaseService:
             self._trust = trust
         return trust
 
+    def _needs_trust_file(self) -> bool:
+        """Whether the next read of the trust file will ask the store (its default branch's HEAD): not once
+        read by this service, nor when the trust file is a local path."""
+        return self._trust is None and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers))
+
     def check_writer(self) -> None:
         """Refuse (UntrustedWriter, exit 5) to write what every reader would report INVALID: on a store whose
         trust file does not trust this client's key (or its lack of one) for its agent id, a lease blocks its
@@ -548,8 +553,28 @@ class LeaseService:
         which version, why, when) in ONE atomic transaction: never a reclaim without its record. A lease that
         changed since it was read (renewed, released, reclaimed by another) makes it all fail: ``changed``."""
         self.require_store()
+        fields = self._reclaim_fields(view, action=action, rule=rule, reason=reason, by=by)
+        deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
+        return self.audit.append_with(deletes, fields, pointer=view.current_oid or view.grant_oid)
+
+    def reclaim_many(self, items: Sequence[tuple[LeaseView, str, str, str, str | None]]) -> tuple[list[Appended], int]:
+        """``reclaim`` of many leases ((view, action, rule, reason, by) each) in as few pushes as git allows:
+        one atomic push with all their deletes and audit entries; a lease that changed since it was read is
+        ``changed`` and the others go again without it (``AuditLog.append_many``). Returns one result per item
+        and the number of pushes."""
+        self.require_store()
+        batch = []
+        for view, action, rule, reason, by in items:
+            fields = self._reclaim_fields(view, action=action, rule=rule, reason=reason, by=by)
+            deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
+            batch.append((deletes, fields, view.current_oid or view.grant_oid))
+        return self.audit.append_many(batch)
+
+    def _reclaim_fields(
+        self, view: LeaseView, *, action: str, rule: str, reason: str, by: str | None
+    ) -> dict[str, object]:
         rec = view.record
-        fields = {
+        return {
             "action": action,
             "rule": rule,
             "reason": reason,
@@ -564,8 +589,6 @@ class LeaseService:
             "expiresAt": rec.expires_at if rec else None,
             "valid": view.valid,
         }
-        deletes = [RefUpdate(ref, None, oid) for ref, oid in sorted(view.refs().items())]
-        return self.audit.append_with(deletes, fields, pointer=view.current_oid or view.grant_oid)
 
     def _resolve(self, updates: Sequence[RefUpdate], out: Outcome, what: str = "write") -> Outcome:
         """After an unclear outcome, re-read and compare with what we meant to write (a delete landed when
@@ -970,9 +993,12 @@ class LeaseService:
         seen = Seen(self.repo.shared_dir(), self.store.name)
         before = seen.load()  # before listing: see Seen
         try:
-            refs = self.store.list_refs()
+            refs = self.store.list_refs(head=self._needs_trust_file())
             fetched_at = self.clock.now()
-            blobs = self.store.read(set(refs.values()))
+            head = self.store.listed_head()  # the trust file's commit, fetched with the lease objects
+            blobs = self.store.read(set(refs.values()) | ({head} if head else set()))
+            if head and head not in refs.values():
+                blobs.pop(head, None)
         except RemoteUnavailable as exc:
             if not use_cache:
                 raise
@@ -1019,8 +1045,27 @@ class LeaseService:
         from gitlease.identity.trust import MEMO
 
         now = self.clock.now()
-        heads = {v.current_oid or v.grant_oid for v in views if v.record is not None}
-        heads.discard(None)
+        heads: set[str] = {h for v in views if v.record is not None and (h := v.current_oid or v.grant_oid)}
+        ident = trust.identity
+        if ident is not None:  # what other processes verified under this trust (trust.VerifiedCache)
+            MEMO.attach(os.path.join(self.repo.shared_dir(), "cache", "verified.sqlite3"))
+            MEMO.prefetch(ident, [v.lease_id for v in views])
+        try:
+            self._verify_chains(views, blobs, trust, before, heads, now)
+        finally:
+            MEMO.flush()
+
+    def _verify_chains(
+        self,
+        views: list[LeaseView],
+        blobs: dict[str, Blob],
+        trust: Trust,
+        before: dict[str, dict[str, object]],
+        heads: set[str],
+        now: float,
+    ) -> None:
+        from gitlease.identity.trust import MEMO
+
         ident = trust.identity
         # the history walk stops where this process already verified (trust.ChainMemo): a renewal adds one
         stop_at = MEMO.newest(ident, {v.lease_id for v in views}) if ident is not None else []
