@@ -30,7 +30,7 @@ from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
 from gitlease.core.refnames import AUDIT_PREFIX, encode_segment
-from gitlease.core.store import Outcome, RefUpdate, Store, _batch_check, _batch_contents, _last_error
+from gitlease.core.store import Outcome, RefUpdate, RemoteStore, Store, _batch_check, _batch_contents, _last_error
 from gitlease.identity.signer import Signer
 
 ENTRY_FILE = "entry.json"
@@ -325,7 +325,7 @@ def read_log(store: Store, *, fetch: bool = True, verify: Verify | None = None) 
 def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
     """{audit ref: oid}, all writers (or just ``only``)."""
     pattern = only or AUDIT_PREFIX + "*"
-    if store.kind == "remote":
+    if isinstance(store, RemoteStore):
         remote = store.remote
         try:
             res = gitcmd.run(
