@@ -30,7 +30,7 @@ from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
 from gitlease.core.refnames import AUDIT_PREFIX, encode_segment
-from gitlease.core.store import Outcome, RefUpdate, RemoteStore, Store, _batch_check, _batch_contents, _last_error
+from gitlease.core.store import Outcome, RefUpdate, RemoteStore, Store, _batch_check, _batch_contents
 from gitlease.identity.signer import Signer
 
 ENTRY_FILE = "entry.json"
@@ -326,15 +326,7 @@ def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
     """{audit ref: oid}, all writers (or just ``only``)."""
     pattern = only or AUDIT_PREFIX + "*"
     if isinstance(store, RemoteStore):
-        remote = store.remote
-        try:
-            res = gitcmd.run(
-                ["ls-remote", "--refs", remote, pattern], cwd=store.repo_dir, timeout=store.timeout, check=False
-            )
-        except gitcmd.Timeout as exc:
-            raise RemoteUnavailable(f"lease remote {remote!r} did not answer: {exc}") from None
-        if res.returncode != 0:
-            raise RemoteUnavailable(f"cannot read lease remote {remote!r}: {_last_error(res.err)}")
+        res = store._ls_remote(["ls-remote", "--refs", store.remote, pattern], None)  # its timeout and errors
         sep = "\t"
     else:
         res = gitcmd.run(
