@@ -238,6 +238,41 @@ class Runner:
         self._last_sweep = -1e18
         self._base: str | None = None
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
+        self.last_outcomes: dict[str, Outcome] = {}
+        self.last_tasks: list[str] = []
+
+    def view(self) -> dict[str, Any]:
+        """What a live view shows: each worker (task, state, seconds in it, last note), counts, and the leases
+        blocking the queue's head."""
+        now = self.clock.monotonic()
+        with self._lock:
+            workers = [
+                {
+                    "worker": n,
+                    "task": v.get("task"),
+                    "state": v.get("state", "starting"),
+                    "elapsed": now - v.get("since", now),
+                    "note": v.get("note", ""),
+                }
+                for n, v in sorted(self.workers_view.items())
+                if n >= 0
+            ]
+            outs = dict(self.last_outcomes)
+            tasks = list(self.last_tasks)
+            blockers = list(self.head_blockers)
+        running = sum(1 for w in workers if w["task"] and w["state"] not in ("finished", "done", "refused"))
+        done = sum(1 for t in tasks if t in outs and outs[t].state == "done")
+        failed = sum(1 for t in tasks if t in outs and outs[t].state == "failed")
+        return {
+            "workers": workers,
+            "counts": {
+                "done": done,
+                "running": running,
+                "waiting": max(0, len(tasks) - done - failed - running),
+                "failed": failed,
+            },
+            "blockers": blockers,
+        }
 
     # ------------------------------------------------------------------------------ events
     def emit(self, kind: str, worker: int, task: str | None = None, **detail: Any) -> None:
@@ -314,7 +349,7 @@ class Runner:
             self.lease_waits,
             self.retries,
             self.land_retries,
-            self.stop.is_set() and bool(pending),
+            self.stop.is_set(),
             self.opts.workers,
             {t.id: self.stats[t.id] for t in tasks},
         )
@@ -364,6 +399,8 @@ class Runner:
         refs = svc.store.list_refs()
         with self._lock:
             outs = self._outcomes.read(refs)
+            self.last_outcomes = outs
+            self.last_tasks = [t.id for t in tasks]
         now = self.clock.now()
         skew = svc.settings.skew
         claimed: dict[str, str] = {}  # task -> lease id (a live or not yet swept claim)
