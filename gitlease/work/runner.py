@@ -238,6 +238,7 @@ class Runner:
         self._last_sweep = -1e18
         self._base: str | None = None
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
+        self._sigints = self._sigints_seen = 0
         self.last_outcomes: dict[str, Outcome] = {}
         self.last_tasks: list[str] = []
 
@@ -294,6 +295,20 @@ class Runner:
         self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
         return False
 
+    def _on_sigint(self, _signum, _frame) -> None:
+        self._sigints += 1
+        if self._sigints >= 2:
+            self.kill.set()  # at once: the workers stop their commands
+        self.stop.set()
+
+    def _handle_signals(self) -> None:
+        while self._sigints_seen < self._sigints:
+            self._sigints_seen += 1
+            if self._sigints_seen == 1:
+                self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
+            elif self._sigints_seen == 2:
+                self.emit("stopping", -1, message="stopping the running commands (their work is quarantined)")
+
     def _pause(self, seconds: float) -> None:
         if type(self.clock).sleep is Clock.sleep:
             self.stop.wait(seconds)
@@ -307,7 +322,8 @@ class Runner:
         previous = None
         if handle_signals and threading.current_thread() is threading.main_thread():
             previous = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, lambda *_: self.request_stop())
+            # the handler only counts: printing from it could re-enter a lock the interrupted code holds
+            signal.signal(signal.SIGINT, self._on_sigint)
         try:
             threads = [
                 threading.Thread(target=self._worker, args=(n,), name=f"gitlease-work-{n}", daemon=True)
@@ -317,7 +333,9 @@ class Runner:
                 t.start()
             for t in threads:
                 while t.is_alive():
-                    t.join(0.2)
+                    t.join(0.1)
+                    self._handle_signals()
+            self._handle_signals()
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -518,7 +536,7 @@ class Runner:
                 st.busy += spent
 
     def _work(self, svc, tsvc, n, task, prev, attempt, got, timing, st) -> None:
-        from gitlease.liveness.heartbeat import Heartbeat, service_attempt
+        from gitlease.liveness.heartbeat import Heartbeat, event_wait, service_attempt
         from gitlease.worktree.manager import WorktreeManager
 
         lease_id = got.lease_id
@@ -538,6 +556,9 @@ class Runner:
                 got.record.expires,
                 clock=self.clock,
                 stop_by=got.record.stop_deadline,
+                # waits in real time, also under an injected clock: a test clock then moves only when the
+                # runner itself waits (backoff, polling), never in a renewal loop of its own
+                wait=event_wait,
             )
             beat = threading.Thread(target=hb.run, name=f"gitlease-work-beat-{n}", daemon=True)
             beat.start()
