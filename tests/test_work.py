@@ -415,4 +415,3 @@ def test_the_python_api_with_a_task_callback_and_an_injected_clock(world):
     assert sum(clock.sleeps) >= 200  # the retry waited out its backoff on the injected clock, not in real time
     assert [e.kind for e in events].count("landed") == 2
     assert sorted(world.landed()) == ["task p1", "task p2"]
-
