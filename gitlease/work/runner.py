@@ -572,6 +572,9 @@ class Runner:
                 raise _Fail("interrupted", interrupted=True)
             if rc != 0:
                 raise _Fail(f"the command exited {rc}")
+            dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=all"], cwd=att.path).out.strip()
+            if dirt:
+                raise _Fail("the command left uncommitted changes (the runner commits nothing itself)")
             if self.opts.verify:
                 self.emit("verifying", n, task.id)
                 vrc = self._run(["sh", "-c", self.opts.verify], att.path, env, hb, task, attempt, "verify")
@@ -581,9 +584,11 @@ class Runner:
                     raise _Fail("interrupted", interrupted=True)
                 if vrc != 0:
                     raise _Fail(f"the verifier failed (exit {vrc})")
-            dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=all"], cwd=att.path).out.strip()
-            if dirt:
-                raise _Fail("the command left uncommitted changes (the runner commits nothing itself)")
+                # what a verifier leaves untracked (build output) is not the task's work; a tracked file it
+                # changed is
+                dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=no"], cwd=att.path).out.strip()
+                if dirt:
+                    raise _Fail("the verifier changed tracked files")
             self.emit("landing", n, task.id)
             landed = self._land(wsvc, n, task, prev, attempt, lease_id, att.path, base_ref, st)
         except _Fail as exc:
