@@ -135,7 +135,7 @@ def _pipeline(base: str, agents: dict[str, str]) -> None:
             "id": "bill-2",
             "paths": ["services/billing/invoice.py"],
             "prompt": "invoice numbers",
-            "stray": "docs/tax.md",
+            "stray": "services/tax/notes.py",
         },  # also edits a file outside its scope: refused at landing
         {"id": "docs-2", "paths": ["docs/tax.md"], "prompt": "document rates"},
     ]
