@@ -30,7 +30,9 @@ def test_the_demo_shows_the_pipeline(tmp_path):
     assert re.search(r"^worker \d: waiting calc-1: scope held by lease_\w+$", out, re.M), out
     assert re.search(r"^worker \d: landed calc-1: commit=", out, re.M), out
     assert re.search(
-        r"^worker \d: failed bill-2: push refused, nothing pushed: .*services/tax/notes\.py.*work kept in refs/", out, re.M
+        r"^worker \d: failed bill-2: push refused, nothing pushed: .*services/tax/notes\.py.*work kept in refs/",
+        out,
+        re.M,
     )
     assert re.search(r"^done 5, failed 1; makespan [\d.]+s, busy worker time [\d.]+s, speed-up", out, re.M), out
     assert re.search(r"^failed   bill-2  attempts=1  quarantine=refs/gitlease/quarantine/", out, re.M), out

@@ -522,7 +522,9 @@ class Runner:
         started = self.clock.monotonic()
         st = self.stats.setdefault(task.id, TaskStats(task.id))
         try:
-            fresh = self._outcomes.read(tsvc.store.list_refs()).get(task.id)
+            refs = tsvc.store.list_refs()
+            with self._lock:
+                fresh = self._outcomes.read(refs).get(task.id)
             if fresh is not None and (fresh.final or (prev is None or fresh.oid != prev.oid)):
                 # finished (or re-queued) by another runner between our read and our claim
                 self._release(tsvc, lease_id)
