@@ -415,3 +415,33 @@ def test_the_python_api_with_a_task_callback_and_an_injected_clock(world):
     assert sum(clock.sleeps) >= 200  # the retry waited out its backoff on the injected clock, not in real time
     assert [e.kind for e in events].count("landed") == 2
     assert sorted(world.landed()) == ["task p1", "task p2"]
+
+
+def test_a_claim_goes_with_its_lease_when_swept_also_left_alone(world):
+    """The claim of a runner that died: swept with its expired lease (audited); one left without its lease (a
+    half-deleted lease) is reclaimed on its own once that lease has expired. Time is the injected clock's."""
+    from gitlease import open_service
+    from gitlease.core.clock import FakeClock
+    from gitlease.ops.sweep import Sweeper
+
+    a = world.clone("a")
+    clock = FakeClock(time.time())
+    svc = open_service(str(a), clock=clock)
+    got = svc.acquire(["src/a"], ttl=60, task="t7")
+    other = svc.acquire(["src/b"], ttl=60, task="t8")
+    assert "refs/leases/task/t7" in world.lease_refs() and "refs/leases/task/t8" in world.lease_refs()
+    view = svc.snapshot(use_cache=False).find(got.lease_id)
+    assert view.refs()["refs/leases/task/t7"] == view.grant_oid and view.valid
+    for ref in [r for r in world.lease_refs() if r.startswith("refs/leases/scope/src/b")] + [
+        f"refs/leases/id/{other.lease_id}"
+    ]:
+        git(world.remote, "update-ref", "-d", ref)  # t8's claim is left alone
+    left = svc.snapshot(use_cache=False).find(other.lease_id)
+    assert left.paths == () and list(left.refs()) == ["refs/leases/task/t8"] and not left.valid
+    assert [p.view.lease_id for p in Sweeper(svc).plan()[0]] == []  # neither has expired
+    clock.advance(60 + svc.settings.skew + 1)
+    # one lease a push: a batch of reclaims opening a writer's audit log is refused by the server hook (its
+    # first entry may have one parent only; a pre-existing limit, not the claims')
+    done = Sweeper(svc, batch=1).sweep()
+    assert sorted(r.outcome for r in done.results) == ["reclaimed", "reclaimed"], [r.detail for r in done.results]
+    assert world.lease_refs() == []
