@@ -54,6 +54,7 @@ from gitlease.service.leases import LeaseService
 from gitlease.service.outcomes import Outcome, Outcomes
 from gitlease.work.queue import TaskSource, WorkTask
 
+ACTIVE = ("claimed", "running", "verifying", "landing")  # a worker's states while it works on a task
 LAND_RETRIES = 20  # non-fast-forward retries of one landing (re-fetch, rebase, push)
 BACKOFF_CAP = 300.0
 
@@ -261,7 +262,7 @@ class Runner:
             outs = dict(self.last_outcomes)
             tasks = list(self.last_tasks)
             blockers = list(self.head_blockers)
-        running = sum(1 for w in workers if w["task"] and w["state"] not in ("finished", "done", "refused"))
+        running = sum(1 for w in workers if w["task"] and w["state"] in ACTIVE)
         done = sum(1 for t in tasks if t in outs and outs[t].state == "done")
         failed = sum(1 for t in tasks if t in outs and outs[t].state == "failed")
         return {
@@ -281,7 +282,14 @@ class Runner:
         with self._lock:
             view = self.workers_view.setdefault(worker, {})
             if worker >= 0:
-                view.update(state=kind, task=task, since=self.clock.monotonic(), note=detail.get("message", ""))
+                busy = kind in ACTIVE or (kind == "landing" and view.get("task") == task)
+                note = detail.get("message", "") if kind != "waiting" else f"{task}: {detail.get('message', '')}"
+                view.update(
+                    state=kind if busy or kind != "waiting" else "idle",
+                    task=task if busy or kind not in ("waiting", "done", "released") else None,
+                    since=self.clock.monotonic(),
+                    note=note,
+                )
         with contextlib.suppress(Exception):
             self.on_event(ev)
 
