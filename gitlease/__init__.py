@@ -13,6 +13,10 @@ Or held for a block, renewed in a background thread, released at the end::
     import gitlease
     with gitlease.hold(".", scope=["services/billing"], ttl=300, wait=600) as lease:
         lease.check()   # raises LeaseLost once the lease is lost: stop writing
+
+A queue of tasks run to landed commits (``git lease work``, docs/work.md)::
+
+    summary = gitlease.work("queue.jsonl", workers=4, command=["./agent.sh"], verify="make test", land="main")
 """
 
 from __future__ import annotations
@@ -46,8 +50,17 @@ def hold(repo: str = ".", scope=(), **options):
     return _hold(repo, scope, **options)
 
 
+def __getattr__(name: str):
+    if name == "work":  # the queue runner's package, itself callable: gitlease.work(queue, ...)
+        import gitlease.work
+
+        return gitlease.work
+    raise AttributeError(f"module 'gitlease' has no attribute {name!r}")
+
+
 __all__ = [
     "open_service",
+    "work",
     "hold",
     "GitLeaseError",
     "HeldError",

@@ -1,16 +1,21 @@
 """``make demo``: a temporary repository with a bare remote, three agents with overlapping and disjoint
-scopes, who got what and who was refused; then everything is cleaned up.
+scopes, who got what and who was refused; then the pipeline, ``git lease work``: a queue run by three fake
+agents, one task refused by a lease and run later, one stray edit refused at landing, the summary; then
+everything is cleaned up.
 
 It drives the real ``git lease`` executable through real git, as an agent would.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 
 def _git(cwd: str, *args: str) -> str:
@@ -77,10 +82,99 @@ def main() -> int:
         print(out + f"\n(exit {code})")
         if code == 0:
             _lease(agents["agent-2"], "release", out.splitlines()[0].split(": ", 1)[1])
-        print("\nlease refs left on the remote:", _git(remote, "for-each-ref", "refs/leases/").strip() or "none")
+        _pipeline(base, agents)
+        left = [
+            line
+            for line in _git(remote, "for-each-ref", "refs/leases/").splitlines()
+            if "refs/leases/outcome/" not in line  # the queue's outcomes stay: they are its record
+        ]
+        print("\nlease refs left on the remote:", "\n".join(left) or "none")
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# The fake agent of the pipeline: edits exactly its task's files (and, for a task with "stray", one more file
+# outside its scope, committed past the hooks), a short while of "work", one commit.
+AGENT = """
+import json, os, subprocess, sys, time
+task = json.load(sys.stdin)
+time.sleep(task.get("work", 0.5))
+for p in task["paths"] + ([task["stray"]] if task.get("stray") else []):
+    with open(p, "a") as fh:
+        fh.write("# " + task["prompt"] + "\\n")
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "-c", "user.name=" + os.environ["GITLEASE_TASK"], "-c", "user.email=agent@example.invalid",
+                "commit", "-q", "--no-verify", "-m", task["prompt"]], check=True)
+"""
+
+
+def _pipeline(base: str, agents: dict[str, str]) -> None:
+    """``git lease work``: six queued tasks, three workers, a lease held elsewhere, a stray edit."""
+    print("\n--- the pipeline: git lease work ---\n")
+    where = agents["agent-1"]
+    extra = {
+        "docs/billing.md": "billing docs",
+        "docs/tax.md": "tax docs",
+        "services/billing/invoice.py": "x",
+        ".gitignore": "__pycache__/",
+    }
+    for path, text in extra.items():
+        os.makedirs(os.path.join(where, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(where, path), "w") as fh:
+            fh.write(text + "\n" if path == ".gitignore" else f"# {text}\n")
+    _git(where, "add", ".")
+    _git(where, "-c", "user.name=demo", "-c", "user.email=demo@example.invalid", "commit", "-q", "-m", "docs")
+    _git(where, "push", "-q", "origin", "HEAD:main")
+    tasks = [
+        {"id": "bill-1", "paths": ["services/billing/api.py"], "prompt": "add refunds"},
+        {"id": "tax-1", "paths": ["services/tax/rates.py"], "prompt": "2027 rates"},
+        {"id": "calc-1", "paths": ["libs/tax/calc.py"], "prompt": "round half even"},  # libs/tax is leased
+        {"id": "docs-1", "paths": ["docs/billing.md"], "prompt": "document refunds"},
+        {
+            "id": "bill-2",
+            "paths": ["services/billing/invoice.py"],
+            "prompt": "invoice numbers",
+            "stray": "services/tax/notes.py",
+        },  # also edits a file outside its scope: refused at landing
+        {"id": "docs-2", "paths": ["docs/tax.md"], "prompt": "document rates"},
+    ]
+    queue = os.path.join(base, "queue.jsonl")
+    with open(queue, "w") as fh:
+        fh.write("".join(json.dumps(t) + "\n" for t in tasks))
+    agent = os.path.join(base, "agent.py")
+    with open(agent, "w") as fh:
+        fh.write(AGENT)
+    print(f"$ cat queue.jsonl\n{open(queue).read()}")
+    code, out = _lease(agents["agent-3"], "acquire", "--agent", "agent-3", "--task", "hotfix", "--scope", "libs/tax")
+    held = out.splitlines()[0].split(": ", 1)[1] if code == 0 else None
+    print("$ git lease acquire --scope libs/tax    # agent-3 holds libs/tax for a while, then releases it")
+    print(f"agent-3 holds libs/tax: {held}\n" if held else out + "\n")
+    if held:
+        threading.Timer(3.0, lambda: _lease(agents["agent-3"], "release", held)).start()
+    cmd = [
+        "work",
+        queue,
+        "--workers",
+        "3",
+        "--land",
+        "main",
+        "--verify",
+        "python -m py_compile services/*/*.py",
+        "--backoff",
+        "1s",
+        "--",
+        sys.executable,
+        agent,
+    ]
+    print("$ git lease work queue.jsonl --workers 3 --land main --verify 'python -m py_compile ...' -- ./agent.py")
+    start = time.monotonic()
+    code, out = _lease(where, *cmd)
+    print(out + f"\n(exit {code}: one task failed; {time.monotonic() - start:.1f}s)\n")
+    print("$ git lease work --status queue.jsonl")
+    print(_lease(where, "work", "--status", queue)[1] + "\n")
+    print("$ git log --oneline main    # on the remote")
+    print(_git(where, "log", "--oneline", "--format=%h %an: %s", "origin/main").strip())
 
 
 if __name__ == "__main__":

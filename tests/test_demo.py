@@ -19,3 +19,20 @@ def test_the_demo_runs_clean_whatever_the_default_branch(isolated_git, tmp_path)
     assert "unsigned: no trust file (.gitlease/allowed_signers not on main" in out
     assert out.rstrip().endswith("lease refs left on the remote: none")
     assert "Traceback" not in out + res.stderr
+
+
+def test_the_demo_shows_the_pipeline(tmp_path):
+    """``git lease work`` in the demo: a task waits for a lease held elsewhere and runs later, a stray edit is
+    refused at landing (its work kept), the summary."""
+    res = subprocess.run([sys.executable, "-m", "gitlease.demo"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert re.search(r"^worker \d: waiting calc-1: scope held by lease_\w+$", out, re.M), out
+    assert re.search(r"^worker \d: landed calc-1: commit=", out, re.M), out
+    assert re.search(
+        r"^worker \d: failed bill-2: push refused, nothing pushed: .*services/tax/notes\.py.*work kept in refs/",
+        out,
+        re.M,
+    )
+    assert re.search(r"^done 5, failed 1; makespan [\d.]+s, busy worker time [\d.]+s, speed-up", out, re.M), out
+    assert re.search(r"^failed   bill-2  attempts=1  quarantine=refs/gitlease/quarantine/", out, re.M), out

@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "Run a command under a lease; stop its process group if the lease is lost (exit 6)."),
     "push": ("run", "Push a branch and renew the lease in one atomic push: nothing lands if it was lost."),
     "plan": ("plan", "Which queued tasks can start now, what blocks the others; --acquire N takes leases."),
+    "work": ("work", "Run a queue of tasks to landed commits: claim, worktree, heartbeats, verify, land, release."),
 }
 
 EXIT_CODES = (

@@ -150,6 +150,19 @@ class Forbidden(GitLeaseError):
     kind = "forbidden"
 
 
+class Interrupted(GitLeaseError):
+    """Stopped by the user (Ctrl-C): what ran was wound down and every lease released (exit 130)."""
+
+    exit_code = INTERRUPTED
+    kind = "interrupted"
+
+
+class TasksFailed(GitLeaseError):
+    """``git lease work`` finished, and some tasks failed (their outcomes and kept work are on the store)."""
+
+    kind = "tasks-failed"
+
+
 class DoctorFailed(GitLeaseError):
     """``git lease doctor`` found a check that failed: the remote (or this set-up) cannot safely host leases."""
 

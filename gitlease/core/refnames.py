@@ -10,6 +10,9 @@ Layout (docs/protocol.md):
   ``refs/leases/scope`` itself holds the whole repository (``.``);
 * ``refs/leases/task/<encoded task id>``: the grant of the lease a queue runner took for that task (one ref
   component, ``encode_segment`` of the task id), created and deleted with the lease's other refs;
+* ``refs/leases/outcome/<encoded task id>``: what became of a queued task (done, failed, retrying: a small
+  JSON record, ``outcome.json``, in a commit; each new outcome a child of the one before), written by the
+  queue runner (``git lease work``, docs/work.md); no lease reader counts it as a lease;
 * ``refs/leases/doctor/<run>/...``: throw-away probes of ``git lease doctor`` (no lease reader lists them);
 * ``refs/leases-audit/<writer>``: the audit log of one writer (outside ``refs/leases/``, so no lease reader ever
   mistakes it for a lease).
@@ -27,6 +30,7 @@ NAMESPACE = "refs/leases"
 ID_PREFIX = NAMESPACE + "/id/"
 SCOPE_REF = NAMESPACE + "/scope"  # the whole repository ('.'); paths live below it
 TASK_PREFIX = NAMESPACE + "/task/"  # refs/leases/task/<encoded task id>: the grant of the lease working on it
+OUTCOME_PREFIX = NAMESPACE + "/outcome/"  # refs/leases/outcome/<encoded task id>: a queued task's outcome
 PROBE_PREFIX = NAMESPACE + "/doctor/"  # `git lease doctor`'s throw-away probes: not leases, never listed
 AUDIT_NAMESPACE = "refs/leases-audit"
 AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
@@ -101,6 +105,16 @@ def from_ref_suffix(suffix: str) -> str:
 
 def id_ref(lease_id: str) -> str:
     return ID_PREFIX + lease_id
+
+
+def task_ref(task_id: str) -> str:
+    """The claim of a queued task: created with the lease working on it (one ref component)."""
+    return TASK_PREFIX + encode_segment(task_id)
+
+
+def outcome_ref(task_id: str) -> str:
+    """Where a queued task's outcome is recorded (docs/work.md)."""
+    return OUTCOME_PREFIX + encode_segment(task_id)
 
 
 def scope_ref(path: str) -> str:

@@ -31,6 +31,7 @@ class Held:
     version: int
     pending: str | None = None  # a renewal whose outcome could not be confirmed: its oid ...
     pending_record: str | None = None  # ... and its record; the next renew reads the remote first
+    task: str | None = None  # the queued task it claims (refs/leases/task/<task>, deleted with the lease)
 
 
 class HeldState:

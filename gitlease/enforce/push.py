@@ -245,9 +245,12 @@ def fenced_push(
     lease_id: str,
     *,
     ttl: int | None = None,
+    also: Sequence[str] = (),
 ) -> PushResult:
     """Check every commit the push would land, then push the branches and renew ``lease_id`` in one atomic
-    push (module docstring). Raises UsageError (exit 2), NotHeld, ScopeViolation (exit 4), LeaseLost (6),
+    push (module docstring). ``also``: more ``OID:REF`` refspecs outside ``refs/heads/`` (fast-forwards, never
+    ``+``) landed in the same atomic push (the queue runner's task outcome: gitlease.service.outcomes).
+    Raises UsageError (exit 2), NotHeld, ScopeViolation (exit 4), LeaseLost (6),
     PushRejected (1, the server's reasons in ``details["server"]``), RemoteUnavailable (1)."""
     svc.check_fence(remote)
     if lease_id not in svc.held_here():
@@ -257,7 +260,7 @@ def fenced_push(
     mode, violations, warnings = check_landing(svc, lease_id, paths)
     if violations:
         _refuse(lease_id, mode, violations, targets)
-    got = svc.push_fenced(lease_id, remote, [t.refspec for t in targets], ttl=ttl)
+    got = svc.push_fenced(lease_id, remote, [t.refspec for t in targets] + list(also), ttl=ttl)
     return PushResult(
         lease_id=lease_id,
         remote=remote,

@@ -35,6 +35,7 @@ from gitlease.core.refnames import (
     AUDIT_PREFIX,
     ID_PREFIX,
     NAMESPACE,
+    OUTCOME_PREFIX,
     PROBE_PREFIX,
     SCOPE_REF,
     TASK_PREFIX,
@@ -156,7 +157,7 @@ def in_namespaces(ref: str) -> bool:
 
 
 def shape(ref: str) -> str | None:
-    """id | scope | task | probe | audit for a ref name of one of gitlease's shapes, else None."""
+    """id | scope | task | outcome | probe | audit for a ref name of one of gitlease's shapes, else None."""
     if ref.startswith(ID_PREFIX):
         return "id" if records.LEASE_ID.match(ref[len(ID_PREFIX) :]) else None
     if is_scope_ref(ref):
@@ -172,6 +173,13 @@ def shape(ref: str) -> str | None:
         except ValueError:
             return None
         return "task" if name and "/" not in name else None
+    if ref.startswith(OUTCOME_PREFIX):
+        name = ref[len(OUTCOME_PREFIX) :]
+        try:
+            decode_segment(name)
+        except ValueError:
+            return None
+        return "outcome" if name and "/" not in name else None
     if ref.startswith(PROBE_PREFIX):
         return "probe" if len(ref) > len(PROBE_PREFIX) else None
     if ref.startswith(AUDIT_PREFIX):
@@ -206,7 +214,8 @@ class _Push:
             if kind is None:
                 self.problems.append(
                     f"{ref}: not a gitlease ref (only {ID_PREFIX}<lease>, {SCOPE_REF}[/<path>], "
-                    f"{TASK_PREFIX}<task>, {PROBE_PREFIX}... and {AUDIT_PREFIX}<writer> live here)"
+                    f"{TASK_PREFIX}<task>, {OUTCOME_PREFIX}<task>, {PROBE_PREFIX}... and {AUDIT_PREFIX}<writer> "
+                    "live here)"
                 )
             elif not ZERO.match(new):
                 getattr(self, f"_write_{kind}")(old, new, ref)
@@ -275,6 +284,26 @@ class _Push:
             self.problems.append(f"{ref}: task refs never move while their lease lives")
             return
         self.task_creates.setdefault(new, set()).add(decode_segment(ref[len(TASK_PREFIX) :]))
+
+    def _write_outcome(self, old: str, new: str, ref: str) -> None:
+        """A queued task's outcome (gitlease.service.outcomes): a commit holding only its canonical record,
+        naming that task, whose first parent is the outcome it replaces (none for the first)."""
+        from gitlease.service.outcomes import FILE, check_record
+
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}"])
+        kind, body = got.get(new, (None, b""))
+        parents = tuple(ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent "))
+        kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
+        tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
+        problem = None
+        if kind != "commit" or kind_f != "blob" or _tree_names(tree) != [FILE]:
+            problem = f"a commit holding only {FILE}"
+        elif parents != (() if ZERO.match(old) else (old,)):
+            problem = "its parent must be exactly the outcome it replaces"
+        else:
+            problem = check_record(data, decode_segment(ref[len(OUTCOME_PREFIX) :]))
+        if problem:
+            self.problems.append(f"{ref}: not a gitlease task outcome ({problem})")
 
     def _write_probe(self, old: str, new: str, ref: str) -> None:
         got = _cat([new, f"{new}^{{tree}}", f"{new}:{PROBE_FILE}"])

@@ -34,7 +34,7 @@ from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.procs import process_start
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Owner, Record
-from gitlease.core.refnames import id_ref, scope_ref
+from gitlease.core.refnames import id_ref, scope_ref, task_ref
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
 from gitlease.core.store import (
@@ -319,9 +319,12 @@ class LeaseService:
         replace: str | None = None,
         piggyback: Sequence[RefUpdate] = (),
         stop_after: int | None = None,
+        task: str | None = None,
     ) -> Acquired:
-        """One push creating the lease's refs. ``replace``: a lease this worktree holds, released in the same
-        atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
+        """One push creating the lease's refs. ``task``: a queued task this lease claims: its id is the lease's
+        task id, and ``refs/leases/task/<task>`` is created in the same atomic push (so two workers never claim
+        one task), and deleted with the lease's other refs. ``replace``: a lease this worktree holds, released in
+        the same atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
         overlap; otherwise, or when the combined push is refused, it is released first on its own.
         ``piggyback``: other updates (the renewal agent's due renewals, gitlease/liveness/agent.py) sent in the same
         atomic push; when one of them is refused the acquire is retried without them, and ``piggybacked``
@@ -339,7 +342,7 @@ class LeaseService:
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         for _attempt in range(ACQUIRE_ATTEMPTS):
-            rec, oid, updates = self._grant(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+            rec, oid, updates = self._grant(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
             attempts[rec.lease_id] = (rec, oid)
             out = self._push(updates + release_with + list(piggyback))
             if piggyback and not out.ok:
@@ -358,7 +361,7 @@ class LeaseService:
                         self._undo_partial(attempts)
                         continue
             if out.ok:
-                self._remember(rec, oid, oid)
+                self._remember(rec, oid, oid, task)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
@@ -370,7 +373,7 @@ class LeaseService:
                     server=out.server,
                 )
             snap = self.snapshot(use_cache=False)
-            landed = self._landed_after_all(snap, attempts)
+            landed = self._landed_after_all(snap, attempts, task)
             if landed is not None:
                 return Acquired(landed[0].lease_id, landed[0], landed[1], tuple(cleared))
             self._undo_partial(attempts, snap)
@@ -381,9 +384,9 @@ class LeaseService:
             f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
         )
 
-    def _owner(self, holder_pid: int) -> Owner:
+    def _owner(self, holder_pid: int, task: str | None = None) -> Owner:
         return Owner(
-            task_id=self.settings.task,
+            task_id=task or self.settings.task,
             agent_id=self.settings.agent,
             host=os.uname().nodename,
             pid=holder_pid,
@@ -399,6 +402,7 @@ class LeaseService:
         renew_every: int | None,
         workspace: str | None,
         stop_after: int | None = None,
+        task: str | None = None,
     ) -> Record:
         now = self.clock.now()
         return records.new_record(
@@ -406,7 +410,7 @@ class LeaseService:
             repo=self._repo_name(),
             paths=paths,
             workspace_id=workspace or self._workspace(),
-            owner=self._owner(holder_pid),
+            owner=self._owner(holder_pid, task),
             now=now,
             ttl=ttl,
             renew_every=renew_every,
@@ -444,11 +448,15 @@ class LeaseService:
         renew_every: int | None,
         workspace: str | None,
         stop_after: int | None = None,
+        task: str | None = None,
     ) -> tuple[Record, str, list[RefUpdate]]:
-        """A new lease's version 1 (a unique commit) and the creates of its id ref and scope refs."""
-        rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+        """A new lease's version 1 (a unique commit) and the creates of its id ref and scope refs (and of its
+        task's claim, ``task``)."""
+        rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
         oid = self._write_version(rec, None, "acquire")
         updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
+        if task:
+            updates.append(RefUpdate(task_ref(task), oid, None))
         return rec, oid, updates
 
     def _release_with(self, replace: str | None, paths: tuple[str, ...]) -> list[RefUpdate]:
@@ -462,7 +470,9 @@ class LeaseService:
         if scopes.sets_overlap(h.paths, paths):
             self.release(replace)
             return []
-        return [RefUpdate(id_ref(replace), None, h.current)] + [RefUpdate(scope_ref(p), None, h.grant) for p in h.paths]
+        return [RefUpdate(id_ref(replace), None, h.current)] + [
+            RefUpdate(ref, None, h.grant) for ref in [scope_ref(p) for p in h.paths] + _task_refs(h)
+        ]
 
     def _release_quietly(self, lease_id: str | None) -> None:
         if lease_id is None:
@@ -479,7 +489,9 @@ class LeaseService:
             out = self._resolve(updates, out)
         return out
 
-    def _landed_after_all(self, snap: Snapshot, attempts: dict[str, tuple[Record, str]]) -> tuple[Record, str] | None:
+    def _landed_after_all(
+        self, snap: Snapshot, attempts: dict[str, tuple[Record, str]], task: str | None = None
+    ) -> tuple[Record, str] | None:
         """An attempt of ours that landed whole after all (it timed out, or its answer was lost, and the server
         committed it later): lease ids and objects are unique to each attempt, so it is ours."""
         for lid, (arec, aoid) in attempts.items():
@@ -490,7 +502,7 @@ class LeaseService:
                 and mine.grant_oid == aoid
                 and set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}
             ):
-                self._remember(arec, aoid, aoid)
+                self._remember(arec, aoid, aoid, task)
                 return arec, aoid
         return None
 
@@ -608,7 +620,7 @@ class LeaseService:
             message=out.message,
         )
 
-    def _remember(self, rec: Record, oid: str, grant: str) -> None:
+    def _remember(self, rec: Record, oid: str, grant: str, task: str | None = None) -> None:
         with self.held.locked() as held:
             held[rec.lease_id] = Held(
                 lease_id=rec.lease_id,
@@ -619,6 +631,7 @@ class LeaseService:
                 paths=list(rec.paths),
                 expires_at=rec.expires_at,
                 version=rec.version,
+                task=task or None,
             )
 
     # --------------------------------------------------------------------------- renew
@@ -884,7 +897,7 @@ class LeaseService:
             h = self._settle_pending(h)
             rec = records.parse(h.record.encode("utf-8"))
         updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
-            RefUpdate(scope_ref(p), None, h.grant) for p in h.paths
+            RefUpdate(ref, None, h.grant) for ref in [scope_ref(p) for p in h.paths] + _task_refs(h)
         ]
         fields = {
             "action": "release",
@@ -1141,6 +1154,11 @@ class LeaseService:
 
 
 # ------------------------------------------------------------------------- view building
+
+
+def _task_refs(h: Held) -> list[str]:
+    """The claim ref of the queued task a held lease works on (``acquire(task=...)``), if any."""
+    return [task_ref(h.task)] if h.task else []
 
 
 def _unsigned_cache(path: str) -> bool:

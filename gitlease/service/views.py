@@ -17,6 +17,7 @@ from gitlease.core.errors import HeldError, InvalidRecord
 from gitlease.core.record import Record
 from gitlease.core.refnames import (
     ID_PREFIX,
+    OUTCOME_PREFIX,
     SCOPE_REF,
     TASK_PREFIX,
     decode_segment,
@@ -43,6 +44,7 @@ class LeaseView:
     current_oid: str | None = None  # the id ref's value
     grant_oid: str | None = None
     scope_refs: dict[str, str] = field(default_factory=dict)  # ref -> oid, as listed
+    task_refs: dict[str, str] = field(default_factory=dict)  # the claim of the queued task it works on, if any
     problems: list[str] = field(default_factory=list)
     signed: bool = False
     verification: str = "unsigned"  # verified | unsigned | untrusted (no trust file) | invalid (trust.py)
@@ -68,6 +70,7 @@ class LeaseView:
 
     def refs(self) -> dict[str, str]:
         out = dict(self.scope_refs)
+        out.update(self.task_refs)
         if self.current_oid:
             out[id_ref(self.lease_id)] = self.current_oid
         return out
@@ -223,10 +226,29 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
+    _attach_task_refs(refs, blobs, views)
     for view in views.values():
         if view.grant_oid is None and view.record is not None and not view.problems:
             view.problems.append(HALF_DELETED)
     return sorted(views.values(), key=lambda v: v.lease_id) + bad
+
+
+def _attach_task_refs(refs: dict[str, str], blobs: dict[str, Blob], views: dict[str, LeaseView]) -> None:
+    """A task ref (the claim of a queued task) belongs to the lease whose grant it points at: it is deleted
+    with that lease's refs. One left without its lease (a half-deleted lease) becomes a view of its own that
+    holds no path and is reclaimed like a half-deleted lease once that grant has expired. One pointing at no
+    lease record blocks nothing."""
+    for ref, oid in refs.items():
+        if not ref.startswith(TASK_PREFIX):
+            continue
+        rec, problem = _parse_blob(blobs.get(oid, Blob(None, None, "object not readable")))
+        if rec is None:
+            continue
+        view = views.get(rec.lease_id)
+        if view is None:
+            view = views[rec.lease_id] = LeaseView(lease_id=rec.lease_id, paths=(), record=rec, grant_oid=oid)
+            view.problems.append(HALF_DELETED)
+        view.task_refs[ref] = oid
 
 
 def _undecodable_path(ref: str) -> str:
@@ -255,7 +277,7 @@ def _undecodable_path(ref: str) -> str:
 def foreign_refs(refs: Iterable[str]) -> list[str]:
     """Refs under refs/leases/ that are neither a lease's id or scope ref nor another ref gitlease writes
     there: store faults to report, which block nothing (git refuses no lease because of them)."""
-    return sorted(r for r in refs if not (is_scope_ref(r) or r.startswith(ID_PREFIX) or r.startswith(TASK_PREFIX)))
+    return sorted(r for r in refs if not (is_scope_ref(r) or r.startswith((ID_PREFIX, TASK_PREFIX, OUTCOME_PREFIX))))
 
 
 def held_error(paths: Sequence[str], blockers: Sequence[LeaseView], now: float, skew: int) -> HeldError:

@@ -740,6 +740,25 @@ class WorktreeManager:
                     actions.append(PruneAction(wt.id, "pooled", []))
         return actions
 
+    def give_back(self, workspace: str, *, quarantine_only: bool = False) -> tuple[str, str | None]:
+        """The queue runner's end of a task in one worktree (``git lease work``): dirty work is quarantined
+        (saved to a ref, kept out of the pool) and the ref returned; a clean worktree goes back to the pool,
+        unless ``quarantine_only`` (its lease is still held: pooled after the release). Returns (state, ref):
+        quarantined | pooled | kept."""
+        with self._pool_lock():
+            wt = self.find(workspace)
+            if wt.meta is None or not wt.exists:
+                return "kept", None
+            insp = self.inspect(wt)
+            if insp.dirt:
+                if wt.meta.state == "quarantined":
+                    return "quarantined", wt.meta.quarantine_ref
+                return "quarantined", self._quarantine(wt, insp)
+            if quarantine_only or not self._lease_free(wt):
+                return "kept", None
+            self._to_pool(wt)
+            return "pooled", None
+
     def _to_pool(self, wt: Worktree) -> None:
         meta = wt.meta
         assert meta is not None

@@ -1,0 +1,197 @@
+"""``git lease work QUEUE -- COMMAND``: the queue runner (docs/work.md); ``git lease work --status QUEUE``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Annotated
+
+import typer
+
+from gitlease.cli.common import command, echo, seconds, text_only, ttl_seconds
+from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
+from gitlease.core import errors
+
+app = make_app()
+
+
+@app.command("work")
+@command("work")
+def work(
+    queue: Annotated[
+        str, typer.Argument(help='JSON lines {"id", "paths": [...] or "scope": [...], ...} in queue order.')
+    ],
+    cmd: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- COMMAND...]",
+            help="Run in each task's worktree; {id} and {path} are expanded; the task JSON is on stdin.",
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Tasks run at the same time (default 1).")] = 1,
+    verify: Annotated[
+        str | None, typer.Option(help="A shell command run in the worktree after COMMAND; non-zero re-queues.")
+    ] = None,
+    land: Annotated[
+        str | None,
+        typer.Option(help="Land each task on this branch (rebase, fenced push; default: its own branch work/<id>)."),
+    ] = None,
+    attempts: Annotated[int, typer.Option(min=1, help="Attempts per task before it is failed (default 3).")] = 3,
+    granularity: Annotated[
+        str | None,
+        typer.Option(help="Scope suggested from a task's paths: auto (default), file, dir, package, depth:N."),
+    ] = None,
+    status: Annotated[
+        bool, typer.Option("--status", help="Show every task's state, attempts and kept work; run nothing.")
+    ] = False,
+    ttl: Annotated[str | None, typer.Option(help="TTL of the tasks' leases (default: lease.ttl).")] = None,
+    backoff: Annotated[
+        str | None, typer.Option(help="Wait before a failed task's next attempt, doubling each time (default 5s).")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Agent id in the leases (default: $GITLEASE_AGENT).")] = None,
+    remote: RemoteOpt = None,
+    as_json: JsonOpt = False,
+):
+    """Run a queue of tasks to landed commits: each worker claims the next startable task (its scope and the
+    task itself, in one atomic push), runs COMMAND in a clean worktree under heartbeats, then --verify, then
+    lands (rebase onto the fresh base, fenced scope-checked push, bounded non-fast-forward retries) and
+    releases. Outcomes are kept on the lease store, so runners on several hosts share one queue and a
+    restarted runner resumes. Exit 0 when every task is done, 1 when some failed, 130 after Ctrl-C (a second
+    Ctrl-C also stops running commands; their work is quarantined)."""
+    if status:
+        return _status(queue, granularity, remote)
+    if not cmd:
+        raise errors.UsageError("git lease work needs a command after --: git lease work QUEUE -- ./agent.sh")
+    from gitlease.cli.common import service
+    from gitlease.work.runner import Runner, WorkOptions, make_source
+
+    svc = service(remote)
+    source = make_source(svc.repo.cwd, queue, granularity=granularity, remote=remote)
+    opts = WorkOptions(
+        command=list(cmd),
+        verify=verify,
+        land=land,
+        workers=workers,
+        attempts=attempts,
+        ttl=ttl_seconds(ttl),
+        remote=remote,
+        agent=agent,
+        backoff=float(seconds("--backoff", backoff)) if backoff is not None else 5.0,
+    )
+    live = sys.stdout.isatty() and not as_json
+    view = _LiveView() if live else None
+    runner = Runner(svc.repo.cwd, source, opts, on_event=_printer(as_json, view), signer=svc.signer)
+    if view is not None:
+        view.start(runner)
+    try:
+        summary = runner.run()
+    finally:
+        if view is not None:
+            view.stop()
+    result = summary.to_json()
+    lines = summary.lines()
+    if summary.interrupted or summary.failed:
+        if not as_json:
+            for line in lines:
+                echo(line)
+        if summary.interrupted:
+            raise errors.Interrupted(
+                f"interrupted: {len(summary.done)} done, {len(summary.pending)} not finished; every lease released",
+                summary=result,
+            )
+        raise errors.TasksFailed(
+            f"{len(summary.failed)} task{'s' if len(summary.failed) != 1 else ''} failed: "
+            f"{' '.join(summary.failed[:10])} (git lease work --status {queue})",
+            summary=result,
+        )
+    return result, lines
+
+
+def _status(queue: str, granularity: str | None, remote: str | None):
+    from gitlease.cli.common import service
+    from gitlease.work.runner import queue_status
+
+    svc = service(remote)
+    states, counts = queue_status(svc.repo.cwd, queue, granularity=granularity, remote=remote)
+    lines = [s.line() for s in states]
+    lines.append(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no tasks")
+    return {"tasks": [s.to_json() for s in states], "counts": counts}, lines
+
+
+def _printer(as_json: bool, view):
+    lock = threading.Lock()
+
+    def on_event(ev) -> None:
+        with lock:
+            if as_json:
+                sys.stdout.write(json.dumps(text_only(ev.to_json()), sort_keys=True) + "\n")
+                sys.stdout.flush()
+            elif view is not None:
+                if ev.kind in ("landed", "failed", "retry", "quarantined", "refused", "swept", "stopping", "error"):
+                    view.note(ev.line())
+            else:
+                echo(ev.line())
+
+    return on_event
+
+
+class _LiveView:
+    """On a terminal: one line per worker, the counts and the leases blocking the queue head, redrawn twice a
+    second; notable events scroll above it."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._drawn = 0
+        self._runner = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, runner) -> None:
+        self._runner = runner
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        self._draw(final=True)
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._clear()
+            sys.stdout.write(line + "\n")
+            self._render()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        with self._lock:
+            self._clear()
+            if not final:
+                self._render()
+            sys.stdout.flush()
+
+    def _clear(self) -> None:
+        if self._drawn:
+            sys.stdout.write(f"\x1b[{self._drawn}F\x1b[J")
+            self._drawn = 0
+
+    def _render(self) -> None:
+        if self._runner is None:
+            return
+        v = self._runner.view()
+        rows = [
+            f"  worker {w['worker']}: {w['state']:<10} {w['task'] or '-':<20} {w['elapsed']:6.1f}s  {w['note'][:60]}"
+            for w in v["workers"]
+        ]
+        c = v["counts"]
+        rows.append(f"  done {c['done']}  running {c['running']}  waiting {c['waiting']}  failed {c['failed']}")
+        if v["blockers"]:
+            rows.append(f"  queue head blocked by: {' '.join(v['blockers'])}")
+        sys.stdout.write("".join(r + "\n" for r in rows))
+        sys.stdout.flush()
+        self._drawn = len(rows)

@@ -1,0 +1,452 @@
+"""``git lease work`` (docs/work.md) with real git: a bare remote guarded by the server hook, clones, real
+``git lease work`` processes and fake agents that edit exactly their task's files (unless told otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testing.gitutil import cli, git
+from testing.servers import make_bare
+
+FILES = ["src/a/x.py", "src/b/y.py", "src/c/z.py", "docs/guide.md", "docs/api.md", "lib/k.py"]
+
+# The fake agent: reads the task on stdin, appends a line to each of its paths, commits. Behaviour by the
+# task's own fields: "fail" (exit 1 on attempts up to N), "crash" (SIGKILL itself on attempt 1), "stray" (also
+# edit that path, committed with --no-verify), "lose" (delete its lease's refs on the remote: the lease is
+# lost, on attempt 1), "wait" (wait for that file to appear first), "hang" (never end).
+AGENT = r"""
+import json, os, signal, subprocess, sys, time
+task = json.load(sys.stdin)
+with open(os.environ["GITLEASE_TASK_FILE"]) as fh:
+    assert json.load(fh)["id"] == task["id"]
+attempt = int(os.environ["GITLEASE_ATTEMPT"])
+assert os.environ["GITLEASE_TASK"] == task["id"] and os.environ["GITLEASE_LEASE"].startswith("lease_")
+log = task.get("log")
+if log:
+    with open(log, "a") as fh:
+        fh.write(json.dumps({"task": task["id"], "attempt": attempt, "cwd": os.getcwd(), "argv": sys.argv[1:],
+                             "scope": os.environ["GITLEASE_SCOPE"],
+                             "refs": subprocess.run(["git", "ls-remote", "origin", "refs/leases/*"],
+                                                    capture_output=True, text=True).stdout}) + "\n")
+if task.get("wait"):
+    while not os.path.exists(task["wait"]):
+        time.sleep(0.05)
+if task.get("hang"):
+    time.sleep(3600)
+if attempt <= task.get("fail", 0):
+    sys.exit(1)
+if task.get("crash") and attempt == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+if task.get("lose") and attempt == 1:
+    remote = task["lose"]
+    refs = subprocess.run(["git", "-C", remote, "for-each-ref", "--format=%(refname)", "refs/leases/"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    for ref in refs:
+        if not ref.startswith("refs/leases/outcome/"):
+            subprocess.run(["git", "-C", remote, "update-ref", "-d", ref], check=True)
+for p in task["paths"] + ([task["stray"]] if task.get("stray") else []):
+    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+    with open(p, "a") as fh:
+        fh.write(f"edited by {task['id']} attempt {attempt}\n")
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "commit", "-q", "--no-verify", "-m", f"task {task['id']}"], check=True)
+"""
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A bare remote with the server hook, a seed commit holding FILES, and a factory of clones."""
+    bare = make_bare(tmp_path / "remote.git")
+    res = cli(bare, "install-hooks", "--server")
+    assert res.returncode == 0, res.stderr
+    seed = tmp_path / "seed"
+    git(tmp_path, "init", "-q", "-b", "main", str(seed))
+    for f in FILES:
+        (seed / f).parent.mkdir(parents=True, exist_ok=True)
+        (seed / f).write_text("x\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "init")
+    git(seed, "push", "-q", str(bare), "main")
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+
+    class World:
+        remote = bare
+        root = tmp_path
+        command = [sys.executable, str(agent)]
+
+        def clone(self, name: str) -> Path:
+            path = tmp_path / name
+            git(tmp_path, "clone", "-q", str(bare), str(path))
+            git(path, "config", "lease.remote", "origin")
+            return path
+
+        def queue(self, tasks, name="queue.jsonl") -> Path:
+            q = tmp_path / name
+            q.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+            return q
+
+        def landed(self) -> list[str]:
+            """Subjects of the commits on the remote's main, oldest first."""
+            return git(bare, "log", "--reverse", "--format=%s", "main").split("\n")[1:-1]
+
+        def lease_refs(self) -> list[str]:
+            out = git(bare, "for-each-ref", "--format=%(refname)", "refs/leases/")
+            return [r for r in out.split() if not r.startswith("refs/leases/outcome/")]
+
+    return World()
+
+
+def work(cwd, *args, timeout=120):
+    return cli(cwd, "work", *args, timeout=timeout)
+
+
+def status(cwd, queue) -> dict:
+    res = cli(cwd, "work", "--status", str(queue), "--json")
+    assert res.returncode == 0, res.stderr
+    return {t["id"]: t for t in json.loads(res.stdout)["result"]["tasks"]}
+
+
+def test_a_queue_lands_each_task_once_claim_and_scope_in_one_push(world):
+    log = world.root / "agent.log"
+    tasks = [
+        {"id": "t1", "paths": ["src/a/x.py"], "prompt": "fix it", "log": str(log)},
+        {"id": "t2", "paths": ["src/b/y.py"], "log": str(log)},
+        {"id": "t3", "paths": ["src/a/x.py", "docs/guide.md"], "log": str(log)},  # waits for t1's scope
+    ]
+    a = world.clone("a")
+    q = world.queue(tasks)
+    res = work(
+        a,
+        str(q),
+        "--workers",
+        "2",
+        "--land",
+        "main",
+        "--verify",
+        "test -f src/a/x.py",
+        "--",
+        *world.command,
+        "{id}",
+        "{path}",
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted(world.landed()) == ["task t1", "task t2", "task t3"]
+    assert world.landed().index("task t1") < world.landed().index("task t3")
+    assert "done 3, failed 0" in res.stdout and "speed-up" in res.stdout
+    assert world.lease_refs() == []  # every lease and claim released
+    # t3 ran on a base holding t1's change (fetched after its grant)
+    assert git(world.remote, "show", "main:src/a/x.py") == "x\nedited by t1 attempt 1\nedited by t3 attempt 1\n"
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    for r in runs:
+        assert r["argv"] == [r["task"], r["cwd"]]  # {id} and {path} expanded
+        refs = dict(line.split("\t")[::-1] for line in r["refs"].splitlines())
+        claim = refs[f"refs/leases/task/{r['task']}"]
+        # the claim points at the lease's grant, as its scope refs do: created in the acquire's one push (the
+        # server hook refuses a task ref created any other way: test_a_claim_alone_is_refused_by_the_server)
+        scope_refs = [o for ref, o in refs.items() if ref.startswith("refs/leases/scope")]
+        assert scope_refs and claim in scope_refs
+    st = status(a, q)
+    assert {t: s["state"] for t, s in st.items()} == {"t1": "done", "t2": "done", "t3": "done"}
+    assert st["t1"]["landed"] == git(world.remote, "log", "--format=%H", "--grep=task t1", "main").strip()
+
+
+def test_a_claim_alone_is_refused_by_the_server(world):
+    a = world.clone("a")
+    head = git(a, "rev-parse", "HEAD").strip()
+    res = subprocess.run(
+        ["git", "push", "origin", f"{head}:refs/leases/task/t9"], cwd=a, capture_output=True, text=True
+    )
+    assert res.returncode != 0 and "created only with the lease of that task" in res.stderr
+    res = subprocess.run(
+        ["git", "push", "origin", f"{head}:refs/leases/outcome/t9"], cwd=a, capture_output=True, text=True
+    )
+    assert res.returncode != 0 and "not a gitlease task outcome" in res.stderr
+
+
+def test_two_runners_on_two_clones_run_each_task_once(world):
+    tasks = [{"id": f"t{i}", "paths": [f"pkg{i % 3}/m{i}.py"]} for i in range(8)]
+    q = world.queue(tasks)
+    a, b = world.clone("a"), world.clone("b")
+    args = ["work", str(q), "--workers", "2", "--land", "main", "--granularity", "file", "--", *world.command]
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    procs = [
+        subprocess.Popen(
+            ["git", "lease", *args], cwd=c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for c in (a, b)
+    ]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(world.landed()) == sorted(f"task t{i}" for i in range(8))  # each exactly once
+    claimed = [line for out, _ in outs for line in out.splitlines() if ": claimed " in line]
+    # no task run twice by any worker of either runner (a claim made just after the other runner had finished
+    # the task is given back at once, unrun: "another runner finished it meanwhile")
+    meanwhile = [line for out, _ in outs for line in out.splitlines() if "finished it meanwhile" in line]
+    assert len(claimed) - len(meanwhile) == 8, outs
+    ran = [line for out, _ in outs for line in out.splitlines() if ": running " in line]
+    assert sorted(line.split(": running ")[1].split(":")[0] for line in ran) == sorted(f"t{i}" for i in range(8))
+    assert world.lease_refs() == []
+    assert all(s["state"] == "done" and s["attempts"] == 1 for s in status(b, q).values())
+
+
+def test_failures_requeue_up_to_attempts_and_name_the_kept_work(world):
+    tasks = [
+        {"id": "flaky", "paths": ["src/a/x.py"], "fail": 1},  # fails once, then lands
+        {"id": "crash", "paths": ["src/b/y.py"], "crash": True},  # SIGKILL on attempt 1, then lands
+        {"id": "lost", "paths": ["src/c/z.py"], "lose": None},  # its lease is taken on attempt 1
+        {"id": "bad", "paths": ["docs/guide.md"], "fail": 9},  # fails every time
+        {"id": "unverified", "paths": ["lib/k.py"]},  # the verifier refuses it every time
+    ]
+    tasks[2]["lose"] = str(world.remote)
+    a = world.clone("a")
+    q = world.queue(tasks)
+    res = work(
+        a,
+        str(q),
+        "--land",
+        "main",
+        "--attempts",
+        "2",
+        "--backoff",
+        "0",
+        "--verify",
+        'test "$GITLEASE_TASK" != unverified',
+        "--",
+        *world.command,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "git-lease: 2 tasks failed: bad unverified (git lease work --status " + str(q) + ")"
+    ]
+    assert sorted(world.landed()) == ["task crash", "task flaky", "task lost"]
+    st = status(a, q)
+    assert {t: (s["state"], s["attempts"]) for t, s in st.items()} == {
+        "flaky": ("done", 2),
+        "crash": ("done", 2),
+        "lost": ("done", 2),
+        "bad": ("failed", 2),
+        "unverified": ("failed", 2),
+    }
+    assert "exited 1" in st["bad"]["reason"] and "verifier failed" in st["unverified"]["reason"]
+    assert "exited 137" in res.stdout and "lease lost" in res.stdout
+    # the failed attempt's work is kept, named in the outcome: a commit under refs/gitlease/quarantine/
+    ref = st["unverified"]["quarantine"]
+    assert ref.startswith("refs/gitlease/quarantine/")
+    assert "edited by unverified attempt 2" in git(a, "show", f"{ref}:lib/k.py")
+    assert world.lease_refs() == []
+
+
+def test_a_stray_edit_is_refused_at_landing_and_fails_the_task_with_its_work_kept(world):
+    a = world.clone("a")
+    q = world.queue(
+        [{"id": "s1", "paths": ["src/a/x.py"], "stray": "lib/k.py"}, {"id": "ok", "paths": ["docs/api.md"]}]
+    )
+    res = work(a, str(q), "--land", "main", "--attempts", "3", "--backoff", "0", "--json", "--", *world.command)
+    assert res.returncode == 1
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    envelope = lines[-1]
+    assert envelope["ok"] is False and envelope["error"]["kind"] == "tasks-failed"
+    assert envelope["error"]["details"]["summary"]["failed"] == ["s1"]
+    events = [ev["event"] for ev in lines[:-1]]
+    assert "failed" in events and "landed" in events
+    failed = next(ev for ev in lines[:-1] if ev["event"] == "failed")
+    assert failed["task"] == "s1" and "lib/k.py" in failed["message"]
+    st = status(a, q)
+    assert st["s1"]["state"] == "failed" and st["s1"]["attempts"] == 1  # refused at once, not retried
+    assert "edited by s1" in git(a, "show", f"{st['s1']['quarantine']}:lib/k.py")  # the work is kept
+    assert world.landed() == ["task ok"]
+    assert "edited" not in git(world.remote, "show", "main:lib/k.py")
+
+
+def test_a_non_fast_forward_landing_is_retried(world):
+    from gitlease.work.runner import run_queue
+
+    a, other = world.clone("a"), world.clone("other")
+
+    def bump():  # someone else lands on main between the landing's fetch and its push
+        (other / "README.md").write_text("more\n")
+        git(other, "add", "-A")
+        git(other, "commit", "-q", "-m", "bump")
+        git(other, "push", "-q", "origin", "main")
+
+    def hook(runner):
+        real, fetches = runner._fetch_base, []
+
+        def fetch():
+            got = real()
+            fetches.append(got)
+            if len(fetches) == 2:  # 1: after the grant; 2: the landing's
+                bump()
+            return got
+
+        runner._fetch_base = fetch
+
+    summary = run_queue(
+        str(a), [{"id": "n1", "paths": ["src/a/x.py"]}], command=world.command, land="main", runner_hook=hook
+    )
+    assert summary.done == ["n1"] and summary.land_retries == 1
+    assert world.landed() == ["bump", "task n1"]
+
+
+def test_without_land_each_task_gets_its_own_branch_and_a_restart_resumes(world):
+    a = world.clone("a")
+    q = world.queue([{"id": "r1", "paths": ["src/a/x.py"]}])
+    assert work(a, str(q), "--", *world.command).returncode == 0
+    assert git(world.remote, "log", "--format=%s", "-1", "work/r1").strip() == "task r1"
+    q = world.queue([{"id": "r1", "paths": ["src/a/x.py"]}, {"id": "r2", "paths": ["src/b/y.py"]}])
+    res = work(a, str(q), "--json", "--", *world.command)
+    assert res.returncode == 0
+    summary = json.loads(res.stdout.splitlines()[-1])["result"]
+    assert summary["attempts"] == 1 and summary["done"] == ["r1", "r2"]  # r1 was not run again
+
+
+def _start(cwd, *args):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    # the git-lease process itself (what ``git lease`` runs): the signal goes to the runner, as a terminal's
+    # Ctrl-C does (git, its parent, passes it on and waits for it)
+    return subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "git-lease"), "work", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(proc, text: str, timeout=60.0) -> list[str]:
+    seen = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"never saw {text!r}: {seen}")
+
+
+def test_ctrl_c_finishes_running_tasks_releases_and_exits_130_then_a_restart_resumes(world):
+    a = world.clone("a")
+    go = world.root / "go"
+    q = world.queue(
+        [
+            {"id": "c1", "paths": ["src/a/x.py"], "wait": str(go)},
+            {"id": "c2", "paths": ["src/b/y.py"]},
+        ]
+    )
+    proc = _start(a, str(q), "--land", "main", "--", *world.command)
+    _wait_for(proc, "running c1")
+    proc.send_signal(signal.SIGINT)
+    _wait_for(proc, "taking no more tasks")
+    go.write_text("")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err and "every lease released" in err
+    assert world.landed() == ["task c1"] and world.lease_refs() == []
+    res = work(a, str(q), "--land", "main", "--", *world.command)
+    assert res.returncode == 0 and world.landed() == ["task c1", "task c2"]
+
+
+def test_a_second_ctrl_c_stops_the_command_and_quarantines_its_work(world):
+    a = world.clone("a")
+    q = world.queue([{"id": "h1", "paths": ["src/a/x.py"], "hang": True}])
+    (world.root / "pre.sh").write_text("echo partial >> src/a/x.py\n")
+    proc = _start(
+        a, str(q), "--land", "main", "--", "sh", "-c", f"sh {world.root / 'pre.sh'} && " + " ".join(world.command)
+    )
+    _wait_for(proc, "running h1")
+    proc.send_signal(signal.SIGINT)
+    _wait_for(proc, "taking no more tasks")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert world.lease_refs() == [] and world.landed() == []
+    st = status(a, q)["h1"]
+    assert st["state"] == "retrying" and st["attempts"] == 0 and st["reason"] == "interrupted"
+    assert git(a, "show", f"{st['quarantine']}:src/a/x.py") == "x\npartial\n"
+
+
+def test_user_errors_are_one_line_with_their_exit_code(world):
+    a = world.clone("a")
+    q = world.queue([{"id": "u1", "paths": ["src/a/x.py"]}])
+    res = work(a, str(q))
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "git-lease: git lease work needs a command after --: git lease work QUEUE -- ./agent.sh"
+    ]
+    bad = world.root / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    res = work(a, str(bad), "--", "true")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "line 1" in res.stderr
+    res = work(a, str(world.root / "missing.jsonl"), "--", "true")
+    assert res.returncode == 2 and "cannot read queue" in res.stderr
+    git(a, "config", "--unset", "lease.remote")
+    git(a, "config", "lease.remote", "local")
+    res = work(a, str(q), "--", "true")
+    assert res.returncode == 2 and "needs the lease store on a remote" in res.stderr
+
+
+def test_the_python_api_with_a_task_callback_and_an_injected_clock(world):
+    import gitlease
+    from gitlease.core.clock import FakeClock
+
+    a = world.clone("a")
+    queued = [{"id": "p1", "paths": ["src/a/x.py"], "fail": 1}]
+    calls = []
+
+    def tasks():
+        calls.append(1)
+        if len(calls) == 3:
+            queued.append({"id": "p2", "paths": ["src/b/y.py"]})  # a task arriving while the runner works
+        return list(queued)
+
+    clock = FakeClock(time.time())
+    events = []
+    summary = gitlease.work(
+        tasks, repo=str(a), command=world.command, land="main", backoff=200, clock=clock, on_event=events.append
+    )
+    assert summary.done == ["p1", "p2"] and summary.failed == []
+    assert summary.retries == 1 and summary.tasks["p1"].attempts == 2
+    assert sum(clock.sleeps) >= 200  # the retry waited out its backoff on the injected clock, not in real time
+    assert [e.kind for e in events].count("landed") == 2
+    assert sorted(world.landed()) == ["task p1", "task p2"]
+
+
+def test_a_claim_goes_with_its_lease_when_swept_also_left_alone(world):
+    """The claim of a runner that died: swept with its expired lease (audited); one left without its lease (a
+    half-deleted lease) is reclaimed on its own once that lease has expired. Time is the injected clock's."""
+    from gitlease import open_service
+    from gitlease.core.clock import FakeClock
+    from gitlease.ops.sweep import Sweeper
+
+    a = world.clone("a")
+    clock = FakeClock(time.time())
+    svc = open_service(str(a), clock=clock)
+    got = svc.acquire(["src/a"], ttl=60, task="t7")
+    other = svc.acquire(["src/b"], ttl=60, task="t8")
+    assert "refs/leases/task/t7" in world.lease_refs() and "refs/leases/task/t8" in world.lease_refs()
+    view = svc.snapshot(use_cache=False).find(got.lease_id)
+    assert view.refs()["refs/leases/task/t7"] == view.grant_oid and view.valid
+    for ref in [r for r in world.lease_refs() if r.startswith("refs/leases/scope/src/b")] + [
+        f"refs/leases/id/{other.lease_id}"
+    ]:
+        git(world.remote, "update-ref", "-d", ref)  # t8's claim is left alone
+    left = svc.snapshot(use_cache=False).find(other.lease_id)
+    assert left.paths == () and list(left.refs()) == ["refs/leases/task/t8"] and not left.valid
+    assert [p.view.lease_id for p in Sweeper(svc).plan()[0]] == []  # neither has expired
+    clock.advance(60 + svc.settings.skew + 1)
+    # one lease a push: a batch of reclaims opening a writer's audit log is refused by the server hook (its
+    # first entry may have one parent only; a pre-existing limit, not the claims')
+    done = Sweeper(svc, batch=1).sweep()
+    assert sorted(r.outcome for r in done.results) == ["reclaimed", "reclaimed"], [r.detail for r in done.results]
+    assert world.lease_refs() == []
