@@ -11,6 +11,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from gitlease.core import scope as scopes
@@ -101,15 +102,17 @@ class Record:
     stop_by: str | None = None
 
     # ------------------------------------------------------------------ derived
-    @property
+    # Timestamps read once a record (``validate`` fills these in as it checks them); a frozen record's fields
+    # never change, and ``replace`` makes a new record with nothing cached.
+    @cached_property
     def expires(self) -> float:
         return parse_iso(self.expires_at)
 
-    @property
+    @cached_property
     def renewed(self) -> float:
         return parse_iso(self.renewed_at)
 
-    @property
+    @cached_property
     def stop_deadline(self) -> float:
         """``stopBy``, or ``expiresAt`` for a record without one."""
         return parse_iso(self.stop_by) if self.stop_by is not None else self.expires
@@ -390,6 +393,8 @@ def validate(rec: Record) -> None:
         raise InvalidRecord("timestamps are inconsistent (acquired <= renewed, expires = renewed + ttl)")
     if not renewed <= stop <= expires:
         raise InvalidRecord("timestamps are inconsistent (renewed <= stopBy <= expires)")
+    cache = rec.__dict__  # what the cached properties would compute: read once, here
+    cache["renewed"], cache["expires"], cache["stop_deadline"] = renewed, expires, stop
     for text in (rec.repo, rec.workspace_id, rec.owner.task_id, rec.owner.agent_id, rec.owner.host):
         if any(ord(c) < 0x20 for c in text):
             raise InvalidRecord("control character in a text field")
