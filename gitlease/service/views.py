@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
-from gitlease.core.pathindex import PathIndex
 from gitlease.core.errors import HeldError, InvalidRecord
+from gitlease.core.pathindex import PathIndex
 from gitlease.core.record import Record
 from gitlease.core.refnames import (
     ID_PREFIX,
