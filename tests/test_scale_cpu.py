@@ -88,3 +88,58 @@ def test_build_views_parses_each_object_once(monkeypatch):
     assert len(calls) == 1
     assert len(views) == 1 and views[0].valid and views[0].record == rec
     assert views[0].paths == ("a", "b/c") and views[0].grant_oid == views[0].current_oid == oid
+
+
+def loop_lookup(snap: Snapshot, mine_ids, now, skew):
+    """verify.others_lookup as it was: every path against every blocking lease."""
+    from gitlease.enforce import rules as enforce
+
+    blocking = [v for v in snap.leases if v.lease_id not in mine_ids and v.state(now, skew) != "expired"]
+
+    def lookup(paths):
+        out = {}
+        for p in paths:
+            for v in blocking:
+                s = enforce.covering(v.paths, p)
+                if s is None:
+                    continue
+                if not v.valid or v.record is None:
+                    out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
+                else:
+                    r = v.record
+                    out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
+                break
+        return out
+
+    return lookup
+
+
+file_path = st.lists(segment, min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=300)
+@given(st.lists(view_spec, max_size=12), st.lists(file_path, max_size=8), st.sets(st.integers(0, 11), max_size=3))
+def test_others_lookup_names_the_same_holders_as_the_loop(specs, paths, mine):
+    """The pre-push / verify / server-hook lookup by prefix: the same holder, scope and facts for every path."""
+    from gitlease.enforce.verify import others_lookup
+
+    snap = Snapshot(_views(specs), NOW)
+    mine_ids = {f"lease_{k:08d}aa" for k in mine}
+    got = others_lookup(snap, mine_ids, NOW, SKEW)(paths)
+    want = loop_lookup(snap, mine_ids, NOW, SKEW)(paths)
+    assert {p: h.to_json() for p, h in got.items()} == {p: h.to_json() for p, h in want.items()}
+
+
+def test_others_lookup_odd_scopes_of_invalid_views():
+    """Invalid views can hold paths no record would (a foreign ref's components): looked up exactly as before."""
+    from gitlease.enforce.verify import others_lookup
+
+    views = _views([(["a"], "invalid"), (["x/y"], "valid")])
+    views.append(LeaseView(lease_id="?refs/leases/scope/%zz", paths=("%zz",), problems=["not a scope ref"]))
+    views.append(LeaseView(lease_id="?root", paths=(".",), problems=["unreadable"]))
+    snap = Snapshot(views, NOW)
+    paths = ["a", "a/b", "%zz/q", "x/y/z", "x/yz", "q"]
+    got = others_lookup(snap, set(), NOW, SKEW)(paths)
+    want = loop_lookup(snap, set(), NOW, SKEW)(paths)
+    assert {p: h.to_json() for p, h in got.items()} == {p: h.to_json() for p, h in want.items()}
+    assert got["q"].lease_id == "?root" and got["x/y/z"].lease_id == "lease_00000001aa"

@@ -194,3 +194,8 @@ def test_normalize_fast_path_leaves_long_and_odd_paths_to_the_full_check():
                 scope.normalize(raw)
             continue
         assert scope.normalize(raw) == with_full
+
+
+@given(st.lists(st.one_of(small_paths, paths), max_size=30), st.lists(st.one_of(small_paths, paths), max_size=30))
+def test_sets_overlap_matches_every_pair(a, b):
+    assert scope.sets_overlap(a, b) == any(scope.overlaps(x, y) for x in a for y in b)

@@ -162,8 +162,29 @@ def covers(scopes: Iterable[str], path: str) -> bool:
 
 
 def sets_overlap(a: Iterable[str], b: Iterable[str]) -> bool:
-    bl = list(b)
-    return any(overlaps(x, y) for x in a for y in bl)
+    """True when some scope of ``a`` overlaps some scope of ``b``. Small sets pair by pair; larger ones by
+    looking up each scope's ancestors (itself included) in the other set: linear in the paths times their depth."""
+    al, bl = list(a), list(b)
+    if len(al) * len(bl) <= 64:
+        return any(overlaps(x, y) for x in al for y in bl)
+    return _any_ancestor_in(al, set(bl)) or _any_ancestor_in(bl, set(al))
+
+
+def _any_ancestor_in(paths: list[str], others: set[str]) -> bool:
+    """True when one of ``others`` contains one of ``paths``."""
+    if ROOT in others:
+        return bool(paths)
+    for p in paths:
+        if p == ROOT:
+            continue
+        i = p.find("/")
+        while i >= 0:
+            if p[:i] in others:
+                return True
+            i = p.find("/", i + 1)
+        if p in others:
+            return True
+    return False
 
 
 def _show(raw: str) -> str:
