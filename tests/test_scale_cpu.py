@@ -143,3 +143,48 @@ def test_others_lookup_odd_scopes_of_invalid_views():
     want = loop_lookup(snap, set(), NOW, SKEW)(paths)
     assert {p: h.to_json() for p, h in got.items()} == {p: h.to_json() for p, h in want.items()}
     assert got["q"].lease_id == "?root" and got["x/y/z"].lease_id == "lease_00000001aa"
+
+
+def _decode_reference(component: str) -> str:
+    """refnames.decode_segment without its shortcut for plain components."""
+    from gitlease.core.refnames import _HEX, SAFE, encode_segment
+
+    buf = bytearray()
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "%":
+            hx = component[i + 1 : i + 3]
+            if len(hx) != 2 or any(c not in _HEX for c in hx):
+                raise ValueError(component)
+            buf.append(int(hx, 16))
+            i += 3
+        else:
+            if ch not in SAFE:
+                raise ValueError(component)
+            buf.append(ord(ch))
+            i += 1
+    segment = buf.decode("utf-8")
+    if encode_segment(segment) != component:
+        raise ValueError(component)
+    return segment
+
+
+@given(st.text(st.sampled_from(list("aZ09-_.%2E@ü/")), max_size=12))
+def test_decode_segment_shortcut_answers_as_the_full_decode(component):
+    from gitlease.core.refnames import decode_segment
+
+    def run(fn):
+        try:
+            return fn(component)
+        except ValueError:
+            return "refused"
+
+    assert run(decode_segment) == run(_decode_reference)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.lists(path, min_size=1, max_size=3), st.just("valid")), max_size=10))
+def test_overlaps_without_any_nesting_is_empty_and_otherwise_exact(specs):
+    snap = Snapshot(_views(specs), NOW)
+    assert snap.overlaps(NOW, SKEW) == naive_overlaps(snap)

@@ -253,6 +253,16 @@ def parse(data: bytes) -> Record:
     """Bytes from a lease ref -> Record. Anything not exactly a canonical record raises InvalidRecord."""
     if len(data) > MAX_RECORD_BYTES:
         raise InvalidRecord(f"record is {len(data)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
+    # The common case first: plain json.loads, and bytes that are exactly the canonical form of what it read.
+    # Canonical bytes hold no duplicate key (json keeps the last: its canonical form would be shorter) and no
+    # NaN (canonical refuses it), so this answers as the checks below would; anything else takes them.
+    try:
+        obj = json.loads(data)
+        plain = canonical(obj) == data
+    except (ValueError, RecursionError, UnicodeError):
+        plain = False
+    if plain:
+        return from_json(obj)
     try:
         text = data.decode("utf-8")
         obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
@@ -396,5 +406,5 @@ def validate(rec: Record) -> None:
     cache = rec.__dict__  # what the cached properties would compute: read once, here
     cache["renewed"], cache["expires"], cache["stop_deadline"] = renewed, expires, stop
     for text in (rec.repo, rec.workspace_id, rec.owner.task_id, rec.owner.agent_id, rec.owner.host):
-        if any(ord(c) < 0x20 for c in text):
+        if not text.isprintable() and any(ord(c) < 0x20 for c in text):
             raise InvalidRecord("control character in a text field")

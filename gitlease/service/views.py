@@ -135,6 +135,8 @@ class Snapshot:
         snapshot's order, by the earlier one, then the later one; found in a trie of the live leases, so a
         store without faults costs one lookup a lease."""
         live = [v for v in self.leases if v.valid and v.state(now, skew) != "expired"]
+        if not _any_nested(p for v in live for p in v.paths):
+            return []  # no scope contains another: no pair overlaps (the common case, checked by one sort)
         index: PathIndex[None] = PathIndex()
         for k, v in enumerate(live):
             index.add(k, v.paths)
@@ -145,6 +147,13 @@ class Snapshot:
 
     def find(self, lease_id: str) -> LeaseView | None:
         return next((v for v in self.leases if v.lease_id == lease_id), None)
+
+
+def _any_nested(paths: Iterable[str]) -> bool:
+    """True when one of ``paths`` (repeats included) contains another. Sorted by segments, every path a scope
+    contains follows it directly, so comparing neighbours is enough."""
+    ordered = sorted(() if p == scopes.ROOT else tuple(p.split("/")) for p in paths)
+    return any(b[: len(a)] == a for a, b in zip(ordered, ordered[1:]))
 
 
 @dataclass(frozen=True)
