@@ -140,3 +140,55 @@ def test_stop_by_is_written_carried_over_and_optional_for_old_records():
     for bad in ("2027-01-15T07:59:59Z", "2027-01-15T08:05:01Z", "soon"):  # before renewedAt, after expiresAt
         with pytest.raises(InvalidRecord):
             record.parse(record.canonical(dict(old, stopBy=bad)))
+
+
+# ---------------------------------------------------------- timestamps read once, by arithmetic, as strptime did
+
+
+@given(st.integers(min_value=-30_610_224_000, max_value=253_402_300_799))
+def test_parse_iso_inverts_iso_as_strptime_did(ts):
+    from gitlease.core.clock import _parse_iso_strptime, iso, parse_iso
+
+    text = iso(ts)
+    assert parse_iso(text) == _parse_iso_strptime(text) == float(ts)
+
+
+stamp_chars = st.sampled_from(list("0123456789-T:Z 1+٣"))
+
+
+@given(
+    st.one_of(
+        st.text(stamp_chars, min_size=20, max_size=20),
+        st.tuples(
+            st.integers(0, 9_999), st.integers(0, 13), st.integers(0, 32), st.integers(0, 25), st.integers(0, 61)
+        ).map(lambda t: f"{t[0]:04d}-{t[1]:02d}-{t[2]:02d}T{t[3]:02d}:{t[4]:02d}:{t[4] % 62:02d}Z"),
+        st.sampled_from(
+            ["2026-01- 1T00:00:00Z", "2026-1-01T00:00:00ZZ", "2024-02-29T23:59:59Z", "2023-02-29T00:00:00Z"]
+        ),
+    )
+)
+def test_parse_iso_answers_as_strptime(text):
+    """The arithmetic reading agrees with strptime's on every string: the same value, or ValueError."""
+    from gitlease.core.clock import _parse_iso_strptime, parse_iso
+
+    def run(fn):
+        try:
+            return fn(text)
+        except ValueError:
+            return "refused"
+
+    want = "refused" if len(text) != 20 or not text.endswith("Z") else run(_parse_iso_strptime)
+    assert run(parse_iso) == want
+
+
+def test_record_timestamps_are_read_once_and_match_the_text():
+    from gitlease.core.clock import parse_iso
+
+    rec = record.parse(sample(ttl=600, stop_after=100).canonical())
+    assert {"expires", "renewed", "stop_deadline"} <= set(vars(rec))  # filled in by validate
+    assert rec.expires == parse_iso(rec.expires_at) and rec.renewed == parse_iso(rec.renewed_at)
+    assert rec.stop_deadline == parse_iso(rec.stop_by)
+    nxt = rec.next_version(rec.renewed + 50, ttl=900)
+    assert nxt.expires == parse_iso(nxt.expires_at) == rec.renewed + 50 + 900
+    assert nxt.stop_deadline == parse_iso(nxt.stop_by)
+    assert nxt == record.parse(nxt.canonical())

@@ -136,3 +136,66 @@ def test_encoded_refs_are_valid_ref_names():
         res = subprocess.run(["git", "check-ref-format", name], capture_output=True)
         assert res.returncode == 0, name
     assert len(set(names)) == len(names)
+
+
+# --------------------------------------------------------------- the linear algorithms against the old ones
+
+small_segment = st.sampled_from(["a", "b", "ab", "a-x", "a.b", "bc", "b0", "Ü", "a b"])
+small_paths = st.lists(small_segment, min_size=0, max_size=4).map(lambda xs: "/".join(xs) or ".")
+
+
+@given(st.lists(st.one_of(small_paths, paths), max_size=40))
+def test_minimize_matches_the_pairwise_definition(ps):
+    """The sort-and-scan minimize keeps exactly what the old every-pair one kept, in the same order."""
+    assert scope.minimize(ps) == scope.minimize_quadratic(ps)
+
+
+@given(st.lists(small_paths, min_size=1, max_size=40))
+def test_minimize_is_minimal_and_covering(ps):
+    kept = scope.minimize(ps)
+    assert list(kept) == sorted(set(kept))
+    assert all(not scope.contains(a, b) for a in kept for b in kept if a != b)
+    assert all(scope.covers(kept, p) for p in ps)
+
+
+def test_minimize_is_segment_aware():
+    assert scope.minimize(["a/b", "a/b/c", "a/bc", "a/b-c", "a-b", "a"]) == ("a", "a-b")
+    assert scope.minimize(["a/b", "a/b/c", "a/bc", "a/b-c"]) == ("a/b", "a/b-c", "a/bc")
+    assert scope.minimize(["x", ".", "y/z"]) == (".",)
+    wide = [f"w/{k}" for k in range(1000)] + [f"w/{k}/deep" for k in range(0, 1000, 7)]
+    assert scope.minimize(wide) == tuple(sorted(f"w/{k}" for k in range(1000)))
+
+
+ascii_raw = st.text(st.sampled_from(list("ab./\\-_ .gitGIT\x00\x7f\nü")), max_size=30)
+
+
+@given(st.one_of(st.text(max_size=40), ascii_raw, paths, small_paths))
+def test_normalize_fast_path_matches_the_full_check(raw):
+    """``normalize``'s shortcut for canonical paths answers exactly as the full check: the same result, or a
+    ScopeError with the same message."""
+
+    def run(fn):
+        try:
+            return fn(raw)
+        except ScopeError as exc:
+            return ("refused", str(exc))
+
+    assert run(scope.normalize) == run(scope._normalize)
+
+
+def test_normalize_fast_path_leaves_long_and_odd_paths_to_the_full_check():
+    long_seg = "x" * 251
+    for raw in (long_seg, "a/" + long_seg, "/".join(["abcdefgh"] * 300), "a/.git", "a/.GiT/b", "a/./b", "a//b", "a/"):
+        with_full = None
+        try:
+            with_full = scope._normalize(raw)
+        except ScopeError as exc:
+            with pytest.raises(ScopeError, match=str(exc)[:20].replace("(", r"\(").replace("'", "'")):
+                scope.normalize(raw)
+            continue
+        assert scope.normalize(raw) == with_full
+
+
+@given(st.lists(st.one_of(small_paths, paths), max_size=30), st.lists(st.one_of(small_paths, paths), max_size=30))
+def test_sets_overlap_matches_every_pair(a, b):
+    assert scope.sets_overlap(a, b) == any(scope.overlaps(x, y) for x in a for y in b)

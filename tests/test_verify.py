@@ -1,5 +1,6 @@
 """Where hooks cannot be skipped: ``git lease verify`` in CI, and the server's pre-receive hook."""
 
+import dataclasses
 import json
 import os
 
@@ -160,13 +161,13 @@ def test_pre_receive_refuses_improper_lease_versions(guarded):
     v1 = git(a, "rev-parse", "FETCH_HEAD").strip()
     rec1 = records.parse(git(a, "cat-file", "blob", f"{v1}:lease.json").encode())
     ref = f"refs/leases/id/{lease}"
-    v3 = _forge(a, records.Record(**{**rec1.__dict__, "version": 3, "nonce": "1" * 32}), [v1])
+    v3 = _forge(a, dataclasses.replace(rec1, version=3, nonce="1" * 32), [v1])
     res = _push(a, f"{v3}:{ref}", pins=[(ref, v1)])
     assert res.returncode == 1 and "version 3 does not follow version 1" in res.stderr
     orphan = _forge(a, rec1.next_version(rec1.renewed + 1))
     res = _push(a, f"{orphan}:{ref}", pins=[(ref, v1)])
     assert "not a next version" in res.stderr
-    moved = _forge(a, records.Record(**{**rec1.next_version(rec1.renewed + 1).__dict__, "paths": ("other",)}), [v1])
+    moved = _forge(a, dataclasses.replace(rec1.next_version(rec1.renewed + 1), paths=("other",)), [v1])
     res = _push(a, f"{moved}:{ref}", pins=[(ref, v1)])
     assert "a renewal may not change paths" in res.stderr
     late = _forge(a, rec1.next_version(rec1.expires + 5), [v1])

@@ -87,7 +87,10 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _emit(doc: dict[str, Any]) -> None:
-    echo(json.dumps(text_only(doc), sort_keys=True))
+    text = json.dumps(doc, sort_keys=True)
+    if "\\ud" in text:  # a surrogate (escaped, as json writes every non-ASCII character): redo it with text_only
+        text = json.dumps(text_only(doc), sort_keys=True)
+    echo(text)
 
 
 def text_only(obj: Any) -> Any:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from gitlease.core import scope as scopes
@@ -101,15 +102,17 @@ class Record:
     stop_by: str | None = None
 
     # ------------------------------------------------------------------ derived
-    @property
+    # Timestamps read once a record (``validate`` fills these in as it checks them); a frozen record's fields
+    # never change, and ``replace`` makes a new record with nothing cached.
+    @cached_property
     def expires(self) -> float:
         return parse_iso(self.expires_at)
 
-    @property
+    @cached_property
     def renewed(self) -> float:
         return parse_iso(self.renewed_at)
 
-    @property
+    @cached_property
     def stop_deadline(self) -> float:
         """``stopBy``, or ``expiresAt`` for a record without one."""
         return parse_iso(self.stop_by) if self.stop_by is not None else self.expires
@@ -250,6 +253,16 @@ def parse(data: bytes) -> Record:
     """Bytes from a lease ref -> Record. Anything not exactly a canonical record raises InvalidRecord."""
     if len(data) > MAX_RECORD_BYTES:
         raise InvalidRecord(f"record is {len(data)} bytes, over the {MAX_RECORD_BYTES}-byte limit")
+    # The common case first: plain json.loads, and bytes that are exactly the canonical form of what it read.
+    # Canonical bytes hold no duplicate key (json keeps the last: its canonical form would be shorter) and no
+    # NaN (canonical refuses it), so this answers as the checks below would; anything else takes them.
+    try:
+        obj = json.loads(data)
+        plain = canonical(obj) == data
+    except (ValueError, RecursionError, UnicodeError):
+        plain = False
+    if plain:
+        return from_json(obj)
     try:
         text = data.decode("utf-8")
         obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
@@ -390,6 +403,8 @@ def validate(rec: Record) -> None:
         raise InvalidRecord("timestamps are inconsistent (acquired <= renewed, expires = renewed + ttl)")
     if not renewed <= stop <= expires:
         raise InvalidRecord("timestamps are inconsistent (renewed <= stopBy <= expires)")
+    cache = rec.__dict__  # what the cached properties would compute: read once, here
+    cache["renewed"], cache["expires"], cache["stop_deadline"] = renewed, expires, stop
     for text in (rec.repo, rec.workspace_id, rec.owner.task_id, rec.owner.agent_id, rec.owner.host):
-        if any(ord(c) < 0x20 for c in text):
+        if not text.isprintable() and any(ord(c) < 0x20 for c in text):
             raise InvalidRecord("control character in a text field")

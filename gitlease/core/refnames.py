@@ -40,6 +40,7 @@ ROOT = "."  # the whole repository, as a scope (gitlease.core.scope.ROOT)
 # Characters kept as they are inside a ref component; everything else is %XX-escaped (UTF-8 bytes).
 SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _HEX = frozenset("0123456789ABCDEF")
+_SAFE_NO_DOT = SAFE - {"."}
 
 
 # ------------------------------------------------------------------------------ encoding
@@ -65,6 +66,8 @@ def encode_segment(segment: str) -> str:
 
 def decode_segment(component: str) -> str:
     """Inverse of encode_segment; ValueError on a component encode_segment cannot produce."""
+    if "." not in component and component and _SAFE_NO_DOT.issuperset(component):
+        return component  # letters, digits, '-' and '_' only: encode_segment writes them as they are
     buf = bytearray()
     i = 0
     while i < len(component):

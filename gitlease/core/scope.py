@@ -22,8 +22,34 @@ MAX_COMPONENT_BYTES = 250
 MAX_REF_BYTES = 2048
 
 
+# A path no longer than this (ASCII) whose segments are at most _PLAIN_SEGMENT long is storable whatever its
+# characters: a byte encodes to at most 3 ref characters ("%XX"), so 3 * len stays within the limits above.
+_PLAIN_SEGMENT = MAX_COMPONENT_BYTES // 3
+_PLAIN_PATH = (MAX_REF_BYTES - len("refs/leases/scope/")) // 3
+
+
 def normalize(raw: str) -> str:
     """Return the canonical form of a scope argument, or raise ScopeError saying why it is refused."""
+    if isinstance(raw, str) and _is_plain(raw):
+        return raw  # already canonical (the common case: every path of every record read)
+    return _normalize(raw)
+
+
+def _is_plain(raw: str) -> bool:
+    """True only for a path ``_normalize`` returns unchanged, decided without encoding it: printable ASCII, no
+    backslash, no empty, ``.``, ``..`` or ``.git`` segment, short enough to be storable for certain. Anything
+    else (``False``) takes the full check, which says why or normalises."""
+    if len(raw) > _PLAIN_PATH or not raw.isascii() or not raw.isprintable() or "\\" in raw:
+        return False
+    for part in raw.split("/"):
+        n = len(part)
+        if not n or n > _PLAIN_SEGMENT or part == "." or part == ".." or n == 4 and part.lower() == ".git":
+            return False
+    return True
+
+
+def _normalize(raw: str) -> str:
+    """``normalize`` in full: every check, and the canonical form of anything it accepts."""
     if not isinstance(raw, str):
         raise ScopeError(f"scope must be a string, not {type(raw).__name__}")
     shown = _show(raw)
@@ -87,7 +113,26 @@ def normalize_all(raws: Iterable[str] | str) -> tuple[str, ...]:
 
 
 def minimize(paths: Iterable[str]) -> tuple[str, ...]:
-    """Drop every path that another path of the set contains. Input must be normalised."""
+    """Drop every path that another path of the set contains, sorted. Input must be normalised.
+
+    One sort by segment tuples, then one pass: in that order every path a scope contains follows it directly
+    (``a``, ``a/b``, ``a/b/c``, then ``a-x``; ``a/bc`` is not under ``a/b``), so a path is covered exactly when
+    the last path kept contains it. O(n log n) for the sort, linear after it."""
+    ordered = sorted((_segments(p), p) for p in set(paths))
+    kept: list[str] = []
+    last: tuple[str, ...] | None = None
+    for segs, p in ordered:
+        if last is not None and segs[: len(last)] == last:
+            continue
+        kept.append(p)
+        last = segs
+    kept.sort()
+    return tuple(kept)
+
+
+def minimize_quadratic(paths: Iterable[str]) -> tuple[str, ...]:
+    """The pairwise definition ``minimize`` replaces (every path against every kept one): the reference its
+    tests compare against."""
     ordered = sorted(set(paths), key=lambda p: (_segments(p), p))
     kept: list[str] = []
     for p in ordered:
@@ -117,8 +162,29 @@ def covers(scopes: Iterable[str], path: str) -> bool:
 
 
 def sets_overlap(a: Iterable[str], b: Iterable[str]) -> bool:
-    bl = list(b)
-    return any(overlaps(x, y) for x in a for y in bl)
+    """True when some scope of ``a`` overlaps some scope of ``b``. Small sets pair by pair; larger ones by
+    looking up each scope's ancestors (itself included) in the other set: linear in the paths times their depth."""
+    al, bl = list(a), list(b)
+    if len(al) * len(bl) <= 64:
+        return any(overlaps(x, y) for x in al for y in bl)
+    return _any_ancestor_in(al, set(bl)) or _any_ancestor_in(bl, set(al))
+
+
+def _any_ancestor_in(paths: list[str], others: set[str]) -> bool:
+    """True when one of ``others`` contains one of ``paths``."""
+    if ROOT in others:
+        return bool(paths)
+    for p in paths:
+        if p == ROOT:
+            continue
+        i = p.find("/")
+        while i >= 0:
+            if p[:i] in others:
+                return True
+            i = p.find("/", i + 1)
+        if p in others:
+            return True
+    return False
 
 
 def _show(raw: str) -> str:

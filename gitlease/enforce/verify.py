@@ -34,20 +34,38 @@ def touched_paths(cwd: str, include: list[str], exclude: list[str]) -> list[str]
 def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
     """``enforce.check``'s lookup from a fresh snapshot: {path: Holder} of other leases that still block."""
     blocking = [v for v in snap.leases if v.lease_id not in mine_ids and v.state(now, skew) != "expired"]
+    first: dict[str, int] = {}  # scope -> the first blocking lease (in snapshot order) holding exactly it
+    for k, v in enumerate(blocking):
+        for s in v.paths:
+            first.setdefault(s, k)
 
     def lookup(paths):
+        """Each path's holder: the first blocking lease with a scope containing it, found by looking up the
+        path's prefixes (``.``, ``a``, ``a/b``, ...: the only scopes that contain ``a/b/...``), not by a loop
+        over every lease."""
         out = {}
         for p in paths:
-            for v in blocking:
-                s = enforce.covering(v.paths, p)
-                if s is None:
-                    continue
-                if not v.valid or v.record is None:
-                    out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
-                else:
-                    r = v.record
-                    out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
-                break
+            k = first.get(enforce.ROOT)
+            i = p.find("/")
+            while i >= 0:
+                got = first.get(p[:i])
+                if got is not None and (k is None or got < k):
+                    k = got
+                i = p.find("/", i + 1)
+            got = first.get(p)
+            if got is not None and (k is None or got < k):
+                k = got
+            if k is None:
+                continue
+            v = blocking[k]
+            s = enforce.covering(v.paths, p)
+            if s is None:
+                continue
+            if not v.valid or v.record is None:
+                out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
+            else:
+                r = v.record
+                out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
         return out
 
     return lookup

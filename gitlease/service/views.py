@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
 from gitlease.core.errors import HeldError, InvalidRecord
+from gitlease.core.pathindex import PathIndex
 from gitlease.core.record import Record
 from gitlease.core.refnames import (
     ID_PREFIX,
@@ -108,23 +109,54 @@ class Snapshot:
     signed_store: bool = False
     foreign: list[str] = field(default_factory=list)  # refs under refs/leases/ that are not gitlease's (faults)
 
+    _index: tuple[int, int, PathIndex[None]] | None = field(default=None, init=False, repr=False, compare=False)
+
     def blocking(self, paths: Iterable[str], now: float, skew: int) -> list[LeaseView]:
         """Every lease whose scope overlaps ``paths`` and is not expired beyond the skew margin."""
-        paths = list(paths)
-        return [v for v in self.leases if scopes.sets_overlap(v.paths, paths) and v.state(now, skew) != "expired"]
+        return [v for v in self.overlapping(paths) if v.state(now, skew) != "expired"]
 
     def overlapping(self, paths: Iterable[str]) -> list[LeaseView]:
-        paths = list(paths)
-        return [v for v in self.leases if scopes.sets_overlap(v.paths, paths)]
+        """Every lease whose scope overlaps ``paths``, in the snapshot's order: a walk of the leases' trie
+        (core/pathindex.py), the depth of each path plus what it finds, not a loop over every lease."""
+        leases = self.leases
+        return [leases[k] for k in self.paths_index().overlapping(paths)]  # type: ignore[index]
+
+    def paths_index(self) -> PathIndex[None]:
+        """The leases' scopes in a trie, keyed by position in ``leases`` (built once; again if the list is
+        replaced or grows)."""
+        got = self._index
+        if got is None or got[0] != id(self.leases) or got[1] != len(self.leases):
+            index: PathIndex[None] = PathIndex()
+            for k, v in enumerate(self.leases):
+                index.add(k, v.paths)
+            got = self._index = (id(self.leases), len(self.leases), index)
+        return got[2]
 
     def overlaps(self, now: float, skew: int) -> list[tuple[LeaseView, LeaseView]]:
         """Pairs of valid leases, neither expired beyond the skew margin, whose scopes overlap: a store fault
-        (git's directory/file rule makes a correct store refuse the second)."""
+        (git's directory/file rule makes a correct store refuse the second). Each pair (earlier, later) in the
+        snapshot's order, by the earlier one, then the later one; found in a trie of the live leases, so a
+        store without faults costs one lookup a lease."""
         live = [v for v in self.leases if v.valid and v.state(now, skew) != "expired"]
-        return [(a, b) for i, a in enumerate(live) for b in live[i + 1 :] if scopes.sets_overlap(a.paths, b.paths)]
+        if not _any_nested(p for v in live for p in v.paths):
+            return []  # no scope contains another: no pair overlaps (the common case, checked by one sort)
+        index: PathIndex[None] = PathIndex()
+        for k, v in enumerate(live):
+            index.add(k, v.paths)
+        out: list[tuple[LeaseView, LeaseView]] = []
+        for i, a in enumerate(live):
+            out.extend((a, live[k]) for k in index.overlapping(a.paths) if k > i)  # type: ignore[operator,index]
+        return out
 
     def find(self, lease_id: str) -> LeaseView | None:
         return next((v for v in self.leases if v.lease_id == lease_id), None)
+
+
+def _any_nested(paths: Iterable[str]) -> bool:
+    """True when one of ``paths`` (repeats included) contains another. Sorted by segments, every path a scope
+    contains follows it directly, so comparing neighbours is enough."""
+    ordered = sorted(() if p == scopes.ROOT else tuple(p.split("/")) for p in paths)
+    return any(b[: len(a)] == a for a, b in zip(ordered, ordered[1:]))
 
 
 @dataclass(frozen=True)
@@ -144,6 +176,9 @@ class HistoryEntry:
 # ------------------------------------------------------------------------- view building
 
 
+_UNREADABLE = Blob(None, None, "object not readable")
+
+
 def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
     if b.record is None:
         return None, b.problem or "missing record"
@@ -155,7 +190,16 @@ def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
 
 def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]:
     """Group listed refs into leases. Anything that does not add up is an invalid view that still holds
-    the paths its refs name: fail closed."""
+    the paths its refs name: fail closed. Each object is parsed once (a lease's id ref and its scope refs
+    point at the same grant until it is renewed)."""
+    parsed: dict[str, tuple[Record | None, str | None]] = {}
+
+    def parse_oid(oid: str) -> tuple[Record | None, str | None]:
+        got = parsed.get(oid)
+        if got is None:
+            got = parsed[oid] = _parse_blob(blobs.get(oid, _UNREADABLE))
+        return got
+
     views: dict[str, LeaseView] = {}
     by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
     bad: list[LeaseView] = []
@@ -179,7 +223,7 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         if not ref.startswith(ID_PREFIX):
             continue
         lease_id = ref[len(ID_PREFIX) :]
-        rec, problem = _parse_blob(blobs.get(oid, Blob(None, None, "object not readable")))
+        rec, problem = parse_oid(oid)
         view = LeaseView(
             lease_id=lease_id,
             paths=rec.paths if rec else (),
@@ -193,7 +237,7 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
             view.problems.append(f"record names lease {rec.lease_id}, not {lease_id}")
         views[lease_id] = view
     for grant, refmap in by_grant.items():
-        grec, problem = _parse_blob(blobs.get(grant, Blob(None, None, "object not readable")))
+        grec, problem = parse_oid(grant)
         paths = tuple(sorted(refmap.values()))
         if grec is None:
             bad.append(

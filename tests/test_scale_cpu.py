@@ -1,0 +1,190 @@
+"""Reads at scale, the CPU half (issue 22): the trie and the one-parse reads answer exactly as the double loops
+and repeated parses they replace. Behaviour only, never timings."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gitlease.core import record as records
+from gitlease.core import scope as scopes
+from gitlease.core.store import Blob
+from gitlease.service.views import LeaseView, Snapshot, build_views
+
+NOW = 1_800_000_000.0
+SKEW = 30
+
+segment = st.sampled_from(["a", "b", "ab", "a-b", "a.b", "c"])
+path = st.lists(segment, min_size=0, max_size=3).map(lambda xs: "/".join(xs) or ".")
+
+
+def _record(paths: tuple[str, ...], ttl: int, k: int) -> records.Record:
+    owner = records.Owner(task_id=f"t{k}", agent_id="a", host="h", pid=0)
+    return records.new_record(
+        lease_id=f"lease_{k:08d}aa", repo="r", paths=paths, workspace_id="w", owner=owner, now=NOW - 100, ttl=ttl
+    )
+
+
+view_spec = st.tuples(
+    st.lists(path, min_size=0, max_size=3),
+    st.sampled_from(["valid", "expired", "grace", "invalid", "norecord"]),
+)
+
+
+def _views(specs) -> list[LeaseView]:
+    out = []
+    for k, (ps, kind) in enumerate(specs):
+        paths = scopes.minimize(ps) if ps else ()
+        ttl = {"expired": 50, "grace": 90}.get(kind, 3600)
+        rec = _record(paths, ttl, k) if paths and kind != "norecord" else None
+        v = LeaseView(lease_id=f"lease_{k:08d}aa", paths=paths, record=rec)
+        if kind == "invalid" or rec is None:
+            v.problems.append("broken")
+        out.append(v)
+    return out
+
+
+def naive_overlapping(snap: Snapshot, paths) -> list[LeaseView]:
+    paths = list(paths)
+    return [v for v in snap.leases if scopes.sets_overlap(v.paths, paths)]
+
+
+def naive_overlaps(snap: Snapshot) -> list[tuple[LeaseView, LeaseView]]:
+    live = [v for v in snap.leases if v.valid and v.state(NOW, SKEW) != "expired"]
+    return [(a, b) for i, a in enumerate(live) for b in live[i + 1 :] if scopes.sets_overlap(a.paths, b.paths)]
+
+
+@settings(max_examples=300)
+@given(st.lists(view_spec, max_size=12), st.lists(path, min_size=1, max_size=4))
+def test_snapshot_queries_match_the_double_loop(specs, query):
+    """blocking / overlapping / overlaps through the trie: the same leases, in the same order, as before."""
+    snap = Snapshot(_views(specs), NOW)
+    assert snap.overlapping(query) == naive_overlapping(snap, query)
+    want = [v for v in naive_overlapping(snap, query) if v.state(NOW, SKEW) != "expired"]
+    assert snap.blocking(query, NOW, SKEW) == want
+    assert snap.overlaps(NOW, SKEW) == naive_overlaps(snap)
+
+
+def test_snapshot_index_follows_a_replaced_or_grown_lease_list():
+    snap = Snapshot(_views([(["a"], "valid")]), NOW)
+    assert [v.lease_id for v in snap.overlapping(["a/x"])] == ["lease_00000000aa"]
+    snap.leases = _views([(["b"], "valid")])
+    assert snap.overlapping(["a/x"]) == [] and len(snap.overlapping(["b"])) == 1
+    snap.leases.append(_views([(["b"], "valid"), (["a"], "valid")])[1])
+    assert [v.lease_id for v in snap.overlapping(["."])] == ["lease_00000000aa", "lease_00000001aa"]
+
+
+def test_build_views_parses_each_object_once(monkeypatch):
+    """A lease's id ref and its scope refs point at the same grant: one parse, one Record shared."""
+    from gitlease.core.refnames import id_ref, scope_ref
+
+    rec = _record(("a", "b/c"), 3600, 1)
+    oid = "1" * 40
+    refs = {id_ref(rec.lease_id): oid, scope_ref("a"): oid, scope_ref("b/c"): oid}
+    calls = []
+    real = records.parse
+    monkeypatch.setattr(records, "parse", lambda data: calls.append(data) or real(data))
+    views = build_views(refs, {oid: Blob(rec.canonical(), None)})
+    assert len(calls) == 1
+    assert len(views) == 1 and views[0].valid and views[0].record == rec
+    assert views[0].paths == ("a", "b/c") and views[0].grant_oid == views[0].current_oid == oid
+
+
+def loop_lookup(snap: Snapshot, mine_ids, now, skew):
+    """verify.others_lookup as it was: every path against every blocking lease."""
+    from gitlease.enforce import rules as enforce
+
+    blocking = [v for v in snap.leases if v.lease_id not in mine_ids and v.state(now, skew) != "expired"]
+
+    def lookup(paths):
+        out = {}
+        for p in paths:
+            for v in blocking:
+                s = enforce.covering(v.paths, p)
+                if s is None:
+                    continue
+                if not v.valid or v.record is None:
+                    out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
+                else:
+                    r = v.record
+                    out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
+                break
+        return out
+
+    return lookup
+
+
+file_path = st.lists(segment, min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=300)
+@given(st.lists(view_spec, max_size=12), st.lists(file_path, max_size=8), st.sets(st.integers(0, 11), max_size=3))
+def test_others_lookup_names_the_same_holders_as_the_loop(specs, paths, mine):
+    """The pre-push / verify / server-hook lookup by prefix: the same holder, scope and facts for every path."""
+    from gitlease.enforce.verify import others_lookup
+
+    snap = Snapshot(_views(specs), NOW)
+    mine_ids = {f"lease_{k:08d}aa" for k in mine}
+    got = others_lookup(snap, mine_ids, NOW, SKEW)(paths)
+    want = loop_lookup(snap, mine_ids, NOW, SKEW)(paths)
+    assert {p: h.to_json() for p, h in got.items()} == {p: h.to_json() for p, h in want.items()}
+
+
+def test_others_lookup_odd_scopes_of_invalid_views():
+    """Invalid views can hold paths no record would (a foreign ref's components): looked up exactly as before."""
+    from gitlease.enforce.verify import others_lookup
+
+    views = _views([(["a"], "invalid"), (["x/y"], "valid")])
+    views.append(LeaseView(lease_id="?refs/leases/scope/%zz", paths=("%zz",), problems=["not a scope ref"]))
+    views.append(LeaseView(lease_id="?root", paths=(".",), problems=["unreadable"]))
+    snap = Snapshot(views, NOW)
+    paths = ["a", "a/b", "%zz/q", "x/y/z", "x/yz", "q"]
+    got = others_lookup(snap, set(), NOW, SKEW)(paths)
+    want = loop_lookup(snap, set(), NOW, SKEW)(paths)
+    assert {p: h.to_json() for p, h in got.items()} == {p: h.to_json() for p, h in want.items()}
+    assert got["q"].lease_id == "?root" and got["x/y/z"].lease_id == "lease_00000001aa"
+
+
+def _decode_reference(component: str) -> str:
+    """refnames.decode_segment without its shortcut for plain components."""
+    from gitlease.core.refnames import _HEX, SAFE, encode_segment
+
+    buf = bytearray()
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "%":
+            hx = component[i + 1 : i + 3]
+            if len(hx) != 2 or any(c not in _HEX for c in hx):
+                raise ValueError(component)
+            buf.append(int(hx, 16))
+            i += 3
+        else:
+            if ch not in SAFE:
+                raise ValueError(component)
+            buf.append(ord(ch))
+            i += 1
+    segment = buf.decode("utf-8")
+    if encode_segment(segment) != component:
+        raise ValueError(component)
+    return segment
+
+
+@given(st.text(st.sampled_from(list("aZ09-_.%2E@ü/")), max_size=12))
+def test_decode_segment_shortcut_answers_as_the_full_decode(component):
+    from gitlease.core.refnames import decode_segment
+
+    def run(fn):
+        try:
+            return fn(component)
+        except ValueError:
+            return "refused"
+
+    assert run(decode_segment) == run(_decode_reference)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.lists(path, min_size=1, max_size=3), st.just("valid")), max_size=10))
+def test_overlaps_without_any_nesting_is_empty_and_otherwise_exact(specs):
+    snap = Snapshot(_views(specs), NOW)
+    assert snap.overlaps(NOW, SKEW) == naive_overlaps(snap)
