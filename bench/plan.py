@@ -59,9 +59,9 @@ from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.errors import HeldError  # noqa: E402
 from gitlease.core.pathindex import PathIndex, naive_overlapping  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
-from gitlease.core.scope import ROOT  # noqa: E402
+from gitlease.core.scope import ROOT, normalize_all  # noqa: E402
 from gitlease.plan.planner import Task, blocking_leases, make_task, plan  # noqa: E402
-from gitlease.plan.suggest import read_tree  # noqa: E402
+from gitlease.plan.suggest import QueueIndex, read_tree  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
 from testing.benchdoc import write_section  # noqa: E402
 
@@ -188,9 +188,14 @@ class Replay:
 
 
 def scoped_tasks(commits: list[Commit], gran: str, tree) -> list[Task]:
+    """The commits as a queue, as ``git lease plan`` / ``git lease work`` read it (``auto`` sees the queue)."""
     if gran == "repo":
         return [make_task(c.id, scope=[ROOT]) for c in commits]
-    return [make_task(c.id, paths=c.paths, granularity=gran, tree=tree) for c in commits]
+    queue = QueueIndex(normalize_all(c.paths) for c in commits) if gran == "auto" else None
+    return [
+        make_task(c.id, paths=c.paths, granularity=gran, tree=tree, queue=queue, position=i)
+        for i, c in enumerate(commits)
+    ]
 
 
 def replay(
@@ -464,7 +469,8 @@ def build_section(
         "the root makes every top-level file lease the whole repository); `dir` has the same trap one level down "
         "(`tokio/src/lib.rs` leases all of `tokio/src`). `file` waits only where the history really overlaps, but "
         "a lease holds one ref per file (the refs a push advertises grow with it, part 4 above) and covers no "
-        "file the task did not name in advance. `auto` leases a small leaf folder whole and any other file alone "
+        "file the task did not name in advance. `auto` leases a small workspace member or leaf folder whole, but "
+        "only where no task near it in the queue works in the same folder, and any other file alone "
         "(docs/planning.md). Lease writes are one acquire and one release per task whatever the granularity."
     )
     lines.append("")

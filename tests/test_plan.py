@@ -206,14 +206,14 @@ def test_suggestion_at_each_granularity_on_a_real_tree(workspace_repo):
         "crates/core",
         "docs/guide",
     )
-    # auto: small leaf folders are leased whole; manifests, files next to subfolders and files in large
-    # flat folders are leased alone (the package trap avoided).
+    # auto: small leaf folders and small workspace members are leased whole; manifests of large packages,
+    # files next to subfolders and files in wide flat folders are leased alone (the package trap avoided).
     assert suggest(["crates/core/src/sync/mutex.rs"], "auto", tree) == ("crates/core/src/sync",)
     assert suggest(
         ["crates/core/Cargo.toml", "crates/core/src/lib.rs", "crates/core/big/f3.rs", "README.md", "py/pyproject.toml"],
         "auto",
         tree,
-    ) == ("README.md", "crates/core/Cargo.toml", "crates/core/big/f3.rs", "crates/core/src/lib.rs", "py/pyproject.toml")
+    ) == ("README.md", "crates/core/Cargo.toml", "crates/core/big/f3.rs", "crates/core/src/lib.rs", "py")
     assert suggest(["crates/core/tests/a.rs", "crates/core/tests/new.rs"], None, tree) == ("crates/core/tests",)
     assert suggest(["new/dir/file.rs"], "auto", tree) == ("new/dir/file.rs",)
     assert suggest(["crates/core/src"], "dir", tree) == ("crates/core/src",)  # a folder stays itself
@@ -264,7 +264,8 @@ def test_cli_plan_and_acquire_against_a_remote_with_active_leases(workspace_repo
     out = env["result"]
     assert out["start"] == ["t2", "t4"] and out["granularity"] == "auto" and out["leases"] == 1
     assert [(b["id"], b["by"]) for b in out["blocked"]] == [("t1", [held]), ("t3", [held, "t1", "t2"]), ("t5", ["t3"])]
-    assert out["scopes"]["t4"] == ["py/pkg", "web/src"] and out["acquired"] == []
+    assert out["scopes"]["t4"] == ["py", "web"] and out["acquired"] == []  # two small workspace members
+    assert out["startByGranularity"] == {"auto": 2, "file": 2, "dir": 1, "package": 1}
 
     res = cli(workspace_repo, "plan", str(tasks), "--granularity", "package")
     assert res.returncode == 0, res.stderr
@@ -288,7 +289,8 @@ def test_cli_plan_and_acquire_against_a_remote_with_active_leases(workspace_repo
     leases = {tuple(x["paths"]): x for x in json.loads(res.stdout)["result"]["leases"]}
     assert leases[("crates/core/Cargo.toml",)]["owner"]["taskId"] == "t2"
     res = cli(workspace_repo, "plan", str(tasks))  # t2 now runs under its lease; t4 is still free
-    assert res.returncode == 0 and res.stdout.splitlines()[0] == "start: t4  py/pkg web/src"
+    assert res.returncode == 0 and res.stdout.splitlines()[0] == "start: t4  py web"
+    assert "could start now by granularity: auto 1, file 1, dir 1, package 1" in res.stdout
     assert "blocked: t2  crates/core/Cargo.toml  by " + got[0]["leaseId"] in res.stdout
 
 
@@ -353,3 +355,108 @@ def test_bench_sections_survive_each_others_rewrites(tmp_path):
     plan_bench.write_section(doc, "<!-- plan:begin -->\nplan v2\n<!-- plan:end -->\n", plan_bench.BEGIN, plan_bench.END)
     text = doc.read_text()
     assert "plan v1" not in text and text.count("plan v2") == 1 and "new figures" in text and "hooks\n" in text
+
+
+# ------------------------------------------------------------ auto on wide folders, queues and the traces
+
+
+def test_auto_leases_a_wide_flat_folder_file_by_file():
+    # requests' layout: one flat folder of 20 modules. Leasing it whole made it a global lock.
+    flat = [f"src/requests/m{i}.py" for i in range(20)] + ["docs/user/a.rst", "docs/user/b.rst", "pyproject.toml"]
+    tree = RepoTree.from_paths(flat)
+    assert suggest(["src/requests/m3.py"], "auto", tree) == ("src/requests/m3.py",)
+    assert suggest(["docs/user/a.rst"], "auto", tree) == ("docs/user",)  # a small leaf folder stays whole
+    assert suggest(["pyproject.toml"], "auto", tree) == ("pyproject.toml",)  # the root package: never whole
+    # A folder at the limit is leased whole, one entry more is not.
+    from gitlease.plan.suggest import AUTO_MAX_DIR_ENTRIES
+
+    at = RepoTree.from_paths([f"a/b/f{i}" for i in range(AUTO_MAX_DIR_ENTRIES)] + ["x"])
+    over = RepoTree.from_paths([f"a/b/f{i}" for i in range(AUTO_MAX_DIR_ENTRIES + 1)] + ["x"])
+    assert suggest(["a/b/f0"], "auto", at) == ("a/b",) and suggest(["a/b/f0"], "auto", over) == ("a/b/f0",)
+
+
+def test_auto_leases_a_small_workspace_member_whole_and_a_large_one_by_file():
+    files = ["Cargo.toml", "big/Cargo.toml", "small/Cargo.toml", "small/src/lib.rs", "small/src/mac.rs"]
+    files += [f"big/src/m{i}.rs" for i in range(30)] + ["big/src/lib.rs", "big/src/sub/x.rs"]
+    tree = RepoTree.from_paths(files)
+    assert suggest(["small/Cargo.toml"], "auto", tree) == ("small",)
+    assert suggest(["small/src/lib.rs"], "auto", tree) == ("small",)
+    assert suggest(["big/Cargo.toml"], "auto", tree) == ("big/Cargo.toml",)  # the package trap avoided
+    assert suggest(["big/src/lib.rs"], "auto", tree) == ("big/src/lib.rs",)
+    assert suggest(["big/src/sub/x.rs"], "auto", tree) == ("big/src/sub",)
+
+
+def test_auto_in_a_queue_leases_a_folder_whole_only_where_no_nearby_task_works():
+    from gitlease.plan.suggest import AUTO_QUEUE_WINDOW
+
+    tree = RepoTree.from_paths(["lib/sync/a.rs", "lib/sync/b.rs", "lib/sync/c.rs", "lib/net/tcp.rs", "lib/lib.rs"])
+
+    def scopes_of(rows):
+        lines = [json.dumps(r) for r in rows]
+        return {t.id: t.scope for t in parse_tasks(lines, tree=tree)}
+
+    # Two tasks on different files of one small folder: each leases its file, so they run side by side.
+    got = scopes_of([{"id": "t1", "paths": ["lib/sync/a.rs"]}, {"id": "t2", "paths": ["lib/sync/b.rs"]}])
+    assert got == {"t1": ("lib/sync/a.rs",), "t2": ("lib/sync/b.rs",)}
+    # Tasks naming the same file wait for each other anyway: the folder stays whole for both.
+    got = scopes_of([{"id": "t1", "paths": ["lib/sync/a.rs"]}, {"id": "t2", "paths": ["lib/sync/a.rs"]}])
+    assert got == {"t1": ("lib/sync",), "t2": ("lib/sync",)}
+    # An explicit scope inside the folder counts like a path; a task alone in its folder leases it whole.
+    got = scopes_of(
+        [{"id": "t1", "paths": ["lib/sync/a.rs", "lib/net/tcp.rs"]}, {"id": "t2", "scope": ["lib/sync/c.rs"]}]
+    )
+    assert got["t1"] == ("lib/net", "lib/sync/a.rs") and got["t2"] == ("lib/sync/c.rs",)
+    # Tasks further apart in the queue than the window never run together: both lease the folder.
+    filler = [{"id": f"f{i}", "paths": ["lib/lib.rs"]} for i in range(AUTO_QUEUE_WINDOW)]
+    far = [{"id": "t1", "paths": ["lib/sync/a.rs"]}, *filler, {"id": "t2", "paths": ["lib/sync/b.rs"]}]
+    near = [{"id": "t1", "paths": ["lib/sync/a.rs"]}, *filler[1:], {"id": "t2", "paths": ["lib/sync/b.rs"]}]
+    assert scopes_of(far)["t1"] == ("lib/sync",) and scopes_of(far)["t2"] == ("lib/sync",)
+    assert scopes_of(near)["t1"] == ("lib/sync/a.rs",) and scopes_of(near)["t2"] == ("lib/sync/b.rs",)
+    # Other granularities ignore the queue.
+    assert parse_tasks([json.dumps(r) for r in near], granularity="dir", tree=tree)[0].scope == ("lib/sync",)
+
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _trace(name):
+    with open(os.path.join(DATA, f"{name}-tail240.jsonl"), encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    return [r for r in rows if r["paths"]]
+
+
+def _makespan(tasks, workers):
+    """The queue worker's schedule with unit task times: at each event, plan against the scopes in flight and
+    start what the plan allows on the free workers."""
+    queue, running, now = list(tasks), [], 0
+    while queue or running:
+        free = workers - len(running)
+        if free and queue:
+            p = plan(queue, [(t.id, t.scope) for _, t in running], limit=free)
+            started = set(p.start)
+            running += [(now + 1, p.tasks[tid]) for tid in p.start]
+            queue = [t for t in queue if t.id not in started]
+        now = min(end for end, _ in running)
+        running = [(end, t) for end, t in running if end > now]
+    return now
+
+
+@pytest.mark.parametrize("name", ["requests", "tokio"])
+def test_auto_on_the_traces_waits_no_more_than_file_and_still_leases_folders(name):
+    """The last commits of requests (a flat package) and tokio (a workspace) as queues, 5 workers."""
+    rows = _trace(name)
+    tree = RepoTree.from_paths(p for r in rows for p in r["paths"])
+    lines = [json.dumps({"id": r["id"], "paths": r["paths"]}) for r in rows]
+    for n in (30, len(rows)):
+        by = {g: parse_tasks(lines[-n:], granularity=g, tree=tree) for g in ("auto", "file", "dir", "package")}
+        span = {g: _makespan(ts, 5) for g, ts in by.items()}
+        one = _makespan(by["file"], 1)
+        assert span["auto"] <= span["file"] * 1.05, (n, span)
+        assert one / span["auto"] > 1.5, (n, span)  # a real speed-up, not a global lock
+        assert span["dir"] > span["auto"] and span["package"] > span["auto"], (n, span)
+    # auto still leases whole folders where no nearby task works (files a task adds or forgets are covered)
+    whole = [t for t in by["auto"] if t.scope != tuple(sorted(set(t.paths)))]
+    assert len(whole) >= len(rows) // 20, len(whole)
+    if name == "requests":
+        assert "src/requests/models.py" in tree.files
+        assert all("src/requests" not in t.scope for t in by["auto"])  # the flat package is never one lock

@@ -55,19 +55,32 @@ def plan_cmd(
 
     TASKS: a file of JSON lines in queue order, {"id": ..., "scope": [...]} or {"id": ..., "paths": [...]};
     '-' reads stdin. Rules: docs/planning.md."""
-    from gitlease.plan.planner import parse_tasks, plan_queue, start_tasks
+    from gitlease.plan.planner import (
+        COMPARED_GRANULARITIES,
+        blocking_leases,
+        plan_queue,
+        read_rows,
+        start_tasks,
+        starts_by_granularity,
+        tasks_from_rows,
+    )
     from gitlease.plan.suggest import parse_granularity, read_tree
 
     gran = parse_granularity(granularity)
     lines, source = _read_lines(tasks)
+    rows = read_rows(lines, source=source)
     svc = service(remote, agent=agent)
-    tree = read_tree(svc.repo.cwd) if gran.kind in ("package", "auto") else None
-    queue = parse_tasks(lines, granularity=gran, tree=tree, source=source)
+    tree = read_tree(svc.repo.cwd)
+    queue = tasks_from_rows(rows, granularity=gran, tree=tree)
     the_plan, snap = plan_queue(svc, queue)
+    leases = blocking_leases(snap, svc.clock.now(), svc.settings.skew)
+    compared = [*COMPARED_GRANULARITIES, *([str(gran)] if str(gran) not in COMPARED_GRANULARITIES else [])]
+    by_gran = starts_by_granularity(rows, leases, tree, compared)
     started = start_tasks(svc, the_plan, acquire, ttl=ttl_seconds(ttl)) if acquire else []
     result = dict(
         the_plan.to_json(),
         granularity=str(gran),
+        startByGranularity=by_gran,
         store=svc.store.name,
         leases=len(snap.leases),
         acquired=[s.to_json() for s in started],
@@ -77,6 +90,8 @@ def plan_cmd(
     lines_out += [f"blocked: {b.id}  {scope_of[b.id]}  by {' '.join(b.by)}" for b in the_plan.blocked]
     if not queue:
         lines_out.append("no tasks")
+    else:
+        lines_out.append("could start now by granularity: " + ", ".join(f"{g} {n}" for g, n in by_gran.items()))
     for s in started:
         if s.ok:
             lines_out.append(f"lease acquired: {s.lease_id} for {s.id}")

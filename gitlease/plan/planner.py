@@ -30,7 +30,7 @@ from typing import Any
 from gitlease.core import scope as scopes
 from gitlease.core.errors import GitLeaseError, HeldError, UsageError
 from gitlease.core.pathindex import PathIndex
-from gitlease.plan.suggest import Granularity, RepoTree, parse_granularity, suggest
+from gitlease.plan.suggest import Granularity, QueueIndex, RepoTree, parse_granularity, suggest
 
 
 @dataclass(frozen=True)
@@ -84,27 +84,42 @@ def make_task(
     paths: Iterable[str] | None = None,
     granularity: Granularity | str | None = None,
     tree: RepoTree | None = None,
+    queue: QueueIndex | None = None,
+    position: int = -1,
 ) -> Task:
-    """A task from an explicit scope, or from paths through suggestion (``tree`` needed for package/auto)."""
+    """A task from an explicit scope, or from paths through suggestion (``tree`` needed for package/auto;
+    ``queue`` and ``position``, the queue the task is part of and its place there, let ``auto`` lease a folder
+    whole only where no nearby task of the queue works: ``gitlease.plan.suggest.QueueIndex``)."""
     if scope is not None:
         return Task(tid, scopes.normalize_all(scope), tuple(paths or ()), suggested=False)
     if paths is None:
         raise UsageError(f"task {tid} has neither scope nor paths")
     ps = tuple(paths)
-    return Task(tid, suggest(ps, granularity, tree or RepoTree.from_paths(())), ps, suggested=True)
+    got = suggest(ps, granularity, tree or RepoTree.from_paths(()), queue=queue, position=position)
+    return Task(tid, got, ps, suggested=True)
 
 
-def parse_tasks(
-    lines: Iterable[str],
-    *,
-    granularity: Granularity | str | None = None,
-    tree: RepoTree | None = None,
-    source: str = "tasks",
-) -> list[Task]:
+@dataclass(frozen=True)
+class QueueRow:
+    """One task line of a queue file, checked: its id, its scope or paths, and the whole object (``prompt`` and
+    any other field a runner passes on)."""
+
+    id: str
+    scope: tuple[str, ...] | None
+    paths: tuple[str, ...] | None
+    where: str
+    obj: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def names(self) -> tuple[str, ...]:
+        """What the task names, normalised: its scope if it gives one, else its paths."""
+        return scopes.normalize_all(self.scope if self.scope is not None else self.paths or ())
+
+
+def read_rows(lines: Iterable[str], *, source: str = "tasks") -> list[QueueRow]:
     """JSON lines ``{"id", "scope": [...]}`` or ``{"id", "paths": [...]}`` (blank lines and ``#`` comments are
-    skipped). Raises UsageError naming the line for anything malformed, an invalid scope, or a repeated id."""
-    gran = granularity if isinstance(granularity, Granularity) else parse_granularity(granularity)
-    out: list[Task] = []
+    skipped), checked. Raises UsageError naming the line for anything malformed, an invalid scope or path, or a
+    repeated id."""
+    out: list[QueueRow] = []
     seen: set[str] = set()
     for n, raw in enumerate(lines, 1):
         line = raw.strip()
@@ -131,11 +146,44 @@ def parse_tasks(
                 raise UsageError(f'{where}: "{name}" must be a list of strings')
         if sc is None and ps is None:
             raise UsageError(f'{where}: task {tid!r} has neither "scope" nor "paths"')
+        row = QueueRow(tid, tuple(sc) if sc is not None else None, tuple(ps) if ps is not None else None, where, obj)
         try:
-            out.append(make_task(tid, scope=sc if sc is not None else None, paths=ps, granularity=gran, tree=tree))
+            row.names()
         except UsageError as exc:
             raise UsageError(f"{where}: task {tid!r}: {exc.message}") from None
+        out.append(row)
     return out
+
+
+def tasks_from_rows(
+    rows: Sequence[QueueRow],
+    *,
+    granularity: Granularity | str | None = None,
+    tree: RepoTree | None = None,
+) -> list[Task]:
+    """The tasks of checked rows, in queue order; ``auto`` sees the whole queue (``QueueIndex``)."""
+    gran = granularity if isinstance(granularity, Granularity) else parse_granularity(granularity)
+    queue = QueueIndex(r.names() for r in rows) if gran.kind == "auto" else None
+    out: list[Task] = []
+    for pos, r in enumerate(rows):
+        try:
+            out.append(
+                make_task(r.id, scope=r.scope, paths=r.paths, granularity=gran, tree=tree, queue=queue, position=pos)
+            )
+        except UsageError as exc:
+            raise UsageError(f"{r.where}: task {r.id!r}: {exc.message}") from None
+    return out
+
+
+def parse_tasks(
+    lines: Iterable[str],
+    *,
+    granularity: Granularity | str | None = None,
+    tree: RepoTree | None = None,
+    source: str = "tasks",
+) -> list[Task]:
+    """``read_rows`` then ``tasks_from_rows``: the tasks of a queue file's lines, in queue order."""
+    return tasks_from_rows(read_rows(lines, source=source), granularity=granularity, tree=tree)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -169,6 +217,24 @@ def plan(tasks: Sequence[Task], leases: Iterable[tuple[str, Sequence[str]]], *, 
             start.append(task.id)
         earlier.add(("task", task.id), task.scope)
     return Plan(tuple(start), tuple(blocked), tuple(deferred), by_id)
+
+
+COMPARED_GRANULARITIES = ("auto", "file", "dir", "package")
+
+
+def starts_by_granularity(
+    rows: Sequence[QueueRow],
+    leases: Sequence[tuple[str, Sequence[str]]],
+    tree: RepoTree,
+    granularities: Iterable[Granularity | str] = COMPARED_GRANULARITIES,
+) -> dict[str, int]:
+    """How many tasks of the queue could start now at each granularity, against the same blocking leases
+    (tasks that name their scope count the same at every granularity)."""
+    out: dict[str, int] = {}
+    for g in granularities:
+        gran = g if isinstance(g, Granularity) else parse_granularity(g)
+        out[str(gran)] = len(plan(tasks_from_rows(rows, granularity=gran, tree=tree), leases).start)
+    return out
 
 
 def blocking_leases(snapshot, now: float, skew: int) -> list[tuple[str, tuple[str, ...]]]:
@@ -253,10 +319,15 @@ __all__ = [
     "Blocked",
     "Plan",
     "StartResult",
+    "QueueRow",
     "make_task",
+    "read_rows",
+    "tasks_from_rows",
     "parse_tasks",
     "plan",
     "blocking_leases",
+    "starts_by_granularity",
+    "COMPARED_GRANULARITIES",
     "plan_queue",
     "start_tasks",
 ]

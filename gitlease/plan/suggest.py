@@ -10,11 +10,16 @@ Granularities (``parse_granularity`` reads them from the command line):
   touches a package's own manifest (``tokio/Cargo.toml``) leases the whole package, and a workspace manifest
   at the root makes every top-level file lease the whole repository.
 * ``depth:N``: the first N segments of each path (the path itself when it is shorter).
-* ``auto`` (the default): a file in a small leaf directory (no subdirectories, at most
-  ``AUTO_MAX_DIR_ENTRIES`` entries, not a package root and not the repository root) leases that directory,
-  so a task that also adds or edits a sibling stays covered; any other file (a package's manifest, a
-  ``src/lib.rs`` next to subdirectories, a file in a large flat folder) leases just itself. This is the
-  package trap avoided: no file ever leases a subtree it does not sit in.
+* ``auto`` (the default): a file in a small workspace member (a package root other than the repository's, with
+  at most ``AUTO_MAX_PACKAGE_FILES`` files below it) leases that package; else a file in a small leaf
+  directory (no subdirectories, at most ``AUTO_MAX_DIR_ENTRIES`` entries, not a package root and not the
+  repository root) leases that directory, so a task that also adds or edits a sibling stays covered; any other
+  file (a large package's manifest, a ``src/lib.rs`` next to subdirectories, a file in a wide flat folder such
+  as a flat Python package) leases just itself. No file ever leases a subtree it does not sit in (the package
+  trap avoided). Inside a queue (``QueueIndex``), a package or folder is leased whole only when no task within
+  ``AUTO_QUEUE_WINDOW`` positions names another file in it: where nearby tasks work side by side in one
+  folder, each leases its files, so a folder lease never serialises tasks that touch different files.
+  Measured on the requests and tokio traces (docs/planning.md): the same makespan as ``file``.
 
 The tree comes from one ``git ls-tree -r --name-only -z HEAD`` (``read_tree``), never a walk of the worktree:
 what the repository holds, not what happens to be on disk. Pure apart from ``read_tree``.
@@ -22,6 +27,8 @@ what the repository holds, not what happens to be on disk. Pure apart from ``rea
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -31,7 +38,9 @@ from gitlease.core.errors import UsageError
 PACKAGE_MARKERS = ("Cargo.toml", "pyproject.toml", "package.json", "go.mod")
 GRANULARITIES = ("auto", "file", "dir", "package", "depth:N")
 DEFAULT_GRANULARITY = "auto"
-AUTO_MAX_DIR_ENTRIES = 20
+AUTO_MAX_DIR_ENTRIES = 12
+AUTO_MAX_PACKAGE_FILES = 16
+AUTO_QUEUE_WINDOW = 32
 
 
 @dataclass(frozen=True)
@@ -65,16 +74,20 @@ class RepoTree:
     files: frozenset[str]
     dirs: dict[str, list[int]] = field(default_factory=dict)  # folder -> [files, subfolders] directly in it
     packages: frozenset[str] = frozenset()
+    sizes: dict[str, int] = field(default_factory=dict)  # folder -> files anywhere below it
 
     @classmethod
     def from_paths(cls, paths: Iterable[str]) -> RepoTree:
         files = frozenset(paths)
         dirs: dict[str, list[int]] = {scopes.ROOT: [0, 0]}
+        sizes: Counter[str] = Counter()
         packages = set()
         for path in files:
             parts = path.split("/")
+            sizes[scopes.ROOT] += 1
             for i in range(1, len(parts)):  # parents first, so that each new folder is counted in its own
                 folder = "/".join(parts[:i])
+                sizes[folder] += 1
                 if folder not in dirs:
                     dirs[folder] = [0, 0]
                     dirs[_parent(folder)][1] += 1
@@ -82,7 +95,7 @@ class RepoTree:
             dirs[parent][0] += 1
             if parts[-1] in PACKAGE_MARKERS:
                 packages.add(parent)
-        return cls(files, dirs, frozenset(packages))
+        return cls(files, dirs, frozenset(packages), dict(sizes))
 
     def package_of(self, path: str) -> str | None:
         """The deepest package root that contains ``path`` (a package's own folder counts), or None."""
@@ -114,8 +127,81 @@ def _parent(path: str) -> str:
     return head if sep else scopes.ROOT
 
 
-def suggest_one(path: str, gran: Granularity, tree: RepoTree) -> str:
-    """The scope for one normalised path."""
+class QueueIndex:
+    """What the tasks of a queue name, folder by folder: each path (or explicit scope) below each folder, with
+    the queue positions of the tasks that name it. ``auto`` asks it whether another task *near* a task in the
+    queue (within ``window`` positions: the tasks that may run at the same time) works in a folder before
+    leasing that folder whole. Built once over the whole queue as given (done tasks included), so a task's
+    scope does not depend on which tasks are still pending, nor on the host that computes it."""
+
+    def __init__(self, tasks: Iterable[Iterable[str]] = (), *, window: int | None = None) -> None:
+        self.window = AUTO_QUEUE_WINDOW if window is None else window
+        self._below: dict[str, dict[str, list[int]]] = {}
+        self._size = 0
+        for names in tasks:
+            self.append(names)
+
+    def append(self, names: Iterable[str]) -> int:
+        """The next task of the queue (its normalised paths, or its explicit scope); returns its position."""
+        pos = self._size
+        self._size += 1
+        for name in set(names):
+            segs = [] if name == scopes.ROOT else name.split("/")
+            for i in range(1, len(segs)):  # every folder strictly above the name (the root is never leased)
+                self._below.setdefault("/".join(segs[:i]), {}).setdefault(name, []).append(pos)
+        return pos
+
+    def __len__(self) -> int:
+        return self._size
+
+    def others_in(self, folder: str, own: Iterable[str], position: int) -> bool:
+        """Whether a task within ``window`` positions of ``position`` names something below ``folder`` that the
+        task at ``position`` (naming ``own``) does not: a path both name makes them wait for each other anyway."""
+        mine = set(own)
+        lo, hi = position - self.window, position + self.window
+        for name, where in self._below.get(folder, {}).items():
+            if name in mine:
+                continue
+            i = bisect.bisect_left(where, lo)
+            while i < len(where) and where[i] <= hi:
+                if where[i] != position:
+                    return True
+                i += 1
+        return False
+
+
+def _auto(path: str, tree: RepoTree, own: tuple[str, ...], queue: QueueIndex | None, position: int) -> str:
+    def free(folder: str) -> bool:
+        return queue is None or not queue.others_in(folder, own, position)
+
+    pkg = tree.package_of(path)
+    if pkg is not None and pkg != scopes.ROOT and tree.sizes.get(pkg, 0) <= AUTO_MAX_PACKAGE_FILES and free(pkg):
+        return pkg
+    folder = _parent(path)
+    counts = tree.dirs.get(folder)
+    if (
+        counts is not None
+        and folder != scopes.ROOT
+        and folder not in tree.packages
+        and counts[1] == 0
+        and counts[0] <= AUTO_MAX_DIR_ENTRIES
+        and free(folder)
+    ):
+        return folder
+    return path
+
+
+def suggest_one(
+    path: str,
+    gran: Granularity,
+    tree: RepoTree,
+    *,
+    own: tuple[str, ...] = (),
+    queue: QueueIndex | None = None,
+    position: int = -1,
+) -> str:
+    """The scope for one normalised path (``own``: all the task's paths; ``queue`` and ``position``: the queue
+    and the task's place in it, see ``QueueIndex``)."""
     if path == scopes.ROOT or gran.kind == "file":
         return path
     is_dir = path in tree.dirs and path not in tree.files
@@ -127,32 +213,29 @@ def suggest_one(path: str, gran: Granularity, tree: RepoTree) -> str:
     if gran.kind == "package":
         pkg = tree.package_of(path)
         return pkg if pkg is not None else path
-    # auto
-    if is_dir:
-        return path
-    folder = _parent(path)
-    counts = tree.dirs.get(folder)
-    if (
-        counts is not None
-        and folder != scopes.ROOT
-        and folder not in tree.packages
-        and counts[1] == 0
-        and counts[0] <= AUTO_MAX_DIR_ENTRIES
-    ):
-        return folder
-    return path
+    return path if is_dir else _auto(path, tree, own or (path,), queue, position)
 
 
-def suggest(paths: Iterable[str], gran: Granularity | str | None, tree: RepoTree) -> tuple[str, ...]:
-    """The minimal scope set covering ``paths`` at granularity ``gran`` (raises ScopeError on a bad path)."""
+def suggest(
+    paths: Iterable[str],
+    gran: Granularity | str | None,
+    tree: RepoTree,
+    *,
+    queue: QueueIndex | None = None,
+    position: int = -1,
+) -> tuple[str, ...]:
+    """The minimal scope set covering ``paths`` at granularity ``gran`` (raises ScopeError on a bad path).
+    ``queue``, ``position``: the queue the task is part of and its place there (``QueueIndex``), for ``auto``;
+    without them, the tree alone decides."""
     g = gran if isinstance(gran, Granularity) else parse_granularity(gran)
     normal = scopes.normalize_all(paths)
-    return scopes.minimize(suggest_one(p, g, tree) for p in normal)
+    return scopes.minimize(suggest_one(p, g, tree, own=normal, queue=queue, position=position) for p in normal)
 
 
 __all__ = [
     "Granularity",
     "RepoTree",
+    "QueueIndex",
     "parse_granularity",
     "read_tree",
     "suggest",
@@ -160,4 +243,6 @@ __all__ = [
     "PACKAGE_MARKERS",
     "DEFAULT_GRANULARITY",
     "AUTO_MAX_DIR_ENTRIES",
+    "AUTO_MAX_PACKAGE_FILES",
+    "AUTO_QUEUE_WINDOW",
 ]
