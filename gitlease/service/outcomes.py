@@ -15,6 +15,7 @@ through the store and the object writer.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ class Outcomes:
             "at": iso(now),
             "by": svc.settings.agent,
             "host": os.uname().nodename,
-            "notBefore": int(fields["not_before"]) if fields.get("not_before") else None,
+            "notBefore": math.ceil(fields["not_before"]) if fields.get("not_before") else None,  # never earlier than asked
             "nonce": os.urandom(8).hex(),
         }
         data = canonical(doc)
