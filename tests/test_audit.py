@@ -9,7 +9,7 @@ import os
 import threading
 
 import pytest
-from conftest import git
+from conftest import cli, git
 from helpers import Fleet
 from test_sweep import plant, sfleet  # noqa: F401  (the fixture is shared)
 
@@ -270,3 +270,45 @@ def test_read_log_verify_seam_flags_entries(sfleet):
     assert entry.problem is None and seen and seen[0][1] is not None
     (entry,) = read_log(sw.store, verify=lambda data, sig, doc: "key not trusted")
     assert entry.problem == "key not trusted"
+
+
+def test_batched_sweeps_pass_the_server_hook_and_it_checks_every_entry(tmp_path, remote_file):
+    """The sweep meets the server hook: a batch opening a writer's log (its first entry's only parent is the
+    reclaimed version) and a batch continuing it both land; every entry of a chain is judged, so an inner entry
+    whose lease this push does not delete is refused."""
+    assert cli(remote_file.path, "install-hooks", "--server").returncode == 0
+    fleet = Fleet(tmp_path, remote_file.url)
+    a, sw = fleet.agent("a"), fleet.agent("sweeper")
+    ids = [a.acquire([f"b/{i}"], ttl=60).lease_id for i in range(5)]
+    fleet.clock.advance(100)
+    got = Sweeper(sw, batch=3).sweep()
+    assert [r.outcome for r in got.results] == ["reclaimed"] * 5, [r.detail for r in got.results]
+    assert got.pushes == 2
+    entries = read_log(sw.store)
+    assert sorted(e.doc["leaseId"] for e in entries) == sorted(ids)
+    assert sorted(e.doc["seq"] for e in entries) == [1, 2, 3, 4, 5] and all(e.problem is None for e in entries)
+    assert sw.store.list_refs() == {}
+
+    # a forged chain: two entries, but the push deletes only the second one's lease
+    keep, gone = (a.acquire([f"c/{i}"], ttl=60) for i in range(2))
+    fleet.clock.advance(100)
+    refs = sw.store.list_refs()
+    log = sw.audit
+    head, seq = log.read_head()
+    views = {v.lease_id: v for v in sw.snapshot(use_cache=False).leases}
+    first, _ = log._entry_commit(
+        {"action": "reclaim", "leaseId": keep.lease_id, "refs": views[keep.lease_id].refs(), "reason": "x"},
+        head,
+        seq + 1,
+        None,
+    )
+    second, _ = log._entry_commit(
+        {"action": "reclaim", "leaseId": gone.lease_id, "refs": views[gone.lease_id].refs(), "reason": "x"},
+        first,
+        seq + 2,
+        None,
+    )
+    deletes = [RefUpdate(r, None, o) for r, o in views[gone.lease_id].refs().items()]
+    out = sw.store.apply([*deletes, RefUpdate(log.ref, second, head)])
+    assert not out.ok and "are not deleted by this push" in out.message, out.message
+    assert sw.store.list_refs() == refs

@@ -445,8 +445,6 @@ def test_a_claim_goes_with_its_lease_when_swept_also_left_alone(world):
     assert left.paths == () and list(left.refs()) == ["refs/leases/task/t8"] and not left.valid
     assert [p.view.lease_id for p in Sweeper(svc).plan()[0]] == []  # neither has expired
     clock.advance(60 + svc.settings.skew + 1)
-    # one lease a push: a batch of reclaims opening a writer's audit log is refused by the server hook (its
-    # first entry may have one parent only; a pre-existing limit, not the claims')
-    done = Sweeper(svc, batch=1).sweep()
+    done = Sweeper(svc).sweep()  # one batch: both reclaims and their entries in one push
     assert sorted(r.outcome for r in done.results) == ["reclaimed", "reclaimed"], [r.detail for r in done.results]
     assert world.lease_refs() == []

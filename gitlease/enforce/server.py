@@ -49,6 +49,7 @@ from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
+MAX_AUDIT_CHAIN = 2000  # entries one push may append to one audit ref (a batched sweep: ops.sweep.MAX_BATCH_REFS)
 OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # as verify.OID_RE (not imported: it pulls in the service)
 REF_RE = re.compile(r"[^\x00-\x20\x7f]+")
 LEASE_OPTION = re.compile(r"lease=(lease_[0-9a-z]{6,40})")  # fullmatch: "lease=ID\n" is no claim
@@ -325,61 +326,94 @@ class _Push:
             )
 
     def _write_audit(self, old: str, new: str, ref: str) -> None:
+        """An audit ref gains a chain of entries (a batched sweep appends several in one push): each a commit
+        holding only the canonical entry (and, signed, its signature) whose first parent is the entry before it
+        and, for the writer's first entry, at most the reclaimed version as its one parent; writer, prev and seq
+        continue the log from ``old``. Every entry of the chain is judged and recorded."""
         from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, SCHEMA, canonical
 
-        got = _cat([new, f"{new}^{{tree}}", f"{new}:{ENTRY_FILE}", f"{new}:{ENTRY_SIG}"])
-        kind, body = got.get(new, (None, b""))
-        parents = tuple(ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent "))
-        kind_e, data = got.get(f"{new}:{ENTRY_FILE}", (None, b""))
-        sig = got.get(f"{new}:{ENTRY_SIG}", (None, None))[1]
-        tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
         where = f"{ref}: not a gitlease audit entry"
-        names = sorted([ENTRY_FILE, ENTRY_SIG] if sig is not None else [ENTRY_FILE])
-        if kind != "commit" or kind_e != "blob" or len(data) > 64 * 1024 or sorted(_tree_names(tree) or ()) != names:
-            self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
-            return
-        try:
-            doc = json.loads(data.decode("utf-8"))
-            if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or canonical(doc) != data:
-                raise ValueError("schema")
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            self.problems.append(f"{where} ({ENTRY_FILE} is not a canonical {SCHEMA} entry)")
-            return
         writer = ref[len(AUDIT_PREFIX) :]
-        prev_seq = 0
-        if not ZERO.match(old):
+        first = ZERO.match(old) is not None
+        walk = ["rev-list", "--first-parent", f"--max-count={MAX_AUDIT_CHAIN + 1}", new]
+        res = _read(walk if first else [*walk, f"^{old}"], check=False)
+        candidates = res.out.split() if res.returncode == 0 else [new]
+        names = [n for o in candidates for n in (o, f"{o}^{{tree}}", f"{o}:{ENTRY_FILE}", f"{o}:{ENTRY_SIG}")]
+        got = _cat(names)
+        prev_seq: object = 0
+        if not first:
             before = _cat([f"{old}:{ENTRY_FILE}"]).get(f"{old}:{ENTRY_FILE}", (None, b""))[1]
             try:
                 prev_seq = json.loads(before.decode("utf-8")).get("seq")
             except (ValueError, UnicodeDecodeError, AttributeError):
                 prev_seq = None
-            if not parents or parents[0] != old or len(parents) > 2:
-                self.problems.append(f"{where}: an entry's first parent is the entry before it ({old[:12]})")
+        chain: list[tuple[str, dict, bytes, bytes | None]] = []  # newest first
+        cur: str | None = new
+        while cur is not None:
+            if len(chain) >= MAX_AUDIT_CHAIN:
+                self.problems.append(f"{where}: one push appends at most {MAX_AUDIT_CHAIN} entries")
                 return
-        elif len(parents) > 1:
-            self.problems.append(f"{where}: a first entry has at most one parent (the reclaimed version)")
-            return
-        expected_prev = None if ZERO.match(old) else old
-        if (
-            doc.get("writer") != writer
-            or doc.get("prev") != expected_prev
-            or not isinstance(prev_seq, int)
-            or doc.get("seq") != prev_seq + 1
-        ):
-            self.problems.append(
-                f"{where}: writer, prev and seq must continue the log ({writer}, {str(expected_prev)[:12]}, "
-                f"{prev_seq + 1 if isinstance(prev_seq, int) else '?'})"
+            kind, body = got.get(cur, (None, b""))
+            parents = tuple(
+                ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent ")
             )
-            return
-        trust = _server_trust()
-        if trust.signed:
-            from gitlease.identity.trust import check_audit_entry
-
-            problem = check_audit_entry(trust, doc, data, sig)
-            if problem:
-                self.problems.append(f"{ref}: audit entry signature: {problem}")
+            kind_e, data = got.get(f"{cur}:{ENTRY_FILE}", (None, b""))
+            sig = got.get(f"{cur}:{ENTRY_SIG}", (None, None))[1]
+            tree = got.get(f"{cur}^{{tree}}", (None, b""))[1]
+            expect = sorted([ENTRY_FILE, ENTRY_SIG] if sig is not None else [ENTRY_FILE])
+            if (
+                kind != "commit"
+                or kind_e != "blob"
+                or len(data) > 64 * 1024
+                or sorted(_tree_names(tree) or ()) != expect
+            ):
+                self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
                 return
-        self.audit.append(doc)
+            try:
+                doc = json.loads(data.decode("utf-8"))
+                if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or canonical(doc) != data:
+                    raise ValueError("schema")
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                self.problems.append(f"{where} ({ENTRY_FILE} is not a canonical {SCHEMA} entry)")
+                return
+            chain.append((cur, doc, data, sig))
+            prev = doc.get("prev")
+            if prev is None or (not first and prev == old):
+                if first and len(parents) > 1:
+                    self.problems.append(f"{where}: a first entry has at most one parent (the reclaimed version)")
+                    return
+                if not first and (not parents or parents[0] != old or len(parents) > 2):
+                    self.problems.append(f"{where}: an entry's first parent is the entry before it ({old[:12]})")
+                    return
+                cur = None
+            elif not isinstance(prev, str) or not parents or parents[0] != prev or len(parents) > 2:
+                self.problems.append(f"{where}: an entry's first parent is the entry before it ({str(prev)[:12]})")
+                return
+            else:
+                cur = prev
+        expected_prev = None if first else old
+        trust = _server_trust()
+        for cur, doc, data, sig in reversed(chain):  # oldest first
+            if (
+                doc.get("writer") != writer
+                or doc.get("prev") != expected_prev
+                or not isinstance(prev_seq, int)
+                or doc.get("seq") != prev_seq + 1
+            ):
+                self.problems.append(
+                    f"{where}: writer, prev and seq must continue the log ({writer}, {str(expected_prev)[:12]}, "
+                    f"{prev_seq + 1 if isinstance(prev_seq, int) else '?'})"
+                )
+                return
+            if trust.signed:
+                from gitlease.identity.trust import check_audit_entry
+
+                problem = check_audit_entry(trust, doc, data, sig)
+                if problem:
+                    self.problems.append(f"{ref}: audit entry signature: {problem}")
+                    return
+            expected_prev, prev_seq = cur, prev_seq + 1
+        self.audit.extend(doc for _cur, doc, _data, _sig in reversed(chain))
 
     # -- what must hold across the push
     def _scope_changes(self) -> None:
