@@ -448,3 +448,62 @@ def test_a_claim_goes_with_its_lease_when_swept_also_left_alone(world):
     done = Sweeper(svc).sweep()  # one batch: both reclaims and their entries in one push
     assert sorted(r.outcome for r in done.results) == ["reclaimed", "reclaimed"], [r.detail for r in done.results]
     assert world.lease_refs() == []
+
+
+def test_on_a_terminal_a_live_view_shows_each_worker_its_task_and_scope(world):
+    """Under a pseudo-terminal: worker lines (state, task, scope), the counts line, events scrolling above
+    them, the summary at the end. The view redraws on every notable event, so no timing is relied on."""
+    import pty
+    import select
+
+    a = world.clone("a")
+    q = world.queue([{"id": "v1", "paths": ["src/a/x.py"]}, {"id": "v2", "paths": ["src/b/y.py"]}])
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], COLUMNS="200")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            "git",
+            "lease",
+            "work",
+            str(q),
+            "--workers",
+            "2",
+            "--land",
+            "main",
+            "--granularity",
+            "file",
+            "--",
+            *world.command,
+        ],
+        cwd=a,
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    out = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's last writer closed it
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    assert proc.wait(30) == 0, out.decode(errors="replace")
+    text = out.decode(errors="replace")
+    assert "\x1b[" in text  # redrawn in place
+    assert any(
+        "worker " in line and ("v1" in line and "src/a/x.py" in line or "v2" in line and "src/b/y.py" in line)
+        for line in text.splitlines()
+    ), text
+    assert "done 1  running" in text or "done 2  running" in text, text
+    assert "landed v1" in text and "landed v2" in text, text
+    assert sorted(world.landed()) == ["task v1", "task v2"]

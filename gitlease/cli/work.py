@@ -185,7 +185,8 @@ class _LiveView:
             return
         v = self._runner.view()
         rows = [
-            f"  worker {w['worker']}: {w['state']:<10} {w['task'] or '-':<20} {w['elapsed']:6.1f}s  {w['note'][:60]}"
+            f"  worker {w['worker']}: {w['state']:<10} {w['task'] or '-':<20} {w['scope'][:40] or '-':<20} "
+            f"{w['elapsed']:6.1f}s  {w['note'][:60]}"
             for w in v["workers"]
         ]
         c = v["counts"]

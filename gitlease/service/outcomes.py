@@ -164,7 +164,7 @@ class Outcomes:
             "at": iso(now),
             "by": svc.settings.agent,
             "host": os.uname().nodename,
-            "notBefore": math.ceil(fields["not_before"]) if fields.get("not_before") else None,  # never earlier than asked
+            "notBefore": math.ceil(fields["not_before"]) if fields.get("not_before") else None,  # never early
             "nonce": os.urandom(8).hex(),
         }
         data = canonical(doc)

@@ -244,8 +244,8 @@ class Runner:
         self.last_tasks: list[str] = []
 
     def view(self) -> dict[str, Any]:
-        """What a live view shows: each worker (task, state, seconds in it, last note), counts, and the leases
-        blocking the queue's head."""
+        """What a live view shows: each worker (task, its scope, state, seconds in it, last note), counts, and
+        the leases blocking the queue's head."""
         now = self.clock.monotonic()
         with self._lock:
             workers = [
@@ -254,6 +254,7 @@ class Runner:
                     "task": v.get("task"),
                     "state": v.get("state", "starting"),
                     "elapsed": now - v.get("since", now),
+                    "scope": v.get("scope", ""),
                     "note": v.get("note", ""),
                 }
                 for n, v in sorted(self.workers_view.items())
@@ -284,12 +285,17 @@ class Runner:
             if worker >= 0:
                 busy = kind in ACTIVE or (kind == "landing" and view.get("task") == task)
                 note = detail.get("message", "") if kind != "waiting" else f"{task}: {detail.get('message', '')}"
+                shown = task if busy or kind not in ("waiting", "done", "released") else None
                 view.update(
                     state=kind if busy or kind != "waiting" else "idle",
-                    task=task if busy or kind not in ("waiting", "done", "released") else None,
+                    task=shown,
                     since=self.clock.monotonic(),
                     note=note,
                 )
+                if kind == "claimed":
+                    view["scope"] = str(detail.get("scope", ""))
+                elif shown is None or shown != task:
+                    view.pop("scope", None)
         with contextlib.suppress(Exception):
             self.on_event(ev)
 
