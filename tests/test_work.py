@@ -36,6 +36,20 @@ if log:
                              "scope": os.environ["GITLEASE_SCOPE"],
                              "refs": subprocess.run(["git", "ls-remote", "origin", "refs/leases/*"],
                                                     capture_output=True, text=True).stdout}) + "\n")
+if task.get("progress"):  # report progress, then wait (bounded) for a renewal to carry it to the store
+    got = subprocess.run(["git", "lease", "progress", task["progress"]], capture_output=True, text=True)
+    seen = False
+    for _ in range(300):
+        oid = subprocess.run(["git", "-C", task["remote"], "rev-parse", "-q", "--verify",
+                              "refs/leases/id/" + os.environ["GITLEASE_LEASE"]], capture_output=True, text=True)
+        rec = subprocess.run(["git", "-C", task["remote"], "cat-file", "-p", oid.stdout.strip() + ":lease.json"],
+                             capture_output=True, text=True).stdout
+        if task["progress"] in rec:
+            seen = True
+            break
+        time.sleep(0.1)
+    with open(task["report"], "w") as fh:
+        json.dump({"rc": got.returncode, "out": got.stdout + got.stderr, "seen": seen}, fh)
 if task.get("wait"):
     while not os.path.exists(task["wait"]):
         time.sleep(0.05)
@@ -507,3 +521,18 @@ def test_on_a_terminal_a_live_view_shows_each_worker_its_task_and_scope(world):
     assert "done 1  running" in text or "done 2  running" in text, text
     assert "landed v1" in text and "landed v2" in text, text
     assert sorted(world.landed()) == ["task v1", "task v2"]
+
+
+def test_a_tasks_command_reports_progress_through_the_runners_heartbeat(world):
+    """``git lease progress`` from a task's command goes to the runner's heartbeat (no second writer of the
+    lease), which carries it to the store with the next renewal (a short TTL: a renewal every 2 s)."""
+    a = world.clone("a")
+    report = world.root / "progress.json"
+    q = world.queue([{"id": "p", "paths": ["src/a/x.py"], "progress": "tests 4/10", "remote": str(world.remote),
+                      "report": str(report)}])  # fmt: skip
+    res = work(a, str(q), "--land", "main", "--ttl", "6", "--", *world.command)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = json.loads(report.read_text())
+    assert got["rc"] == 0 and "sent with the next renewal" in got["out"], got
+    assert got["seen"], got
+    assert world.landed() == ["task p"]

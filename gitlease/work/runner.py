@@ -553,6 +553,7 @@ class Runner:
 
     def _work(self, svc, tsvc, n, task, prev, attempt, got, timing, st) -> None:
         from gitlease.liveness.heartbeat import Heartbeat, event_wait, service_attempt
+        from gitlease.liveness.supervise import PROGRESS_ENV, ProgressFile, progress_file
         from gitlease.worktree.manager import WorktreeManager
 
         lease_id = got.lease_id
@@ -561,11 +562,16 @@ class Runner:
         wsvc = tsvc
         hb = None
         beat = None
+        progress = None
         try:
             base_ref, base_oid = self._fetch_base()
             att = manager.add(lease_id, base=base_oid, branch=_branch(task.id, lease_id))
             wsvc = self._task_service(svc, task, att.path)
             beat_svc = LeaseService(wsvc.repo, wsvc.settings, clock=self.clock, signer=wsvc.signer)
+            beats: list[Heartbeat] = []
+            progress = ProgressFile(
+                progress_file(wsvc.held.folder, lease_id), lambda note: self._progress(n, task.id, note, beats)
+            )
             hb = Heartbeat(
                 service_attempt(beat_svc, lease_id, stop_after=timing.stop_after),
                 timing,
@@ -575,10 +581,13 @@ class Runner:
                 # waits in real time, also under an injected clock: a test clock then moves only when the
                 # runner itself waits (backoff, polling), never in a renewal loop of its own
                 wait=event_wait,
+                poll=progress.poll,
             )
+            beats.append(hb)
             beat = threading.Thread(target=hb.run, name=f"gitlease-work-beat-{n}", daemon=True)
             beat.start()
             env = self._env(task, lease_id, att.path, attempt)
+            env[PROGRESS_ENV] = progress.path  # `git lease progress NOTE` from the command
             argv = [a.replace("{id}", task.id).replace("{path}", att.path) for a in self.opts.command]
             self.emit("running", n, task.id, worktree=att.path, attempt=attempt)
             rc = self._run(argv, att.path, env, hb, task, attempt, "command", input=json.dumps(env["__task"]))
@@ -625,6 +634,8 @@ class Runner:
                 hb.stop()
             if beat is not None:
                 beat.join(timing.timeout + 1)
+            if progress is not None:
+                progress.remove()
         st.state, st.attempts, st.landed = "done", attempt, landed
         self.emit("landed", n, task.id, commit=landed, branch=self._target(task).removeprefix("refs/heads/"))
         self._release(wsvc, lease_id)
@@ -688,6 +699,15 @@ class Runner:
             pass  # lost or gone already: nothing to give back
         except GitLeaseError:
             pass  # it expires on its own; the sweeper (anyone's) clears it
+
+    def _progress(self, n: int, task: str, note: str, beats: list[Any]) -> None:
+        """A progress note from the task's command: sent with the lease's next renewal, shown in the view."""
+        for hb in beats:
+            hb.report(note)
+        with self._lock:
+            view = self.workers_view.get(n)
+            if view is not None and view.get("task") == task:
+                view["note"] = f"progress: {note}"
 
     def _env(self, task: WorkTask, lease_id: str, path: str, attempt: int) -> dict[str, Any]:
         doc = dict(task.to_json(), attempt=attempt, lease=lease_id, worktree=path)
