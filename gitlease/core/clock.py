@@ -57,9 +57,6 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
-
 def parse_iso(text: str) -> float:
     """Inverse of iso(); raises ValueError on anything else."""
     if not isinstance(text, str) or len(text) != 20 or not text.endswith("Z"):
@@ -79,23 +76,15 @@ def _parse_iso_strptime(text: str) -> float:
 
 def _civil(text: str) -> float | None:
     """``YYYY-MM-DDTHH:MM:SSZ`` with every field in range (what ``iso`` writes) -> seconds since the epoch, by
-    arithmetic on the civil date (H. Hinnant's days-from-civil); None for anything else, which strptime then
-    reads (or refuses) exactly as before. A record's timestamps are read once each, so this is on every read."""
+    ``datetime.fromisoformat`` (C, about 5x strptime's arithmetic in Python) once the shape is checked; None for
+    anything else, which strptime then reads (or refuses) exactly as before. A record's timestamps are read
+    once each, so this is on every read."""
     if text[4] != "-" or text[7] != "-" or text[10] != "T" or text[13] != ":" or text[16] != ":":
         return None
     digits = text[0:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:19]
     if not (digits.isascii() and digits.isdigit()):
         return None
-    y, m, d = int(text[0:4]), int(text[5:7]), int(text[8:10])
-    hh, mi, ss = int(text[11:13]), int(text[14:16]), int(text[17:19])
-    if y < 1 or not 1 <= m <= 12 or hh > 23 or mi > 59 or ss > 59:
+    try:
+        return datetime.fromisoformat(text).timestamp()  # "Z" is UTC (Python 3.11+)
+    except ValueError:  # a field out of range
         return None
-    leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
-    if not 1 <= d <= _DAYS[m - 1] + (1 if m == 2 and leap else 0):
-        return None
-    y -= m <= 2
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return float((era * 146097 + doe - 719468) * 86400 + hh * 3600 + mi * 60 + ss)
