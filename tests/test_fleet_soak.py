@@ -1,0 +1,36 @@
+"""The fleet soak, short (soak/fleet.py; ``make fleet-soak`` runs the long one): two real ``git lease work``
+processes on one queue with injected faults, judged by the independent checker; and the negative control (the
+same agents without leases) that the checker must catch."""
+
+from __future__ import annotations
+
+import json
+
+from soak import fleet
+
+
+def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
+    res = fleet.run(12, 2, 6, 7, keep=str(tmp_path / "run"))
+    report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
+    assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
+    faults, counts = res["faults"], res["counts"]
+    # the stray edit (committed with --no-verify) was refused at landing: the task failed, its work kept (the
+    # checker found the agent's edit under the quarantine ref named in the outcome); nothing else failed
+    assert faults["stray"] == ["t01"] and counts["failed"] == 1 and counts["landed"] == 11
+    assert counts["outcomes"] == {"done": 11, "failed": 1, "retrying": 0}
+    # the verifier that failed once: re-queued, landed on its second attempt
+    assert counts["attempts"] == {"t02": 2}
+    # a runner was killed with -9 mid-task: the slow task was running there; its leases were swept and the
+    # task landed once (the checker: exactly once, and its orphaned agent's unlanded run is in the ledger)
+    assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
+    assert counts["ledger_entries"] >= 12 + 1 + 1  # every task, the verifier's retry, the killed run's agent
+    assert "swept t05" in "".join(res["logs"].values())
+    # both runners ended with exit 1 (one task failed), the restarted one included
+    assert set(res["exit"].values()) == {1}
+
+
+def test_the_same_agents_without_leases_fail_the_checker(tmp_path):
+    res = fleet.run(12, 2, 6, 7, control=True, keep=str(tmp_path / "control"))
+    found = "\n".join(res["anomalies"])
+    assert "landed paths outside its scope: outside/notes.md" in found, found
+    assert "at the same time" in found, found  # overlapping writes of one file, seen in the agents' ledgers
