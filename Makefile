@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow fuzz check bench soak clean
+.PHONY: demo test test-slow fuzz check bench soak fleet-soak clean
 
 DURATION ?= 600
 WORKERS  ?= 16
@@ -44,6 +44,10 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m soak.run --duration $(DURATION) --workers $(WORKERS) --write docs/reliability.md
+
+FLEET_TASKS ?= 40
+fleet-soak: $(STAMP)
+	$(BIN)/python -m soak.fleet --tasks $(FLEET_TASKS) --workers 3 --ttl 6 --write docs/reliability.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -525,12 +525,79 @@ def main(argv: list[str] | None = None) -> int:
         for a in res["known"]:
             print("  KNOWN GAP (the killed runner's worktree, not pruned by the restarted runner) " + a)
     if args.write and not args.control:
-        write_doc(Path(args.write), res)
+        control = run(args.tasks, args.workers, args.ttl, seed, control=True) if res["anomalies"] == [] else None
+        if control is not None:
+            print(f"negative control: {len(control['anomalies'])} anomalies (the checker must find some)")
+        write_doc(Path(args.write), res, control, list(argv if argv is not None else sys.argv[1:]))
     ok = bool(res["anomalies"]) if args.control else not res["anomalies"]
     return 0 if ok else 1
 
 
-def write_doc(path: Path, res: dict) -> None: ...
+BEGIN, END = "<!-- fleet-soak:begin -->", "<!-- fleet-soak:end -->"
+
+
+def write_doc(path: Path, res: dict, control: dict | None, argv: list[str]) -> None:
+    """The figures of this run as a section of ``path`` (between BEGIN and END; soak/run.py keeps it)."""
+    from testing.benchdoc import write_section
+
+    f, c = res["faults"], res["counts"]
+    kill = f.get("kill") or {}
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    ctl = control or {}
+    ctl_first = (ctl.get("anomalies") or ["(not run)"])[0]
+    known = "; ".join(res["known"]) or "none"
+    text = f"""{BEGIN}
+## Fleet soak: `git lease work` (`make fleet-soak`)
+
+Figures of one run, {when} (seed {res["seed"]}), made by `make fleet-soak`, which runs
+`python -m soak.fleet {" ".join(argv)}` (soak/fleet.py; a short version is tests/test_fleet_soak.py).
+
+Two real `git lease work` processes (the `git-lease` executable), {res["workers"]} workers each, on two clones
+of a bare remote over file:// with the server hook and `core.logAllRefUpdates=always`; one queue of
+{res["tasks"]} tasks over disjoint and overlapping files (`--granularity file`, `--land main`, `--ttl {res["ttl"]}`,
+`--backoff 1s`, `lease.skew` 1 s); fake agents that edit exactly their task's files, commit, and append a
+line (task, attempt, paths, start and end, pid, lease) to a ledger file of their own.
+
+| tasks | faults injected | landed | failed (work kept) | retried | anomalies | wall time |
+| ---: | --- | ---: | ---: | --- | ---: | ---: |
+| {res["tasks"]} | stray edit ({", ".join(f["stray"])}), verifier fails once ({", ".join(f["flaky"])}), \
+`kill -9` of runner {kill.get("runner", "-")} mid-task ({kill.get("task", "-")}, {f.get("dead_leases", 0)} leases held) \
+| {c["landed"]} | {c["failed"]} | {", ".join(f"{t}: {n} attempts" for t, n in c["attempts"].items()) or "-"} \
+| **{len(res["anomalies"])}** | {res["seconds"]} s |
+
+(Wall time: the whole run with set-up and the checker; {f.get("lease_wait_s", 0)} s of it the harness waited,
+polling the remote, for the killed runner's leases to pass their expiry plus `lease.skew`, before restarting
+it; its first planning step swept them with the runner's built-in sweeper.)
+
+What each fault showed:
+
+- **Stray edit** committed with `--no-verify` outside the task's files: refused at landing by the fenced
+  push's scope check, the task failed at once (`failed`, 1 attempt), its work kept under the quarantine ref
+  named in its outcome (the checker found the agent's edit there); nothing of it on `main`.
+- **Verifier failing once**: the attempt failed, the task re-queued with backoff and landed on attempt 2.
+- **`kill -9` of a runner** mid-task: its agent (own process group) finished and committed, unlanded; the
+  other runner went on with the queue; the dead runner's leases and claims stayed until they expired, then the
+  restarted runner swept them and the task ran again and landed once.
+  **Known gap** (counted apart by the harness, not an anomaly): the worktree the killed runner was running a
+  task in stays bound to the swept lease (`git lease worktree list`: `bound ... (expired)`, its commit on the
+  task branch only); the restarted runner does not prune it, `git lease worktree prune` quarantines it. This
+  run: {known}.
+
+The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
+`main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:
+every task landed exactly once or reported failed with its work kept; no path outside a task's files landed;
+no two agents wrote one file at overlapping times; no lease, claim or task worktree (other than pooled or
+quarantined ones) left.
+
+**Negative control** (`python -m soak.fleet --control`: the same agents and queue run by 6 plain workers that
+pull, run the agent and push to `main` with `--no-verify`, no leases): {len(ctl.get("anomalies", []))}
+anomalies, e.g. {ctl_first}. tests/test_fleet_soak.py asserts the control fails (a stray path landed,
+overlapping writes).
+
+Not covered yet: `git daemon` and HTTP remotes, `kill -9` mid-push, SIGSTOP of a runner past its TTL, a server
+restart (the lease soak above covers these for leases, not for `git lease work`).
+{END}"""
+    write_section(path, text, BEGIN, END, title="# Reliability")
 
 
 if __name__ == "__main__":

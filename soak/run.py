@@ -683,6 +683,11 @@ file remote, no faults):
   `valid-after`); the `ssh-keygen -Y verify` sample covers OpenSSH's full rules for those lines.
 - Fuzzing of hook stdin and trust files is not part of the soak (see the unit tests).
 """
+    # keep the fleet soak's section (soak/fleet.py, `make fleet-soak`)
+    begin, end = "<!-- fleet-soak:begin -->", "<!-- fleet-soak:end -->"
+    old = path.read_text() if path.exists() else ""
+    if begin in old and end in old:
+        text = text.rstrip("\n") + "\n\n" + old[old.index(begin) : old.index(end) + len(end)] + "\n"
     path.write_text(text)
 
 
