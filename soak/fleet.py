@@ -456,6 +456,10 @@ def check(remote: Path, tasks: list[dict], ledger: Path, clones: list[Path]) -> 
             note = " (its HEAD is on main: nothing lost)" if landed_head else ""
             anomalies.append(f"worktree left on a task branch in {c.name}: {lines[0]}{note}")
     counts["ledger_entries"] = len(entries)
+    runs: dict[str, int] = {}
+    for e in entries:
+        runs[e["task"]] = runs.get(e["task"], 0) + 1
+    counts["runs"] = {t: n for t, n in sorted(runs.items()) if n > 1}  # tasks whose agent ran more than once
     counts["outcomes"] = {
         s: sum(1 for o in outcomes.values() if o["state"] == s) for s in ("done", "failed", "retrying")
     }
