@@ -510,14 +510,6 @@ def run(
                 if a.startswith(prefix) and not a.endswith("nothing lost)") and len(known) < budget:
                     anomalies.remove(a)
                     known.append(a)
-        # A second known bug (gitlease/worktree/manager.py WorktreeManager.find: a worktree id may equal another
-        # worktree's git admin name, and find returns the first match, so give_back(id) can quarantine a worktree
-        # another worker is running a task in). Its trace: a worktree left out of the pool whose HEAD is a commit
-        # that landed on main (the task done, nothing lost). Counted apart, marked as such.
-        for a in list(anomalies):
-            if a.startswith("worktree left on a task branch") and a.endswith("(its HEAD is on main: nothing lost)"):
-                anomalies.remove(a)
-                known.append("find() collision: " + a)
         return {
             "mode": "control" if control else "leased",
             "tasks": tasks,
@@ -645,13 +637,12 @@ What each fault showed:
   task in stays bound to the swept lease (`git lease worktree list`: `bound ... (expired)`, its commit on the
   task branch only), and so does one whose lease it had just released when killed (`bound ... (released)`,
   clean); the restarted runner does not prune them, `git lease worktree prune` does.
-{stop_line}- **Known bug found by this soak** (not in the faults above; counted apart, marked `find() collision`):
-  `WorktreeManager.find(id)` (gitlease/worktree/manager.py) matches a worktree by its id *or* its git admin
-  name and returns the first match; git names admin dirs itself, so one worktree's admin name can equal another
-  worktree's id (seen: `.git/worktrees/wt-mod4-py-1` belonging to `a.worktrees/wt-mod5-py-2`). A worker's
-  `give_back(att.id)` then quarantined the worktree another worker had just attached for its task; that task
-  still landed (nothing lost), but its worktree stayed out of the pool at the end. Intermittent (about one
-  40-task run in three).
+{stop_line}- **A bug this soak found, fixed**: `WorktreeManager.find(id)` matched a worktree by its id *or* its git
+  admin name and returned the first match; git names admin dirs itself, so one worktree's admin name can equal
+  another worktree's id (seen: `.git/worktrees/wt-mod4-py-1` belonging to `a.worktrees/wt-mod5-py-2`), and a
+  worker's `give_back` quarantined the worktree another worker had just attached (about one 40-task run in
+  three; nothing lost). `find` now answers an id first (tests/test_worktree.py::test_find_prefers_a_worktrees_id_over_another_ones_git_admin_name);
+  a worktree left out of the pool is an anomaly again.
 
 Known items this run: {known}.
 

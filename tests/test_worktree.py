@@ -642,3 +642,25 @@ def test_run_worktree_runs_the_command_inside_the_attached_worktree(repo):
         ).stdout.count("leaseId")
         == 0
     )
+
+
+def test_find_prefers_a_worktrees_id_over_another_ones_git_admin_name(repo, clock):
+    """git names a worktree's admin folder itself: one worktree's admin name can be another's id (the fleet
+    soak saw the wrong worktree quarantined). ``find`` answers the id first."""
+    m = manager(repo, clock)
+    one = m.add(m.svc.acquire(["libs/a"], ttl=TTL).lease_id)
+    two = m.add(m.svc.acquire(["libs/b"], ttl=TTL).lease_id)
+    common = Path(git(repo, "rev-parse", "--git-common-dir").strip())
+    if not common.is_absolute():
+        common = Path(repo) / common
+
+    def rename_admin(att, new: str) -> None:
+        old = Path(git(att.path, "rev-parse", "--git-dir").strip())
+        (common / "worktrees" / new).parent.mkdir(exist_ok=True)
+        old.rename(common / "worktrees" / new)
+        Path(att.path, ".git").write_text(f"gitdir: {common / 'worktrees' / new}\n")
+
+    rename_admin(two, "zz-elsewhere")  # listed after the other (git lists admin folders in order)
+    rename_admin(one, two.id)  # the first worktree's admin folder now bears the second one's id
+    assert os.path.basename(m.find(two.id).git_dir) == "zz-elsewhere"
+    assert m.find(two.id).path == two.path and m.find(one.id).path == one.path

@@ -276,15 +276,19 @@ class WorktreeManager:
         return [w for w in self.worktrees() if w.meta is not None]
 
     def find(self, workspace: str) -> Worktree:
-        """A worktree by its id, its path, or its git admin name."""
+        """A worktree by its id, its path, or its git admin name, in that order: git picks admin names itself,
+        so one worktree's admin name can be another's id (found by the fleet soak: the wrong worktree was
+        quarantined)."""
         want = os.path.realpath(workspace) if os.sep in workspace else None
-        for wt in self.worktrees():
-            if (
-                wt.id == workspace
-                or os.path.basename(wt.git_dir) == workspace
-                or (want and os.path.realpath(wt.path) == want)
-            ):
-                return wt
+        trees = self.worktrees()
+        for match in (
+            lambda wt: wt.id == workspace,
+            lambda wt: bool(want) and os.path.realpath(wt.path) == want,
+            lambda wt: os.path.basename(wt.git_dir) == workspace,
+        ):
+            for wt in trees:
+                if match(wt):
+                    return wt
         raise UsageError(f"no worktree {workspace!r} in {self.main_dir()} (see 'git lease worktree list')")
 
     # ------------------------------------------------------------------------ lease views
