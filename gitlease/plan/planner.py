@@ -129,7 +129,7 @@ def read_rows(lines: Iterable[str], *, source: str = "tasks") -> list[QueueRow]:
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+            raise UsageError(f"{where}: not JSON ({getattr(exc, 'msg', exc)})") from None
         if not isinstance(obj, dict):
             raise UsageError(f'{where}: expected an object with "id" and "scope" or "paths"')
         tid = obj.get("id")

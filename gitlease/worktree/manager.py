@@ -21,6 +21,7 @@ Library code: raises gitlease.core.errors, prints nothing.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -597,8 +598,8 @@ class WorktreeManager:
             reused = False
         else:
             wt = chosen
+            assert wt.meta is not None
             meta = wt.meta
-            assert meta is not None
             insp = self.inspect(wt)  # again, right before the only step that moves its files
             if not insp.clean:
                 raise GitLeaseError(
@@ -703,7 +704,7 @@ class WorktreeManager:
         return out
 
     # ----------------------------------------------------------------------------- prune
-    def prune(self, *, remove: bool = False) -> list[PruneAction]:
+    def prune(self, *, remove: bool = False) -> builtins.list[PruneAction]:
         """Worktrees of released or expired leases: clean ones go back to the pool (or are removed with
         ``remove``); dirty ones are quarantined (kept, unlocked, out of the pool, their changes saved to a
         ref) and reported. Busy, missing and active ones are left alone and reported."""
