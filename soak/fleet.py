@@ -507,7 +507,7 @@ def run(
             prefix = f"worktree left on a task branch in {kill['runner']}:"
             budget = workers  # one worktree per worker of the killed runner at most
             for a in list(anomalies):
-                if a.startswith(prefix) and not a.endswith("nothing lost)") and len(known) < budget:
+                if a.startswith(prefix) and len(known) < budget:
                     anomalies.remove(a)
                     known.append(a)
         return {

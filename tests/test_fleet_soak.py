@@ -34,5 +34,6 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
 def test_the_same_agents_without_leases_fail_the_checker(tmp_path):
     res = fleet.run(12, 2, 6, 7, control=True, keep=str(tmp_path / "control"))
     found = "\n".join(res["anomalies"])
-    assert "landed paths outside its scope: outside/notes.md" in found, found
     assert "at the same time" in found, found  # overlapping writes of one file, seen in the agents' ledgers
+    # the stray edit lands unless its task lost a rebase conflict first (then the checker reports it not landed)
+    assert "landed paths outside its scope: outside/notes.md" in found or "task t01 neither landed" in found, found
