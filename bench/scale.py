@@ -202,12 +202,12 @@ def status_rows(tmp: Path, counts: list[int], rounds: int, log) -> list[dict]:
         bare, client, url = new_store(tmp, f"status{n}")
         populate(bare, n, expired=False, tag="s")
         git("pack-refs", "--all", cwd=bare)
-        subprocess.run([*LEASE, "status", "--json"], cwd=client, capture_output=True)  # fetch the objects once
+        first = cpu_of([*LEASE, "status", "--json"], client)  # fetches the objects, fills the record cache
         ours, base = [], []
         for _ in range(rounds if n < 10_000 else min(rounds, 2)):  # interleaved (a large store: fewer rounds)
             ours.append(cpu_of([*LEASE, "status", "--json"], client))
             base.append(cpu_of(["git", "ls-remote", url, "refs/leases/*"], client))
-        row = {"n": n, "status": statistics.median(ours), "ls_remote": statistics.median(base)}
+        row = {"n": n, "status": statistics.median(ours), "ls_remote": statistics.median(base), "first": first}
         rows.append(row)
         log(f"status n={n}: {row['status'] * 1000:.0f} ms CPU, ls-remote {row['ls_remote'] * 1000:.1f} ms")
     return rows
@@ -310,7 +310,9 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
     lines += ["| what | measured | baseline (same run) | target | |", "| --- | --- | --- | --- | --- |"]
     for r in status:
         lines.append(
-            f"| `git lease status`, {r['n']:,} leases | {r['status'] * 1000:.0f} ms CPU | `git ls-remote` "
+            f"| `git lease status`, {r['n']:,} leases | {r['status'] * 1000:.0f} ms CPU"
+            + (f" (first in the clone {r['first'] * 1000:.0f} ms)" if "first" in r else "")
+            + " | `git ls-remote` "
             f"{r['ls_remote'] * 1000:.1f} ms ({r['status'] / r['ls_remote']:.1f}x) | | |"
         )
     if len(status) >= 2:
@@ -353,20 +355,22 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
     if any("**not met**" in ln for ln in lines if "status" in ln):
         lines += [
             "",
-            "Where a status row is not met, the time goes to parsing and checking every lease's record in each "
-            "new process (about 50 us a lease: JSON, the canonical check, the fields and timestamps), its "
-            "history check and the JSON output, no longer to overlap checks (a trie, and one sort for the "
-            "overlap fault) or repeated parses. What is left: a parsed-record cache shared across processes, "
-            "so a read parses only versions no process has seen. The reads' I/O is one `ls-remote` and one "
-            "fetch, as git's own.",
+            "Where a status row is not met, the time goes to what every lease costs in Python however little is "
+            "recomputed: the listing's 20,000 lines, each lease's record loaded from the record cache "
+            "(`service/recordcache.py`: parsed once per clone, not once per process), its history check against "
+            "the verdict cache, the replay memory, and the JSON output (about 50 us a lease, against git's 3 us "
+            "to list its two refs). The first read in a clone also fetches and parses every record.",
         ]
     lines += [
         "",
         "A read is one `git ls-remote` (the lease refs and the default branch's HEAD together; HEAD only when the "
         "trust file is read), and the trust file's commit is fetched with the lease objects. Verdicts on versions "
         "are shared across processes in the common git dir (`trust.VerifiedCache`): a new process verifies and "
-        "parses only versions no process has seen. `sweep-stale` reclaims up to 200 leases a push, each lease's "
-        "deletes and its audit entry in the same atomic push.",
+        "parses only versions no process has seen; each commit's parsed record is kept the same way "
+        "(`service/recordcache.py`). The pre-push hook, the fenced push and `can-start` read only the leases "
+        "bearing on their paths (`views.restrict_refs`, same answers as a full read) after the one listing. "
+        "`sweep-stale` reclaims up to 200 leases a push, each lease's deletes and its audit entry in the same "
+        "atomic push.",
         END,
         "",
     ]

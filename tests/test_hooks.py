@@ -397,6 +397,30 @@ def test_pre_push_inside_passes_outside_and_others_refused(pushing, make_repo):
     )  # x was still staged
 
 
+def test_pre_push_reads_only_the_leases_near_the_change_and_still_sees_torn_and_odd_ones(pushing, make_repo):
+    """The hook reads the leases bearing on the pushed paths (views.restrict_refs), not the whole store: a lease
+    torn apart on the store (its scope ref gone, its id ref left) and a scope ref gitlease cannot have written
+    still block what they name, as in a full read; leases elsewhere do not stop the push."""
+    r, bare = pushing
+    git(r, "config", "lease.enforce", "others")
+    other = make_repo("other")
+    git(other, "config", "lease.remote", bare.as_uri())
+    torn = acquire(other, "torn", agent="agent-b", task="task-b")
+    acquire(other, "elsewhere", agent="agent-b", task="task-c")
+    git(bare, "update-ref", "-d", "refs/leases/scope/torn")  # only its id ref is left
+    grant = git(bare, "rev-parse", f"refs/leases/id/{torn}").strip()
+    git(bare, "update-ref", "refs/leases/scope/odd/%zz", grant)  # not a ref gitlease writes: blocks odd/%zz
+    for path in ("torn/x", "odd/%zz/y"):
+        git(r, "reset", "-q", "--hard", "origin/main")
+        assert commit(r, path, extra=("--no-verify",)).returncode == 0
+        res = run(r, "push", "-q", "origin", "HEAD:main")
+        assert res.returncode == 1 and "1 path inside leases held by others" in res.stderr, (path, res.stderr)
+    git(r, "reset", "-q", "--hard", "origin/main")
+    assert commit(r, "free/x", extra=("--no-verify",)).returncode == 0
+    res = run(r, "push", "-q", "origin", "HEAD:main")
+    assert res.returncode == 0, res.stderr
+
+
 def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
     r, bare = pushing
     lease = acquire(r, "src")

@@ -192,3 +192,27 @@ def test_record_timestamps_are_read_once_and_match_the_text():
     assert nxt.expires == parse_iso(nxt.expires_at) == rec.renewed + 50 + 900
     assert nxt.stop_deadline == parse_iso(nxt.stop_by)
     assert nxt == record.parse(nxt.canonical())
+
+
+def test_a_record_kept_as_fields_comes_back_equal_with_its_timestamps():
+    from gitlease.core import record as records
+
+    rec = records.new_record(
+        lease_id="lease_0123456789ab",
+        repo="r",
+        paths=("a", "b/c"),
+        workspace_id="w",
+        owner=records.Owner("t", "a", "h", 7, 11, None),
+        now=1_700_000_000.0,
+        ttl=60,
+    )
+    rec = rec.next_version(now=1_700_000_010.0, ttl=90, progress=records.Progress("half", 3, "2023-11-14T22:13:30Z"))
+    back = records.from_fields(records.to_fields(rec))
+    assert back == rec and records.canonical(back.to_json()) == rec.canonical()
+    assert (back.expires, back.renewed, back.stop_deadline) == (rec.expires, rec.renewed, rec.stop_deadline)
+    import marshal
+
+    assert records.from_fields(marshal.loads(marshal.dumps(records.to_fields(rec)))) == rec
+    for bad in [(), ("x",) * 19, records.to_fields(rec)[:18], (*records.to_fields(rec)[:16], 1, 2, 3)]:
+        with pytest.raises(ValueError):
+            records.from_fields(bad)

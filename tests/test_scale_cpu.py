@@ -188,3 +188,90 @@ def test_decode_segment_shortcut_answers_as_the_full_decode(component):
 def test_overlaps_without_any_nesting_is_empty_and_otherwise_exact(specs):
     snap = Snapshot(_views(specs), NOW)
     assert snap.overlaps(NOW, SKEW) == naive_overlaps(snap)
+
+
+# ---------------------------------------------------- a read restricted to some paths (views.restrict_refs)
+
+KINDS = ["plain", "renewed", "id-only", "scope-only", "a-ref-missing", "extended", "forged-id", "no-record"]
+
+
+def _store(specs):
+    """refs and blobs of a store with the faults a reader must judge (fake commit ids; records real)."""
+    from gitlease.core.refnames import id_ref, scope_ref, task_ref
+
+    refs: dict[str, str] = {}
+    blobs: dict[str, Blob] = {}
+    n = [0]
+
+    def commit(rec) -> str:
+        n[0] += 1
+        oid = f"{n[0]:040x}"
+        blobs[oid] = Blob(rec.canonical() if rec is not None else None, None, None if rec else "not a lease commit")
+        return oid
+
+    for k, (ps, kind) in enumerate(specs):
+        paths = scopes.minimize(ps) if ps else (".",)
+        rec = _record(paths, 3600, k)
+        grant = commit(rec if kind != "no-record" else None)
+        current = grant
+        if kind in ("renewed", "extended"):
+            later = rec.next_version(now=NOW - 50)
+            if kind == "extended":
+                import dataclasses
+
+                extra = scopes.minimize((*paths, f"x{k}"))
+                later = dataclasses.replace(later, paths=extra)
+            current = commit(later)
+        lid = rec.lease_id
+        if kind != "scope-only":
+            refs[id_ref(lid)] = current
+        if kind == "forged-id":
+            refs[id_ref(f"lease_{k:08d}zz")] = current  # another lease's id ref pointing at this record
+        if kind != "id-only":
+            held = paths[1:] if kind == "a-ref-missing" and len(paths) > 1 else paths
+            for p in held:
+                refs[scope_ref(p)] = grant
+            if k % 3 == 0:
+                refs[task_ref(f"task-{k}")] = grant
+    refs["refs/leases/scope/a/%zz"] = f"{999:040x}"  # a ref gitlease cannot have written: blocks "a/%zz"
+    refs["refs/leases/outcome/t"] = f"{998:040x}"
+    return refs, blobs
+
+
+def _index(refs, blobs):
+    from gitlease.service.views import parse_blob
+
+    out = {}
+    for oid in set(refs.values()):
+        rec, _problem = parse_blob(blobs.get(oid, Blob(None, None, "missing")))
+        out[oid] = (rec.lease_id, rec.paths) if rec is not None else None
+    return out
+
+
+def _seen(views):
+    return [(v.lease_id, v.paths, v.record, sorted(v.problems), v.refs(), v.valid) for v in views]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.lists(path, min_size=0, max_size=3), st.sampled_from(KINDS)), max_size=10),
+    st.lists(path, min_size=1, max_size=4),
+    st.sets(st.integers(0, 9), max_size=2),
+)
+def test_a_read_restricted_to_some_paths_sees_what_the_full_read_sees_there(specs, query, keep):
+    from gitlease.service.views import restrict_refs
+
+    refs, blobs = _store(specs)
+    query = list(scopes.minimize(query))
+    full = Snapshot(build_views(refs, blobs), NOW)
+    keep_ids = {f"lease_{k:08d}aa" for k in keep}
+    used, present = restrict_refs(refs, _index(refs, blobs), query, keep_ids)
+    part = Snapshot(build_views(used, blobs), NOW)
+    assert _seen(part.overlapping(query)) == _seen(full.overlapping(query))
+    assert _seen(part.blocking(query, NOW, SKEW)) == _seen(full.blocking(query, NOW, SKEW))
+    for lid in keep_ids:  # the leases asked for, exactly as the full read has them
+        assert _seen([v for v in part.leases if v.lease_id == lid]) == _seen(
+            [v for v in full.leases if v.lease_id == lid]
+        )
+    assert present == {v.lease_id for v in full.leases if not v.lease_id.startswith("?")}
+    assert set(used.items()) <= set(refs.items())

@@ -253,3 +253,131 @@ def test_one_lost_cas_never_fails_the_others_local(tmp_path):
     assert got.pushes == 2 and sw.store.list_refs() == {}
     mine = [e.doc["leaseId"] for e in read_log(sw.store) if e.doc["by"] == "sweeper"]
     assert sorted(mine) == sorted(lid for lid in stale if lid != gone)
+
+
+# ------------------------------------------------------------------ the record cache (service/recordcache.py)
+
+
+class _Reads:
+    """The commits whose record bytes a read takes from git (``Store.read``, called through: a spy, not a mock)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from gitlease.core.store import Store
+
+        self.oids: list[str] = []
+        real = Store.read
+
+        def read(store, oids, **kw):
+            oids = set(oids)
+            self.oids.extend(sorted(oids))
+            return real(store, oids, **kw)
+
+        monkeypatch.setattr(Store, "read", read)
+
+    def take(self) -> int:
+        n, self.oids = len(self.oids), []
+        return n
+
+
+def _records_file(svc) -> str:
+    from gitlease.service.recordcache import RecordCache
+
+    return RecordCache(svc.repo.shared_dir()).path
+
+
+def _summary(snap):
+    return [(v.lease_id, v.paths, v.valid, v.record, v.current_oid, v.grant_oid, v.verification) for v in snap.leases]
+
+
+@pytest.mark.parametrize("signed_store", [False, True])
+def test_a_second_read_takes_each_record_from_the_record_cache(tmp_path, remote_file, monkeypatch, signed_store):
+    fleet = Signed(tmp_path, remote_file.url) if signed_store else Fleet(tmp_path, remote_file.url)
+    a = fleet.agent("a")
+    one, two = a.acquire(["svc"], ttl=60), a.acquire(["docs"], ttl=60)
+    a.renew(one.lease_id)
+    reads = _Reads(monkeypatch)
+    c = fleet.agent("c")
+    first = c.status()
+    assert reads.take() == 3  # the listed commits: each lease's current version, and the grant of the renewed one
+    again = fleet.agent("c").status()  # a new service on the same clone: another process's read
+    assert reads.take() == 0
+    assert _summary(again) == _summary(first)
+    assert again.find(one.lease_id).record.version == 2 and again.find(two.lease_id).valid
+    a.renew(two.lease_id)  # a new version is a new commit: read from git, the others still from the cache
+    third = fleet.agent("c").status()
+    assert reads.take() == 1
+    assert third.find(two.lease_id).record.version == 2 and third.find(two.lease_id).valid
+
+
+def test_a_damaged_record_cache_is_set_aside_and_reads_go_on(tmp_path, remote_file):
+    fleet = Fleet(tmp_path, remote_file.url)
+    got = fleet.agent("a").acquire(["svc"], ttl=60)
+    c = fleet.agent("c")
+    first = c.status()
+    path = _records_file(c)
+    with open(path, "r+b") as fh:  # not a database any more
+        fh.write(b"garbage" * 200)
+    snap = fleet.agent("c").status()
+    assert _summary(snap) == _summary(first) and snap.find(got.lease_id).valid
+
+
+def test_a_cache_row_that_does_not_decode_is_read_from_git_again(tmp_path, remote_file, monkeypatch):
+    import sqlite3
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    got = fleet.agent("a").acquire(["svc"], ttl=60)
+    c = fleet.agent("c")
+    first = c.status()
+    path = _records_file(c)
+    with sqlite3.connect(path) as db:
+        (n,) = db.execute("SELECT count(*) FROM r").fetchone()
+        db.execute("UPDATE r SET data = ?", (b"\x00not marshal",))
+    assert n == 1
+    reads = _Reads(monkeypatch)
+    snap = fleet.agent("c").status()
+    assert reads.take() == 1 and _summary(snap) == _summary(first) and snap.find(got.lease_id).valid
+    fleet.agent("c").status()
+    assert reads.take() == 0  # the row was written again
+
+
+def test_a_record_cache_of_another_format_is_emptied(tmp_path, remote_file, monkeypatch):
+    import sqlite3
+
+    from gitlease.service import recordcache
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    fleet.agent("a").acquire(["svc"], ttl=60)
+    c = fleet.agent("c")
+    c.status()
+    monkeypatch.setattr(recordcache, "FORMAT", recordcache.FORMAT + 1)
+    reads = _Reads(monkeypatch)
+    fleet.agent("c").status()
+    assert reads.take() == 1  # the old rows were not used
+    with sqlite3.connect(_records_file(c)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (recordcache.FORMAT,)
+        assert db.execute("SELECT count(*) FROM r").fetchone() == (1,)
+
+
+def test_the_record_cache_drops_commits_no_longer_listed_once_it_is_too_large(tmp_path, remote_file, monkeypatch):
+    import sqlite3
+
+    from gitlease.service import recordcache
+
+    monkeypatch.setattr(recordcache, "FLOOR", 0)
+    monkeypatch.setattr(recordcache, "SLACK", 1)
+    fleet = Fleet(tmp_path, remote_file.url)
+    a = fleet.agent("a")
+    keep = a.acquire(["keep"], ttl=60)
+    gone = [a.acquire([f"t{k}"], ttl=60) for k in range(3)]
+    c = fleet.agent("c")
+    c.status()
+    with sqlite3.connect(_records_file(c)) as db:
+        assert db.execute("SELECT count(*) FROM r").fetchone() == (4,)
+    for g in gone:
+        a.release(g.lease_id)
+    a.renew(keep.lease_id)  # one new commit: 5 rows, 2 listed (its grant and this version)
+    snap = fleet.agent("c").status()
+    assert [v.lease_id for v in snap.leases] == [keep.lease_id] and snap.leases[0].record.version == 2
+    with sqlite3.connect(_records_file(c)) as db:
+        kept = {r for (r,) in db.execute("SELECT oid FROM r")}
+    assert kept == {snap.leases[0].current_oid, snap.leases[0].grant_oid}  # the listed commits only

@@ -375,6 +375,71 @@ def from_json(obj: Any) -> Record:
     return rec
 
 
+# ------------------------------------------------------------ a parsed record, kept
+
+
+def to_fields(rec: Record) -> tuple[Any, ...]:
+    """A record as plain values (``marshal`` can write them): what ``from_fields`` rebuilds, its parsed
+    timestamps included. For a cache of records already parsed and validated (service/recordcache.py)."""
+    o, p = rec.owner, rec.progress
+    return (
+        rec.lease_id,
+        rec.repo,
+        rec.paths,
+        rec.workspace_id,
+        (o.task_id, o.agent_id, o.host, o.pid, o.pid_start, o.key),
+        rec.version,
+        rec.acquired_at,
+        rec.renewed_at,
+        rec.expires_at,
+        rec.ttl,
+        rec.nonce,
+        rec.status,
+        rec.renew_every,
+        (p.note, p.counter, p.at) if p is not None else None,
+        rec.schema,
+        rec.stop_by,
+        rec.renewed,
+        rec.expires,
+        rec.stop_deadline,
+    )
+
+
+def from_fields(t: tuple[Any, ...]) -> Record:
+    """The record ``to_fields`` wrote, without checking it again (it was checked when parsed). Anything not of
+    that shape raises ValueError, never builds a record."""
+    if not isinstance(t, tuple) or len(t) != 19 or not isinstance(t[4], tuple) or len(t[4]) != 6:
+        raise ValueError("not a kept record")
+    paths, pr = t[2], t[13]
+    if not isinstance(paths, tuple) or not paths or not all(isinstance(x, str) for x in paths):
+        raise ValueError("not a kept record")
+    if pr is not None and (not isinstance(pr, tuple) or len(pr) != 3):
+        raise ValueError("not a kept record")
+    rec = Record(
+        lease_id=t[0],
+        repo=t[1],
+        paths=paths,
+        workspace_id=t[3],
+        owner=Owner(*t[4]),
+        version=t[5],
+        acquired_at=t[6],
+        renewed_at=t[7],
+        expires_at=t[8],
+        ttl=t[9],
+        nonce=t[10],
+        status=t[11],
+        renew_every=t[12],
+        progress=Progress(*pr) if pr is not None else None,
+        schema=t[14],
+        stop_by=t[15],
+    )
+    if not all(isinstance(x, float) for x in t[16:]):
+        raise ValueError("not a kept record")
+    cache = rec.__dict__
+    cache["renewed"], cache["expires"], cache["stop_deadline"] = t[16], t[17], t[18]
+    return rec
+
+
 def validate(rec: Record) -> None:
     if not 1 <= len(rec.paths) <= MAX_PATHS:
         raise InvalidRecord(f"scope paths must be 1 to {MAX_PATHS} paths")

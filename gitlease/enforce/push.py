@@ -217,7 +217,8 @@ def check_landing(
     if mode == "off" or not paths:
         return mode, [], []
     check_mode = "strict" if mode == "warn" else mode
-    snap = svc.snapshot(use_cache=False)  # RemoteUnavailable: nothing is pushed (fail closed)
+    # RemoteUnavailable: nothing is pushed (fail closed). Only the leases bearing on these paths, and ours.
+    snap = svc.snapshot(use_cache=False, paths=paths, keep=svc.held_here())
     now = svc.clock.now()
     mine = [m for m in _mine_from_held(svc, snap) if m.lease_id == lease_id]
     lost = next((m.problem for m in mine if m.problem), None)

@@ -669,8 +669,15 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         return [], []
     svc = LeaseService(repo, settings)
     untrusted = None
+    # only the leases bearing on the pushed paths, and those the push may claim (views.restrict_refs)
+    touched = sorted({p for c in commits for p in c.paths})
+    claimed = (
+        {lid for c in commits for lid in c.trailers}
+        | push_claims()
+        | {r[len(ID_PREFIX) :] for _o, _n, r in updates if shape(r) == "id"}
+    )
     try:
-        snap = svc.snapshot(use_cache=False)
+        snap = svc.snapshot(use_cache=False, paths=touched, keep=claimed)
     except RemoteUnavailable as exc:
         return [f"cannot read the lease store ({exc.message}); refusing rather than guessing"], []
     except InvalidRecord as exc:
@@ -682,7 +689,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         untrusted = exc.message
         unread = os.path.join(repo.git_dir, "gitlease", "no-trust-file")  # absent: no trust, nothing required
         svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
-        snap = svc.snapshot(use_cache=False)
+        snap = svc.snapshot(use_cache=False, paths=touched, keep=claimed)
     now = svc.clock.now()
     options = push_claims() if untrusted is None else set()
     # a fenced push (git lease push) renews its lease in the same push: that renewal, a valid next version

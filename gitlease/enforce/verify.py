@@ -119,8 +119,8 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     paths = paths_gained(repo.cwd, remote, updates)
     if not paths:
         return True, [], 0
-    try:
-        snap = svc.snapshot(use_cache=False)
+    try:  # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
+        snap = svc.snapshot(use_cache=False, paths=paths, keep=held)
     except RemoteUnavailable as exc:
         return _refuse_or_warn(
             warn,
@@ -323,7 +323,8 @@ def verify(
     )
     if not paths:
         return verdict
-    snap = svc.snapshot(use_cache=False)  # RemoteUnavailable: the caller fails (closed)
+    # RemoteUnavailable: the caller fails (closed). Only the leases bearing on the paths, and those named.
+    snap = svc.snapshot(use_cache=False, paths=paths, keep=ids)
     from gitlease.enforce import claims
 
     def git(args, **kw):

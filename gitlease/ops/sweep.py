@@ -445,7 +445,7 @@ def _lease_versions(service: LeaseService, heads: list[str], trust):
     """(oid, record, signed, problem) of every lease version reachable from ``heads``, in one walk and one
     read; ``problem``: its signature does not verify against ``trust`` (None: fine, or unsigned store)."""
     from gitlease.core import gitcmd
-    from gitlease.service.views import _parse_blob
+    from gitlease.service.views import parse_blob
 
     if not heads:
         return []
@@ -457,7 +457,7 @@ def _lease_versions(service: LeaseService, heads: list[str], trust):
         b = blobs.get(oid)
         if b is None:
             continue
-        rec, problem = _parse_blob(b)
+        rec, problem = parse_blob(b)
         if rec is not None and problem is None:
             check = trust.check_version(rec, b.record, b.signature, service.clock.now())
             problem = check.problem

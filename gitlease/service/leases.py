@@ -11,7 +11,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -51,16 +51,19 @@ from gitlease.service.views import (
     INVALID,
     HistoryEntry,
     LeaseView,
+    Parsed,
     Snapshot,
-    _parse_blob,
     build_views,
     foreign_refs,
     held_error,
+    parse_blob,
+    restrict_refs,
 )
 
 if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
     from gitlease.identity.trust import Trust
     from gitlease.service.audit import Appended, AuditLog
+    from gitlease.service.recordcache import RecordCache
     from gitlease.service.resize import Resized
 
 
@@ -996,45 +999,60 @@ class LeaseService:
         )
 
     # ---------------------------------------------------------------------------- read
-    def snapshot(self, *, use_cache: bool = True) -> Snapshot:
+    def snapshot(
+        self, *, use_cache: bool = True, paths: Sequence[str] | None = None, keep: Iterable[str] = ()
+    ) -> Snapshot:
         """Every lease on the store, each verified (signatures, trust, owner binding, replay: trust.py).
         When the store cannot be read and ``use_cache``, the last listing fetched (its objects are local) is
-        returned, marked stale with its age."""
+        returned, marked stale with its age.
+
+        ``paths``: only the leases that bear on these (normalised) paths, and those named in ``keep``: the same
+        views of them, and the same answers from ``blocking``/``overlapping`` on ``paths``, as the full read
+        (views.restrict_refs), without building the others (for the hooks and ``can-start``; the snapshot's
+        ``restricted_to`` says so). Such a read answers from the store or fails: never from the last listing."""
         from gitlease.identity.trust import Seen
+        from gitlease.service.recordcache import RecordCache
 
         cache = _RefsCache(self.repo.shared_dir(), self.store.name)
         seen = Seen(self.repo.shared_dir(), self.store.name)
         before = seen.load()  # before listing: see Seen
+        kept = RecordCache(self.repo.shared_dir())
+        present: set[str] | None = None
         try:
-            refs = self.store.list_refs(head=self._needs_trust_file())
-            fetched_at = self.clock.now()
-            head = self.store.listed_head()  # the trust file's commit, fetched with the lease objects
-            blobs = self.store.read(set(refs.values()) | ({head} if head else set()))
-            if head and head not in refs.values():
-                blobs.pop(head, None)
-        except RemoteUnavailable as exc:
-            if not use_cache:
-                raise
-            cached = cache.load()
-            if cached is None:
-                raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
-            refs, fetched_at = cached
-            blobs = self.store.read(set(refs.values()), fetch=False)
-            trust = self.trust(offline=True)
-            views = build_views(refs, blobs)
-            self._verify(views, blobs, trust, before)
-            return Snapshot(
-                views,
-                fetched_at,
-                stale=True,
-                error=str(exc),
-                trust=trust.describe(),
-                signed_store=trust.signed,
-                foreign=foreign_refs(refs),
-            )
-        cache.save(refs, fetched_at)
+            try:
+                refs = self.store.list_refs(head=self._needs_trust_file())
+                fetched_at = self.clock.now()
+                head = self.store.listed_head()  # the trust file's commit, fetched with the lease objects
+                used = refs
+                if paths is not None:
+                    used, present = self._restrict(kept, refs, paths, keep)
+                blobs, parsed = self._read_records(kept, set(used.values()), set(refs.values()), also=head)
+            except RemoteUnavailable as exc:
+                if not use_cache or paths is not None:
+                    raise
+                cached = cache.load()
+                if cached is None:
+                    raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
+                refs, fetched_at = cached
+                blobs, parsed = self._read_records(kept, set(refs.values()), set(refs.values()), fetch=False)
+                trust = self.trust(offline=True)
+                views = build_views(refs, blobs, parsed)
+                self._verify(views, blobs, trust, before)
+                return Snapshot(
+                    views,
+                    fetched_at,
+                    stale=True,
+                    error=str(exc),
+                    trust=trust.describe(),
+                    signed_store=trust.signed,
+                    foreign=foreign_refs(refs),
+                )
+        finally:
+            kept.close()
+        if paths is None:  # a restricted read leaves most objects unfetched: not a listing to answer from later
+            cache.save(refs, fetched_at)
         trust = self.trust()
-        views = build_views(refs, blobs)
+        views = build_views(used, blobs, parsed)
         self._verify(views, blobs, trust, before)
         seen.update(
             before,
@@ -1043,12 +1061,49 @@ class LeaseService:
                 for v in views
                 if v.valid and v.record is not None and v.current_oid
             ],
-            {v.lease_id for v in views},
+            present if present is not None else {v.lease_id for v in views},
             self.clock.now(),
         )
         return Snapshot(
-            views, fetched_at, trust=trust.describe(), signed_store=trust.signed, foreign=foreign_refs(refs)
+            views,
+            fetched_at,
+            trust=trust.describe(),
+            signed_store=trust.signed,
+            foreign=foreign_refs(refs),
+            restricted_to=tuple(paths) if paths is not None else None,
         )
+
+    def _restrict(
+        self, kept: RecordCache, refs: dict[str, str], paths: Sequence[str], keep: Iterable[str]
+    ) -> tuple[dict[str, str], set[str]]:
+        """views.restrict_refs, with each listed commit's lease and paths from the record cache (the commits
+        it does not hold yet are fetched, read and kept first)."""
+        listed = set(refs.values())
+        index = kept.index(listed)
+        missing = listed - set(index)
+        if missing:
+            self.store.ensure_objects(sorted(missing))
+            new = {oid: (b, parse_blob(b)) for oid, b in self.store.read(missing, fetch=False).items()}
+            kept.save(new, listed)
+            for oid, (_b, (rec, _p)) in new.items():
+                index[oid] = (rec.lease_id, rec.paths) if rec is not None else None
+        return restrict_refs(refs, index, paths, keep)
+
+    def _read_records(
+        self, kept: RecordCache, oids: set[str], listed: set[str], *, also: str | None = None, fetch: bool = True
+    ) -> tuple[dict[str, Blob], dict[str, Parsed]]:
+        """The bytes and parsed record of each lease commit: from the repository's record cache
+        (service/recordcache.py) where another read kept them, else from git (``also``: one more commit to
+        fetch in the same go, read by no one here: the trust file's; ``listed``: every commit of the listing,
+        what the cache keeps). Objects are still fetched when missing: the history checks read them."""
+        got = kept.load(oids)
+        if fetch:
+            self.store.ensure_objects(sorted(oids | ({also} if also else set())))
+        fresh = self.store.read(oids - set(got), fetch=False)
+        new = {oid: (b, parse_blob(b)) for oid, b in fresh.items()}
+        kept.save(new, listed)
+        got.update(new)
+        return {o: b for o, (b, _) in got.items()}, {o: p for o, (_, p) in got.items()}
 
     def _verify(
         self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: dict[str, dict[str, object]]
@@ -1117,7 +1172,7 @@ class LeaseService:
 
     def can_start(self, raw_scopes: Sequence[str]) -> tuple[tuple[str, ...], list[LeaseView], Snapshot]:
         paths = scopes.normalize_all(raw_scopes)
-        snap = self.snapshot(use_cache=False)
+        snap = self.snapshot(use_cache=False, paths=paths)  # only the leases bearing on them
         return paths, snap.blocking(paths, self.clock.now(), self.settings.skew), snap
 
     def show(self, lease_id: str) -> tuple[LeaseView | None, list[HistoryEntry], Snapshot]:
@@ -1145,7 +1200,7 @@ class LeaseService:
             blobs = self.store.read(chain, fetch=not snap.stale)
             for oid in chain:
                 b = blobs.get(oid, Blob(None, None, "missing"))
-                rec, problem = _parse_blob(b)
+                rec, problem = parse_blob(b)
                 entries.append(HistoryEntry(oid, rec, problem, b.signature is not None))
         return view, entries, snap
 

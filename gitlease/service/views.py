@@ -7,7 +7,7 @@ Anything that does not add up is an invalid view that still holds the paths its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,7 @@ class Snapshot:
     trust: str = "unsigned"  # Trust.describe(): signed (and from where) or unsigned (and why)
     signed_store: bool = False
     foreign: list[str] = field(default_factory=list)  # refs under refs/leases/ that are not gitlease's (faults)
+    restricted_to: tuple[str, ...] | None = None  # only the leases bearing on these paths (snapshot(paths=...))
 
     _index: tuple[int, int, PathIndex[None]] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -179,7 +180,10 @@ class HistoryEntry:
 _UNREADABLE = Blob(None, None, "object not readable")
 
 
-def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
+Parsed = tuple["Record | None", "str | None"]  # (record, None) or (None, why the object is not one)
+
+
+def parse_blob(b: Blob) -> Parsed:
     if b.record is None:
         return None, b.problem or "missing record"
     try:
@@ -188,16 +192,19 @@ def _parse_blob(b: Blob) -> tuple[Record | None, str | None]:
         return None, str(exc)
 
 
-def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]:
+def build_views(
+    refs: dict[str, str], blobs: dict[str, Blob], parsed: dict[str, Parsed] | None = None
+) -> list[LeaseView]:
     """Group listed refs into leases. Anything that does not add up is an invalid view that still holds
     the paths its refs name: fail closed. Each object is parsed once (a lease's id ref and its scope refs
-    point at the same grant until it is renewed)."""
-    parsed: dict[str, tuple[Record | None, str | None]] = {}
+    point at the same grant until it is renewed); ``parsed`` holds objects parsed already (and gains those
+    parsed here)."""
+    parsed = {} if parsed is None else parsed
 
     def parse_oid(oid: str) -> tuple[Record | None, str | None]:
         got = parsed.get(oid)
         if got is None:
-            got = parsed[oid] = _parse_blob(blobs.get(oid, _UNREADABLE))
+            got = parsed[oid] = parse_blob(blobs.get(oid, _UNREADABLE))
         return got
 
     views: dict[str, LeaseView] = {}
@@ -270,14 +277,102 @@ def build_views(refs: dict[str, str], blobs: dict[str, Blob]) -> list[LeaseView]
         if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
-    _attach_task_refs(refs, blobs, views)
+    _attach_task_refs(refs, parse_oid, views)
     for view in views.values():
         if view.grant_oid is None and view.record is not None and not view.problems:
             view.problems.append(HALF_DELETED)
     return sorted(views.values(), key=lambda v: v.lease_id) + bad
 
 
-def _attach_task_refs(refs: dict[str, str], blobs: dict[str, Blob], views: dict[str, LeaseView]) -> None:
+Index = dict[str, "tuple[str, tuple[str, ...]] | None"]  # oid -> (lease id, paths) of its record, None: none
+
+
+def restrict_refs(
+    refs: dict[str, str], index: Index, paths: Iterable[str], keep: Iterable[str] = ()
+) -> tuple[dict[str, str], set[str]]:
+    """The listed refs ``build_views`` needs to answer for ``paths`` as it would from all of them: every ref of
+    each lease that holds, or whose refs or records name, a path overlapping ``paths``, and of the leases in
+    ``keep``; every scope ref gitlease cannot have written (they block what they name); the scope refs of a
+    commit that holds no record, when one of them overlaps. ``index`` gives each listed commit's lease and
+    paths (service/recordcache.py) without building its record. Also returns every lease id the listing holds
+    (the replay memory's "present"). A view built from the result is the full read's view of that lease, so
+    ``blocking`` and ``overlapping`` on ``paths`` answer alike."""
+    query = set(paths)
+    everything = scopes.ROOT in query
+    near = {scopes.ROOT}  # every scope that contains a queried path: its ancestors and itself
+    for p in query:
+        i = p.find("/")
+        while i >= 0:
+            near.add(p[:i])
+            i = p.find("/", i + 1)
+        near.add(p)
+
+    def hits(q: str) -> bool:
+        return everything or q in near or _any_ancestor_in_set(q, query)
+
+    chosen = set(keep)
+    groups: set[str] = set()  # commits holding no record whose scope refs overlap: kept whole
+    odd: set[str] = set()  # scope refs gitlease cannot have written
+    present = set()  # every lease id the listing holds (its id refs', and its grants')
+    judged: dict[str, bool] = {}  # oid -> whether its record names an overlapping path
+    scope_dir, cut = SCOPE_REF + "/", len(SCOPE_REF) + 1
+    for ref, oid in refs.items():
+        if ref.startswith(ID_PREFIX):
+            present.add(ref[len(ID_PREFIX) :])
+        elif ref.startswith(scope_dir) or ref == SCOPE_REF:
+            suffix = ref[cut:]
+            if suffix and "%" not in suffix and "." not in suffix:
+                q = suffix  # letters, digits, '-' and '_': the ref names the path as it is
+            else:
+                try:
+                    q = path_of_scope_ref(ref)
+                except ValueError:
+                    odd.add(ref)
+                    continue
+            if hits(q):
+                ent = index.get(oid)
+                if ent is None:
+                    groups.add(oid)
+                else:
+                    chosen.add(ent[0])
+        elif not ref.startswith(TASK_PREFIX):
+            continue
+        got = judged.get(oid)
+        if got is None:
+            ent = index.get(oid)
+            got = judged[oid] = ent is not None and any(hits(q) for q in ent[1])
+            if ent is not None and not ref.startswith(ID_PREFIX):
+                present.add(ent[0])
+            if ent is not None and got:
+                chosen.add(ent[0])
+        elif not ref.startswith(ID_PREFIX) and (ent := index.get(oid)) is not None:
+            present.add(ent[0])
+    out: dict[str, str] = {}
+    for ref, oid in refs.items():
+        if ref.startswith(ID_PREFIX):
+            if ref[len(ID_PREFIX) :] in chosen or ((ent := index.get(oid)) is not None and ent[0] in chosen):
+                out[ref] = oid
+        elif ref.startswith(scope_dir) or ref == SCOPE_REF:
+            if oid in groups or ref in odd or ((ent := index.get(oid)) is not None and ent[0] in chosen):
+                out[ref] = oid
+        elif ref.startswith(TASK_PREFIX) and (ent := index.get(oid)) is not None and ent[0] in chosen:
+            out[ref] = oid
+    return out, present
+
+
+def _any_ancestor_in_set(path: str, others: set[str]) -> bool:
+    """True when one of ``others`` contains ``path`` (``path`` itself included)."""
+    if path in others:
+        return True
+    i = path.find("/")
+    while i >= 0:
+        if path[:i] in others:
+            return True
+        i = path.find("/", i + 1)
+    return False
+
+
+def _attach_task_refs(refs: dict[str, str], parse_oid: Callable[[str], Parsed], views: dict[str, LeaseView]) -> None:
     """A task ref (the claim of a queued task) belongs to the lease whose grant it points at: it is deleted
     with that lease's refs. One left without its lease (a half-deleted lease) becomes a view of its own that
     holds no path and is reclaimed like a half-deleted lease once that grant has expired. One pointing at no
@@ -285,7 +380,7 @@ def _attach_task_refs(refs: dict[str, str], blobs: dict[str, Blob], views: dict[
     for ref, oid in refs.items():
         if not ref.startswith(TASK_PREFIX):
             continue
-        rec, problem = _parse_blob(blobs.get(oid, Blob(None, None, "object not readable")))
+        rec, _problem = parse_oid(oid)
         if rec is None:
             continue
         view = views.get(rec.lease_id)

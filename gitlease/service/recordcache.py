@@ -1,0 +1,190 @@
+"""What each lease commit holds, read and parsed once per repository, not once per process.
+
+A read of the store lists every lease ref, then needs each commit's ``lease.json`` and ``lease.sig`` (two
+``cat-file`` runs over every object) and each record parsed and checked (``record.parse``). At 10,000 leases
+that was most of a ``status`` and of every hook's read, and every process paid it again for the same commits.
+
+``RecordCache`` keeps, per commit id, the bytes ``Store.read`` returned (record, signature, problem) and the
+outcome of parsing them (the record as ``record.to_fields`` writes it, or the parse error), in a SQLite file in
+the common git dir shared by every worktree. Safe to share: what a commit id names never changes, and
+parsing is a function of those bytes; the file's format number (``FORMAT``) changes whenever the parse rules
+do, and a file of another format is emptied. It decides nothing: trust and replay checks run on every read as
+before (``LeaseService._verify``), on the same bytes.
+
+Bounded: when it holds more than ``SLACK`` times the commits of the current listing (plus ``FLOOR``), the
+commits no longer listed are dropped. A file that cannot be read or written (damaged, read-only, locked too
+long) is set aside for the rest of the process, and the read goes on without it. The file is as trusted as
+the rest of the git dir (hooks and config live there too).
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from gitlease.core import record as records
+from gitlease.core.store import Blob
+from gitlease.service.views import Parsed
+
+if TYPE_CHECKING:
+    import sqlite3
+
+FORMAT = 3  # bump when record.parse or Store.read change what they answer for the same bytes
+SLACK = 3
+FLOOR = 4096
+
+
+class RecordCache:
+    def __init__(self, folder: str) -> None:
+        self.path = os.path.join(folder, "cache", "records.sqlite3")
+        self._db: sqlite3.Connection | None = None
+        self._broken = False
+
+    def _open(self) -> sqlite3.Connection | None:
+        if self._db is not None or self._broken:
+            return self._db
+        import sqlite3
+
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=2, isolation_level=None)
+            (fmt,) = db.execute("PRAGMA user_version").fetchone()
+            if fmt != FORMAT:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("DROP TABLE IF EXISTS r")
+                db.execute(f"PRAGMA user_version = {FORMAT:d}")
+                db.execute("COMMIT")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS r (oid TEXT PRIMARY KEY, lease TEXT, paths TEXT, data BLOB NOT NULL) "
+                "WITHOUT ROWID"
+            )
+            db.execute("CREATE INDEX IF NOT EXISTS r_index ON r (oid, lease, paths)")  # index() reads no record
+            self._db = db
+        except (sqlite3.Error, OSError):
+            self._give_up()
+        return self._db
+
+    def _give_up(self) -> None:
+        self._broken = True
+        if self._db is not None:
+            try:
+                self._db.close()
+            except Exception:  # noqa: BLE001 - closing a broken database may fail in any way; nothing to save
+                pass
+            self._db = None
+
+    def load(self, oids: Iterable[str]) -> dict[str, tuple[Blob, Parsed]]:
+        """What is kept of these commits: {oid: (blob, (record, problem))}. Rows that do not decode are left out
+        (read again from git)."""
+        wanted = set(oids)
+        db = self._open()
+        if db is None or not wanted:
+            return {}
+        import sqlite3
+
+        out: dict[str, tuple[Blob, Parsed]] = {}
+        try:
+            rows: Iterable[tuple[str, bytes]]
+            if len(wanted) > 500:  # most of the file: one scan beats thousands of lookups
+                rows = db.execute("SELECT oid, data FROM r")
+            else:
+                ordered = sorted(wanted)
+                rows = [
+                    row
+                    for i in range(0, len(ordered), 500)
+                    for row in db.execute(
+                        f"SELECT oid, data FROM r WHERE oid IN ({','.join('?' * len(ordered[i : i + 500]))})",
+                        ordered[i : i + 500],
+                    )
+                ]
+            for oid, data in rows:
+                if oid in wanted:
+                    got = _decode(data)
+                    if got is not None:
+                        out[oid] = got
+        except sqlite3.Error:
+            self._give_up()
+            return {}
+        return out
+
+    def index(self, oids: Iterable[str]) -> dict[str, tuple[str, tuple[str, ...]] | None]:
+        """{oid: (lease id, paths) of its record, or None when it holds none} for the kept ones of these commits:
+        what a read restricted to some paths needs of every listed commit to choose the few it reads whole."""
+        wanted = set(oids)
+        db = self._open()
+        if db is None or not wanted:
+            return {}
+        import sqlite3
+
+        out: dict[str, tuple[str, tuple[str, ...]] | None] = {}
+        try:
+            for oid, lease, paths in db.execute("SELECT oid, lease, paths FROM r"):
+                if oid in wanted:
+                    if lease is None or paths is None:
+                        out[oid] = None
+                    elif isinstance(lease, str) and isinstance(paths, str) and paths:
+                        out[oid] = (lease, tuple(paths.split("\n")))
+        except sqlite3.Error:
+            self._give_up()
+            return {}
+        return out
+
+    def save(self, got: dict[str, tuple[Blob, Parsed]], listed: Iterable[str]) -> None:
+        """Keep these (newly read) commits; drop what is no longer ``listed`` once the file is too large."""
+        db = self._open()
+        if db is None or not got:
+            return
+        import sqlite3
+
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(
+                "INSERT OR REPLACE INTO r (oid, lease, paths, data) VALUES (?, ?, ?, ?)",
+                [
+                    (oid, rec.lease_id if rec else None, "\n".join(rec.paths) if rec else None, _encode(blob, (rec, p)))
+                    for oid, (blob, (rec, p)) in got.items()
+                ],
+            )
+            live = set(listed)
+            (count,) = db.execute("SELECT count(*) FROM r").fetchone()
+            if count > SLACK * len(live) + FLOOR:
+                db.execute("CREATE TEMP TABLE IF NOT EXISTS keep (oid TEXT PRIMARY KEY)")
+                db.execute("DELETE FROM keep")
+                db.executemany("INSERT OR IGNORE INTO keep VALUES (?)", [(o,) for o in live])
+                db.execute("DELETE FROM r WHERE oid NOT IN (SELECT oid FROM keep)")
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            self._give_up()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _encode(blob: Blob, parsed: Parsed) -> bytes:
+    rec, problem = parsed
+    return marshal.dumps(
+        (blob.record, blob.signature, blob.problem, records.to_fields(rec) if rec is not None else None, problem)
+    )
+
+
+def _decode(data: Any) -> tuple[Blob, Parsed] | None:
+    try:
+        t = marshal.loads(data)
+        raw, sig, blob_problem, fields, problem = t
+        if not all(x is None or isinstance(x, bytes) for x in (raw, sig)):
+            return None
+        if not all(x is None or isinstance(x, str) for x in (blob_problem, problem)):
+            return None
+        rec = records.from_fields(fields) if fields is not None else None
+    except (ValueError, TypeError, EOFError):
+        return None
+    if (rec is None) == (problem is None):
+        return None
+    return Blob(raw, sig, blob_problem), (rec, problem)
+
+
+__all__ = ["RecordCache", "FORMAT"]
