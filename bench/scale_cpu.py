@@ -148,6 +148,9 @@ def measure(quick: bool, log) -> dict:
         isolate(tmp)
         os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
         os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]
+        from scale import bytecode
+
+        bytecode(tmp)
         out = {
             "parse": parse_row(rounds),
             "store": store_rows(tmp, n, rounds, log),
