@@ -275,3 +275,29 @@ def test_a_read_restricted_to_some_paths_sees_what_the_full_read_sees_there(spec
         )
     assert present == {v.lease_id for v in full.leases if not v.lease_id.startswith("?")}
     assert set(used.items()) <= set(refs.items())
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.one_of(st.text("ab-_Z09", min_size=0, max_size=90), st.sampled_from(["a.b", "%41", "x" * 251, ""])),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_scope_ref_of_plain_characters_decodes_as_the_full_decode_does(components):
+    """path_of_scope_ref's shortcut for names of letters, digits, '-', '_' and '/' answers as the decode and
+    the normalisation check it skips (too long a component, an empty one: refused alike)."""
+    from gitlease.core.refnames import SCOPE_REF, from_ref_suffix, path_of_scope_ref
+
+    ref = SCOPE_REF + "/" + "/".join(components)
+    try:
+        path = from_ref_suffix(ref[len(SCOPE_REF) + 1 :])
+        want = path if scopes.normalize(path) == path else None
+    except Exception:
+        want = None
+    try:
+        got = path_of_scope_ref(ref)
+    except ValueError:
+        got = None
+    assert got == want

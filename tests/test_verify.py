@@ -135,6 +135,23 @@ def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
     assert cli(a, "release", lease).returncode == 0
 
 
+def test_pre_receive_reads_the_leases_near_the_push_and_still_sees_a_torn_one(guarded):
+    """The server hook reads only the leases bearing on the pushed paths and those the push claims
+    (views.restrict_refs): a lease whose scope ref is gone but whose id ref is left still blocks its path, and
+    a holder's claim is still honoured."""
+    a, b = guarded("a"), guarded("b")
+    torn = acquire(a, "torn", agent="agent-a", task="task-a")
+    mine = acquire(b, "mine", agent="agent-b", task="task-b")
+    acquire(a, "elsewhere", agent="agent-a", task="task-c")
+    git(guarded.bare, "update-ref", "-d", "refs/leases/scope/torn")  # only its id ref is left
+    assert commit(b, "torn/f", extra=("--no-verify",)).returncode == 0
+    res = run(b, "push", "--no-verify", "origin", "HEAD:main")
+    assert res.returncode == 1 and "1 path inside leases held by others" in res.stderr, res.stderr
+    git(b, "reset", "-q", "--hard", "HEAD~1")
+    assert commit(b, "mine/f", msg=f"work\n\nLease: {mine}").returncode == 0
+    assert run(b, "push", "-q", "origin", "HEAD:main").returncode == 0
+
+
 def _forge(repo, rec, parents=(), data=None):
     git_dir = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
     w = ObjectWriter(os.path.join(git_dir, "objects"))

@@ -411,7 +411,7 @@ def from_fields(t: tuple[Any, ...]) -> Record:
     if not isinstance(t, tuple) or len(t) != 19 or not isinstance(t[4], tuple) or len(t[4]) != 6:
         raise ValueError("not a kept record")
     paths, pr = t[2], t[13]
-    if not isinstance(paths, tuple) or not paths or not all(isinstance(x, str) for x in paths):
+    if type(paths) is not tuple or not paths or not all(type(x) is str for x in paths):
         raise ValueError("not a kept record")
     if pr is not None and (not isinstance(pr, tuple) or len(pr) != 3):
         raise ValueError("not a kept record")
@@ -433,7 +433,7 @@ def from_fields(t: tuple[Any, ...]) -> Record:
         schema=t[14],
         stop_by=t[15],
     )
-    if not all(isinstance(x, float) for x in t[16:]):
+    if type(t[16]) is not float or type(t[17]) is not float or type(t[18]) is not float:
         raise ValueError("not a kept record")
     cache = rec.__dict__
     cache["renewed"], cache["expires"], cache["stop_deadline"] = t[16], t[17], t[18]

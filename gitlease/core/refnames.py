@@ -41,6 +41,7 @@ ROOT = "."  # the whole repository, as a scope (gitlease.core.scope.ROOT)
 SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _HEX = frozenset("0123456789ABCDEF")
 _SAFE_NO_DOT = SAFE - {"."}
+_PLAIN_SUFFIX = _SAFE_NO_DOT | {"/"}
 
 
 # ------------------------------------------------------------------------------ encoding
@@ -136,7 +137,9 @@ def path_of_scope_ref(ref: str) -> str:
         return ROOT
     if not ref.startswith(SCOPE_REF + "/"):
         raise ValueError(ref)
-    path = from_ref_suffix(ref[len(SCOPE_REF) + 1 :])
+    suffix = ref[len(SCOPE_REF) + 1 :]
+    # letters, digits, '-', '_' and '/' only (the common case): each component decodes to itself
+    path = suffix if suffix and _PLAIN_SUFFIX.issuperset(suffix) else from_ref_suffix(suffix)
     from gitlease.core.scope import normalize  # only here: the hooks never decode scope refs
 
     try:

@@ -175,9 +175,14 @@ def _decode(data: Any) -> tuple[Blob, Parsed] | None:
     try:
         t = marshal.loads(data)
         raw, sig, blob_problem, fields, problem = t
-        if not all(x is None or isinstance(x, bytes) for x in (raw, sig)):
+        if raw is not None and type(raw) is not bytes or sig is not None and type(sig) is not bytes:
             return None
-        if not all(x is None or isinstance(x, str) for x in (blob_problem, problem)):
+        if (
+            blob_problem is not None
+            and type(blob_problem) is not str
+            or problem is not None
+            and type(problem) is not str
+        ):
             return None
         rec = records.from_fields(fields) if fields is not None else None
     except (ValueError, TypeError, EOFError):

@@ -210,9 +210,10 @@ def build_views(
     views: dict[str, LeaseView] = {}
     by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
     bad: list[LeaseView] = []
+    scope_dir = SCOPE_REF + "/"
     for ref, oid in refs.items():
-        if ref.startswith(ID_PREFIX) or not is_scope_ref(ref):
-            continue  # foreign refs (foreign_refs) block nothing
+        if not ref.startswith(scope_dir) and ref != SCOPE_REF:
+            continue  # id refs are read below; foreign refs (foreign_refs) block nothing
         try:
             path = path_of_scope_ref(ref)
         except ValueError:
@@ -315,20 +316,16 @@ def restrict_refs(
     odd: set[str] = set()  # scope refs gitlease cannot have written
     present = set()  # every lease id the listing holds (its id refs', and its grants')
     judged: dict[str, bool] = {}  # oid -> whether its record names an overlapping path
-    scope_dir, cut = SCOPE_REF + "/", len(SCOPE_REF) + 1
+    scope_dir = SCOPE_REF + "/"
     for ref, oid in refs.items():
         if ref.startswith(ID_PREFIX):
             present.add(ref[len(ID_PREFIX) :])
         elif ref.startswith(scope_dir) or ref == SCOPE_REF:
-            suffix = ref[cut:]
-            if suffix and "%" not in suffix and "." not in suffix:
-                q = suffix  # letters, digits, '-' and '_': the ref names the path as it is
-            else:
-                try:
-                    q = path_of_scope_ref(ref)
-                except ValueError:
-                    odd.add(ref)
-                    continue
+            try:
+                q = path_of_scope_ref(ref)
+            except ValueError:
+                odd.add(ref)
+                continue
             if hits(q):
                 ent = index.get(oid)
                 if ent is None:
