@@ -375,7 +375,8 @@ class LeaseService:
                     + "".join(f"; remote: {ln}" for ln in said),
                     server=out.server,
                 )
-            snap = self.snapshot(use_cache=False)
+            # only what bears on the scope, and our attempts (their remnants are found by their ids and grants)
+            snap = self.snapshot(use_cache=False, paths=paths, keep=attempts)
             landed = self._landed_after_all(snap, attempts, task)
             if landed is not None:
                 return Acquired(landed[0].lease_id, landed[0], landed[1], tuple(cleared))
