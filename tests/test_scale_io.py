@@ -381,3 +381,22 @@ def test_the_record_cache_drops_commits_no_longer_listed_once_it_is_too_large(tm
     with sqlite3.connect(_records_file(c)) as db:
         kept = {r for (r,) in db.execute("SELECT oid FROM r")}
     assert kept == {snap.leases[0].current_oid, snap.leases[0].grant_oid}  # the listed commits only
+
+
+def test_the_record_cache_never_keeps_a_commit_it_could_not_read(tmp_path, remote_file):
+    """A missing record may mean "not fetched yet" (a ref deleted between listing and fetching): such a commit is
+    asked of git again on the next read, never remembered as holding no record; a record that was read but does
+    not parse is kept (parsing the same bytes answers the same)."""
+    from gitlease.core.store import Blob
+    from gitlease.service.recordcache import RecordCache
+    from gitlease.service.views import parse_blob
+
+    kept = RecordCache(str(tmp_path))
+    missing, bad = "1" * 40, "2" * 40
+    unread = Blob(None, None, "not a lease commit (no lease.json)")
+    broken = Blob(b"{not json", None)
+    kept.save({missing: (unread, parse_blob(unread)), bad: (broken, parse_blob(broken))}, [missing, bad])
+    assert kept.index([missing, bad]) == {bad: None}
+    got = kept.load([missing, bad])
+    assert set(got) == {bad} and got[bad][1][0] is None and "not JSON" in got[bad][1][1]
+    kept.close()

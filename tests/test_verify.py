@@ -140,7 +140,7 @@ def test_pre_receive_reads_the_leases_near_the_push_and_still_sees_a_torn_one(gu
     (views.restrict_refs): a lease whose scope ref is gone but whose id ref is left still blocks its path, and
     a holder's claim is still honoured."""
     a, b = guarded("a"), guarded("b")
-    torn = acquire(a, "torn", agent="agent-a", task="task-a")
+    acquire(a, "torn", agent="agent-a", task="task-a")
     mine = acquire(b, "mine", agent="agent-b", task="task-b")
     acquire(a, "elsewhere", agent="agent-a", task="task-c")
     git(guarded.bare, "update-ref", "-d", "refs/leases/scope/torn")  # only its id ref is left

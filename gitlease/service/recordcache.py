@@ -132,7 +132,10 @@ class RecordCache:
         return out
 
     def save(self, got: dict[str, tuple[Blob, Parsed]], listed: Iterable[str]) -> None:
-        """Keep these (newly read) commits; drop what is no longer ``listed`` once the file is too large."""
+        """Keep these (newly read) commits; drop what is no longer ``listed`` once the file is too large. Only
+        commits whose record was read are kept: "no record" may only mean "not fetched yet" (an object missing
+        here, a ref deleted between listing and fetching), and must be asked of git again next time."""
+        got = {oid: v for oid, v in got.items() if v[0].record is not None}
         db = self._open()
         if db is None or not got:
             return
