@@ -204,3 +204,47 @@ def test_push_timed_out_after_landing_is_resolved_by_reading(tmp_path):
     assert a.store.list_refs()[id_ref(got.lease_id)] == got.oid
     a.release(got.lease_id)
     assert a.store.list_refs() == {}
+
+
+class _UndoingClock:
+    """A FakeClock seam: the other writer deletes its remnant while we wait (on the given sleep), as
+    ``_undo_partial`` does right after its push fails."""
+
+    def __init__(self, clock, store, ref, oid, on: int) -> None:
+        self._clock, self._store, self._ref, self._oid, self._on, self.sleeps = clock, store, ref, oid, on, 0
+
+    def __getattr__(self, name):
+        return getattr(self._clock, name)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        if self.sleeps == self._on:
+            assert self._store.apply([RefUpdate(self._ref, None, self._oid)]).ok
+        self._clock.sleep(seconds)
+
+
+@pytest.mark.parametrize("undone", [True, False])
+def test_a_refused_acquire_waits_out_another_writers_remnant_and_refuses_if_it_stays(tmp_path, remote_file, undone):
+    """After a lost push, blockers that are all remnants of other writers' attempts (an id ref without scope
+    refs) are looked at again a few times: gone, the scope is free (no refusal); still there, they block as
+    before (fail closed). A real lease among the blockers refuses at once."""
+    from gitlease.service import leases as leases_mod
+    from testing.fleet import Fleet
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    b, a = fleet.agent("b"), fleet.agent("a")
+    rem = b.acquire(["svc/x"], ttl=600)
+    assert b.store.apply([RefUpdate(scope_ref("svc/x"), None, rem.oid)]).ok  # only its id ref is left
+    a.clock = _UndoingClock(fleet.clock, a.store, id_ref(rem.lease_id), rem.oid, on=2 if undone else 99)
+    snap = a.snapshot(use_cache=False, paths=("svc",))
+    assert [v.lease_id for v in snap.blocking(("svc",), a.clock.now(), 30)] == [rem.lease_id]
+    got = a._wait_out_remnants(("svc",), snap, set())
+    blockers = got.blocking(("svc",), a.clock.now(), 30)
+    if undone:
+        assert blockers == [] and a.clock.sleeps == 2
+    else:
+        assert [v.lease_id for v in blockers] == [rem.lease_id] and a.clock.sleeps == leases_mod.REMNANT_LOOKS
+    real = b.acquire(["svc/y"], ttl=600)  # a real lease: no waiting at all
+    a.clock = _UndoingClock(fleet.clock, a.store, "refs/none", "0" * 40, on=99)
+    got = a._wait_out_remnants(("svc",), a.snapshot(use_cache=False, paths=("svc",)), set())
+    assert real.lease_id in [v.lease_id for v in got.blocking(("svc",), a.clock.now(), 30)] and a.clock.sleeps == 0

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
@@ -48,6 +49,7 @@ from gitlease.core.store import (
 )
 from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 from gitlease.service.views import (
+    HALF_DELETED,
     INVALID,
     HistoryEntry,
     LeaseView,
@@ -68,6 +70,7 @@ if TYPE_CHECKING:  # verification and the audit log are imported where used: not
 
 
 ACQUIRE_ATTEMPTS = 4
+REMNANT_LOOKS = 5  # reads of the store while only other writers' remnants block (_wait_out_remnants)
 
 
 # --------------------------------------------------------------------------------- views
@@ -381,8 +384,19 @@ class LeaseService:
             if landed is not None:
                 return Acquired(landed[0].lease_id, landed[0], landed[1], tuple(cleared))
             self._undo_partial(attempts, snap)
+            snap = self._wait_out_remnants(paths, snap, set(attempts))
             self._clear_blockers(paths, snap, set(attempts), cleared)
             # nothing blocks any more (released meanwhile, or cleared): try again with a new version
+        if last_refusal is not None:  # every attempt lost a race: refuse by what holds the scope now, if anything
+            snap = self._wait_out_remnants(paths, self.snapshot(use_cache=False, paths=paths), set(attempts))
+            now = self.clock.now()
+            live = [
+                b
+                for b in snap.overlapping(paths)
+                if b.lease_id not in attempts and b.state(now, self.settings.skew) != "expired"
+            ]
+            if live:
+                raise held_error(paths, live, now, self.settings.skew)
         raise GitLeaseError(
             f"could not acquire {' '.join(paths)}: "
             f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
@@ -526,6 +540,25 @@ class LeaseService:
             return []
         out = self._push([RefUpdate(ref, None, refs[ref]) for ref in stray])
         return stray if out.ok else []
+
+    def _wait_out_remnants(self, paths: tuple[str, ...], snap: Snapshot, mine: set[str]) -> Snapshot:
+        """When everything that blocks ``paths`` is a remnant of another writer's attempt (an id ref without
+        scope refs: a push that failed part-way on the server, or one being committed as we read), look again a
+        few times before refusing: such a writer deletes its remnant at once (``_undo_partial``), and without
+        this every racer of a crowded race can refuse on another's remnant while no one wins. Remnants still
+        there after the last look block as before (fail closed); a real lease found meanwhile refuses."""
+        for k in range(REMNANT_LOOKS):
+            now = self.clock.now()
+            live = [
+                b
+                for b in snap.overlapping(paths)
+                if b.lease_id not in mine and b.state(now, self.settings.skew) != "expired"
+            ]
+            if not live or not all(HALF_DELETED in b.problems for b in live):
+                return snap
+            self.clock.sleep(random.uniform(0.02, 0.1) * (k + 1))
+            snap = self.snapshot(use_cache=False, paths=paths, keep=mine)
+        return snap
 
     def _clear_blockers(self, paths: tuple[str, ...], snap: Snapshot, mine: set[str], cleared: list[str]) -> None:
         """HeldError when a lease that is not expired beyond the skew margin overlaps ``paths``; otherwise clear
