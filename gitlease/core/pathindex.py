@@ -34,7 +34,8 @@ def _segments(path: str) -> list[str]:
 
 
 class PathIndex(Generic[K, P]):
-    """Scopes -> keys. ``add(key, scopes, payload)``, ``remove(key)``, ``overlapping(scopes)``."""
+    """Scopes -> keys (``PathIndex[K, P]``: keys of type K, payloads of type P). ``add(key, scopes, payload)``,
+    ``remove(key)``, ``overlapping(scopes)``."""
 
     def __init__(self) -> None:
         self._root: _Node[K] = _Node()
