@@ -294,7 +294,7 @@ def overlap_check(seed: int = 8) -> dict:
         leases[f"lease{len(leases):05d}"] = [s]
     queries = [[scope()] for _ in range(1000)]
     t0 = time.perf_counter()
-    index: PathIndex[None] = PathIndex()
+    index: PathIndex[str, None] = PathIndex()
     for k, ps in leases.items():
         index.add(k, ps)
     build_ms = (time.perf_counter() - t0) * 1000

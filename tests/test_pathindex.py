@@ -22,7 +22,7 @@ OPS = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(OPS, st.lists(SCOPES, min_size=1, max_size=8))
 def test_index_matches_naive_double_loop(ops, queries):
-    index: PathIndex[int] = PathIndex()
+    index: PathIndex[int, int] = PathIndex()
     model: dict[int, list[str]] = {}
     for op, key, scopes in ops:
         if op == "add":
@@ -41,7 +41,7 @@ def test_index_matches_naive_double_loop(ops, queries):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(SCOPES, min_size=1, max_size=20))
 def test_removing_everything_leaves_an_empty_trie(adds):
-    index: PathIndex[None] = PathIndex()
+    index: PathIndex[int, None] = PathIndex()
     for i, scopes in enumerate(adds):
         index.add(i, scopes)
     for i in range(len(adds)):
@@ -51,7 +51,7 @@ def test_removing_everything_leaves_an_empty_trie(adds):
 
 
 def test_ancestors_subtree_and_siblings():
-    index: PathIndex[str] = PathIndex()
+    index: PathIndex[str, str] = PathIndex()
     index.add("svc", ["services"], "p1")
     index.add("billing", ["services/billing"])
     index.add("deep", ["services/billing/tax/rates.py"])

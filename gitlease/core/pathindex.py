@@ -12,36 +12,38 @@ Pure: no git, no I/O. Results come in insertion order (oldest entry first), so t
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from gitlease.core.scope import ROOT
 
-P = TypeVar("P")
+K = TypeVar("K", bound=Hashable)  # the entries' keys
+P = TypeVar("P")  # their payloads
 
 
-class _Node:
+class _Node(Generic[K]):
     __slots__ = ("children", "keys")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Node] = {}
-        self.keys: dict[Hashable, None] = {}  # keys stored exactly at this scope (ordered set)
+        self.children: dict[str, _Node[K]] = {}
+        self.keys: dict[K, None] = {}  # keys stored exactly at this scope (ordered set)
 
 
 def _segments(path: str) -> list[str]:
     return [] if path == ROOT else path.split("/")
 
 
-class PathIndex(Generic[P]):
-    """Scopes -> keys. ``add(key, scopes, payload)``, ``remove(key)``, ``overlapping(scopes)``."""
+class PathIndex(Generic[K, P]):
+    """Scopes -> keys (``PathIndex[K, P]``: keys of type K, payloads of type P). ``add(key, scopes, payload)``,
+    ``remove(key)``, ``overlapping(scopes)``."""
 
     def __init__(self) -> None:
-        self._root = _Node()
-        self._entries: dict[Hashable, tuple[tuple[str, ...], P | None, int]] = {}
+        self._root: _Node[K] = _Node()
+        self._entries: dict[K, tuple[tuple[str, ...], P | None, int]] = {}
         self._seq = 0
 
     # ----------------------------------------------------------------------------- writing
-    def add(self, key: Hashable, scopes: Iterable[str], payload: P | None = None) -> None:
+    def add(self, key: K, scopes: Iterable[str], payload: P | None = None) -> None:
         """Store ``key`` under each of ``scopes`` (normalised paths). A key already present is replaced."""
         if key in self._entries:
             self.remove(key)
@@ -57,7 +59,7 @@ class PathIndex(Generic[P]):
         self._entries[key] = (paths, payload, self._seq)
         self._seq += 1
 
-    def remove(self, key: Hashable) -> bool:
+    def remove(self, key: K) -> bool:
         """Drop ``key`` from every scope it was stored under; False if it was not there."""
         entry = self._entries.pop(key, None)
         if entry is None:
@@ -82,18 +84,18 @@ class PathIndex(Generic[P]):
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[K]:
         return iter(self._entries)
 
-    def scopes(self, key: Hashable) -> tuple[str, ...]:
+    def scopes(self, key: K) -> tuple[str, ...]:
         return self._entries[key][0]
 
-    def payload(self, key: Hashable) -> P | None:
+    def payload(self, key: K) -> P | None:
         return self._entries[key][1]
 
-    def overlapping(self, scopes: Iterable[str]) -> list[Hashable]:
+    def overlapping(self, scopes: Iterable[str]) -> list[K]:
         """Every key with a scope overlapping one of ``scopes``, each once, oldest first."""
-        found: dict[Hashable, None] = {}
+        found: dict[K, None] = {}
         for path in scopes:
             self._collect(path, found)
         if len(found) < 2:
@@ -119,7 +121,7 @@ class PathIndex(Generic[P]):
                 return True
         return False
 
-    def _collect(self, path: str, found: dict[Hashable, None]) -> None:
+    def _collect(self, path: str, found: dict[K, None]) -> None:
         node = self._root
         found.update(node.keys)
         for seg in _segments(path):
@@ -135,7 +137,7 @@ class PathIndex(Generic[P]):
             stack.extend(node.children.values())
 
 
-def naive_overlapping(entries: dict[Hashable, Iterable[str]], scopes: Iterable[str]) -> list[Hashable]:
+def naive_overlapping(entries: Mapping[K, Iterable[str]], scopes: Iterable[str]) -> list[K]:
     """The double loop the index replaces (the reference for its tests and the benchmark)."""
     from gitlease.core.scope import sets_overlap
 

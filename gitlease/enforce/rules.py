@@ -283,7 +283,8 @@ def loads(text: str):
         return json.loads(text)
     start = len(text) - len(text.lstrip(" \t\n\r"))
     try:
-        obj, end = make_scanner(_Strict())(text, start)
+        # typeshed wants a make_scanner as the context; it reads the settings' attributes (duck typing)
+        obj, end = make_scanner(_Strict())(text, start)  # type: ignore[arg-type]
     except Exception:  # not JSON (the scanner's own errors are odd outside json): let json say why
         import json
 

@@ -496,7 +496,7 @@ class _Push:
                 )
         named = {str(d.get("leaseId")) for d in self.audit}
         for d in self.audit:
-            refs = d.get("refs") if isinstance(d.get("refs"), dict) else {}
+            refs = got if isinstance(got := d.get("refs"), dict) else {}
             missing = [r for r in refs if r not in deleted]
             if missing:
                 self.problems.append(
@@ -628,11 +628,11 @@ def pushed_commits(updates: list[tuple[str, str, str]]) -> list[claims_mod.Commi
         news = by_base.setdefault(base, [])
         if new not in news:
             news.append(new)
-    found: dict[str, claims_mod.Commit] = {}
+    commits: dict[str, claims_mod.Commit] = {}
     for base, news in by_base.items():
         for c in claims_mod.commits_between(_read, news, [base] if base else []):
-            found.setdefault(c.oid, c)
-    return list(found.values())
+            commits.setdefault(c.oid, c)
+    return list(commits.values())
 
 
 def _anonymous(v: enforce.Violation) -> enforce.Violation:

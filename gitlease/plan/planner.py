@@ -193,10 +193,10 @@ def plan(tasks: Sequence[Task], leases: Iterable[tuple[str, Sequence[str]]], *, 
     """Decide which tasks start now. ``leases``: (lease id, paths) of every *blocking* lease (see
     ``blocking_leases``). ``limit``: stop once that many tasks can start (the rest are ``deferred``); the
     decisions made up to there are the same as without a limit."""
-    held: PathIndex[None] = PathIndex()
+    held: PathIndex[tuple[str, str], None] = PathIndex()
     for lease_id, paths in leases:
         held.add(("lease", lease_id), paths)
-    earlier: PathIndex[None] = PathIndex()  # every task already considered, started or blocked
+    earlier: PathIndex[tuple[str, str], None] = PathIndex()  # every task already considered, started or blocked
     start: list[str] = []
     blocked: list[Blocked] = []
     by_id: dict[str, Task] = {}
@@ -302,8 +302,11 @@ def start_tasks(service, the_plan: Plan, n: int, *, ttl: int | None = None) -> l
         try:
             got = svc.acquire(task.scope, ttl=ttl)
         except GitLeaseError as exc:
+            listed = exc.details.get("blockers")
             blockers = tuple(
-                str(b.get("leaseId")) for b in exc.details.get("blockers", []) or [] if isinstance(b, dict)
+                str(b.get("leaseId"))
+                for b in (listed if isinstance(listed, list | tuple) else ())
+                if isinstance(b, dict)
             )
             results.append(StartResult(tid, error=exc.message, kind=exc.kind, blockers=blockers))
             if not isinstance(exc, HeldError):

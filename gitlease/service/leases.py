@@ -357,7 +357,7 @@ class LeaseService:
                 if refused:  # a renewal failed the atomic push: the same acquire again, without them
                     self._undo_partial(attempts)
                     continue
-            if release_with:
+            if release_with and replace is not None:  # (nothing to release with no lease to replace)
                 if out.ok:
                     self.forget(replace)
                 else:  # refused as a whole: the old lease stays; release it on its own, then acquire as usual
@@ -818,8 +818,10 @@ class LeaseService:
         pending and settled by re-reading before the next renewal). Drops the renew lock ``prep`` holds."""
         try:
             if landed:
-                self._update_held(prep.lease_id, prep.record, prep.update.new)
-                return Renewed(prep.lease_id, prep.record, prep.update.new)
+                oid = prep.update.new
+                assert oid is not None  # a renewal sets the id ref to its new version, never deletes it
+                self._update_held(prep.lease_id, prep.record, oid)
+                return Renewed(prep.lease_id, prep.record, oid)
             if landed is None:
                 with self.held.locked() as held:
                     if prep.lease_id in held:
@@ -883,7 +885,7 @@ class LeaseService:
             cur = held.get(h.lease_id)
             if cur is None:
                 raise NotHeld(f"lease {h.lease_id} is not held by this worktree")
-            if now_at == cur.pending and cur.pending_record:
+            if cur.pending is not None and now_at == cur.pending and cur.pending_record:
                 cur.current, cur.record = cur.pending, cur.pending_record
                 rec = records.parse(cur.record.encode("utf-8"))
                 cur.version, cur.expires_at = rec.version, rec.expires_at
@@ -1180,9 +1182,9 @@ class LeaseService:
             blobs = dict(blobs)
             blobs.update(self.store.read(missing, fetch=False))
         known = {
-            v.current_oid or v.grant_oid: v.record
+            at: v.record
             for v in views
-            if v.record is not None and not v.problems and (v.current_oid or v.grant_oid)
+            if v.record is not None and not v.problems and (at := v.current_oid or v.grant_oid)
         }
         for v in views:
             head = v.current_oid or v.grant_oid

@@ -110,7 +110,7 @@ class Snapshot:
     foreign: list[str] = field(default_factory=list)  # refs under refs/leases/ that are not gitlease's (faults)
     restricted_to: tuple[str, ...] | None = None  # only the leases bearing on these paths (snapshot(paths=...))
 
-    _index: tuple[int, int, PathIndex[None]] | None = field(default=None, init=False, repr=False, compare=False)
+    _index: tuple[int, int, PathIndex[int, None]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def blocking(self, paths: Iterable[str], now: float, skew: int) -> list[LeaseView]:
         """Every lease whose scope overlaps ``paths`` and is not expired beyond the skew margin."""
@@ -120,14 +120,14 @@ class Snapshot:
         """Every lease whose scope overlaps ``paths``, in the snapshot's order: a walk of the leases' trie
         (core/pathindex.py), the depth of each path plus what it finds, not a loop over every lease."""
         leases = self.leases
-        return [leases[k] for k in self.paths_index().overlapping(paths)]  # type: ignore[index]
+        return [leases[k] for k in self.paths_index().overlapping(paths)]
 
-    def paths_index(self) -> PathIndex[None]:
+    def paths_index(self) -> PathIndex[int, None]:
         """The leases' scopes in a trie, keyed by position in ``leases`` (built once; again if the list is
         replaced or grows)."""
         got = self._index
         if got is None or got[0] != id(self.leases) or got[1] != len(self.leases):
-            index: PathIndex[None] = PathIndex()
+            index: PathIndex[int, None] = PathIndex()
             for k, v in enumerate(self.leases):
                 index.add(k, v.paths)
             got = self._index = (id(self.leases), len(self.leases), index)
@@ -141,12 +141,12 @@ class Snapshot:
         live = [v for v in self.leases if v.valid and v.state(now, skew) != "expired"]
         if not _any_nested(p for v in live for p in v.paths):
             return []  # no scope contains another: no pair overlaps (the common case, checked by one sort)
-        index: PathIndex[None] = PathIndex()
+        index: PathIndex[int, None] = PathIndex()
         for k, v in enumerate(live):
             index.add(k, v.paths)
         out: list[tuple[LeaseView, LeaseView]] = []
         for i, a in enumerate(live):
-            out.extend((a, live[k]) for k in index.overlapping(a.paths) if k > i)  # type: ignore[operator,index]
+            out.extend((a, live[k]) for k in index.overlapping(a.paths) if k > i)
         return out
 
     def find(self, lease_id: str) -> LeaseView | None:
@@ -211,6 +211,7 @@ def build_views(
     by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
     bad: list[LeaseView] = []
     scope_dir = SCOPE_REF + "/"
+    view: LeaseView | None  # None for a grant whose lease has no id ref (yet)
     for ref, oid in refs.items():
         if not ref.startswith(scope_dir) and ref != SCOPE_REF:
             continue  # id refs are read below; foreign refs (foreign_refs) block nothing

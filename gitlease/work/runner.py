@@ -990,10 +990,10 @@ def queue_status(repo: str, tasks, *, granularity: str | None = None, remote: st
     outs = Outcomes(svc).read(svc.store.list_refs())
     now = clock.now()
     claims: dict[str, Any] = {}
-    for v in snap.leases:
-        for ref in v.task_refs:
+    for lv in snap.leases:
+        for ref in lv.task_refs:
             with contextlib.suppress(ValueError):
-                claims[decode_segment(ref[len(TASK_PREFIX) :])] = v
+                claims[decode_segment(ref[len(TASK_PREFIX) :])] = lv
     held = blocking_leases(snap, now, svc.settings.skew)
     from gitlease.core import scope as scopes
 
