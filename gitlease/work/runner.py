@@ -241,6 +241,7 @@ class Runner:
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
         self._sigints = self._sigints_seen = 0
         self.last_outcomes: dict[str, Outcome] = {}
+        self.finished: dict[str, str] = {}  # task -> done | failed, as this runner saw it (before the next read)
         self.last_tasks: list[str] = []
 
     def view(self) -> dict[str, Any]:
@@ -260,12 +261,13 @@ class Runner:
                 for n, v in sorted(self.workers_view.items())
                 if n >= 0
             ]
-            outs = dict(self.last_outcomes)
+            outs = {t: o.state for t, o in self.last_outcomes.items()}
+            outs.update(self.finished)  # what this runner finished since the store was last read
             tasks = list(self.last_tasks)
             blockers = list(self.head_blockers)
         running = sum(1 for w in workers if w["task"] and w["state"] in ACTIVE)
-        done = sum(1 for t in tasks if t in outs and outs[t].state == "done")
-        failed = sum(1 for t in tasks if t in outs and outs[t].state == "failed")
+        done = sum(1 for t in tasks if outs.get(t) == "done")
+        failed = sum(1 for t in tasks if outs.get(t) == "failed")
         return {
             "workers": workers,
             "counts": {
@@ -281,6 +283,8 @@ class Runner:
     def emit(self, kind: str, worker: int, task: str | None = None, **detail: Any) -> None:
         ev = Event(kind, worker, self.clock.now(), task, detail)
         with self._lock:
+            if task is not None and kind in ("done", "failed"):
+                self.finished[task] = kind
             view = self.workers_view.setdefault(worker, {})
             if worker >= 0:
                 busy = kind in ACTIVE or (kind == "landing" and view.get("task") == task)
