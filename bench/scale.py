@@ -8,7 +8,7 @@ adds per lease, 10 to the largest count); ``sweep-stale`` of 10 / 100 / 1,000 ex
 the server by a reference-transaction hook, soak/serverlog.py) against one ``git push --atomic`` deleting the same
 refs; the rows of bench/scale_cpu.py (the CPU half of the issue) when that module is there. Every figure is the
 CPU time of the whole process tree (user + system of the waited-for children), the median of interleaved runs.
-A curve of status and sweep CPU against the lease count is written as an SVG next to the doc (stdlib only).
+A curve of status, sweep and pre-push CPU against the lease count is written as an SVG next to the doc (stdlib only).
 The section sits between ``<!-- scale:begin -->`` and ``<!-- scale:end -->``; bench/run.py keeps it.
 """
 
@@ -205,6 +205,22 @@ def bytecode(tmp: Path) -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "gitlease")], check=True)
 
 
+def prepush_setup(client: Path, url: str) -> tuple[str, str]:
+    """The pre-push hook installed, and a 100-file change outside every lease: (its parent, its tree)."""
+    res = subprocess.run([*LEASE, "install-hooks"], cwd=client, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"install-hooks: {res.stdout[-300:]} {res.stderr[-300:]}")
+    parent = git("rev-parse", "HEAD", cwd=client).strip()
+    for k in range(100):
+        (client / "files" / str(k // 10)).mkdir(parents=True, exist_ok=True)
+        (client / "files" / str(k // 10) / f"f{k}.txt").write_text(f"{k}\n")
+    git("add", "files", cwd=client)
+    git("commit", "-q", "--no-verify", "-m", "files", cwd=client)
+    tree = git("rev-parse", "HEAD^{tree}", cwd=client).strip()
+    git("reset", "-q", "--hard", parent, cwd=client)
+    return parent, tree
+
+
 def status_rows(tmp: Path, counts: list[int], rounds: int, log) -> list[dict]:
     rows = []
     for n in counts:
@@ -212,11 +228,23 @@ def status_rows(tmp: Path, counts: list[int], rounds: int, log) -> list[dict]:
         populate(bare, n, expired=False, tag="s")
         git("pack-refs", "--all", cwd=bare)
         first = cpu_of([*LEASE, "status", "--json"], client)  # fetches the objects, fills the record cache
-        ours, base = [], []
-        for _ in range(rounds if n < 10_000 else min(rounds, 2)):  # interleaved (a large store: fewer rounds)
+        push_base, tree = prepush_setup(client, url)
+        ours, base, hooked, plain = [], [], [], []
+        for k in range(rounds if n < 10_000 else min(rounds, 2)):  # interleaved (a large store: fewer rounds)
             ours.append(cpu_of([*LEASE, "status", "--json"], client))
             base.append(cpu_of(["git", "ls-remote", url, "refs/leases/*"], client))
-        row = {"n": n, "status": statistics.median(ours), "ls_remote": statistics.median(base), "first": first}
+            c1 = git("commit-tree", tree, "-p", push_base, "-m", f"h{k} {time.time_ns()}", cwd=client).strip()
+            c2 = git("commit-tree", tree, "-p", push_base, "-m", f"p{k} {time.time_ns()}", cwd=client).strip()
+            hooked.append(cpu_of(["git", "push", "-q", url, f"{c1}:refs/heads/h{k}"], client))
+            plain.append(cpu_of(["git", "push", "-q", "--no-verify", url, f"{c2}:refs/heads/p{k}"], client))
+        row = {
+            "n": n,
+            "status": statistics.median(ours),
+            "ls_remote": statistics.median(base),
+            "first": first,
+            "hooked": statistics.median(hooked),
+            "plain": statistics.median(plain),
+        }
         rows.append(row)
         log(f"status n={n}: {row['status'] * 1000:.0f} ms CPU, ls-remote {row['ls_remote'] * 1000:.1f} ms")
     return rows
@@ -260,6 +288,7 @@ def svg(status: list[dict], sweep: list[dict]) -> str:
     w, h, pad = 560, 320, 50
     pts = [(r["n"], r["status"]) for r in status] + [(r["n"], r["sweep"]) for r in sweep]
     pts += [(r["n"], r["ls_remote"]) for r in status] + [(r["n"], r["push"]) for r in sweep]
+    pts += [(r["n"], r[k]) for r in status for k in ("hooked", "plain") if k in r]
     xs = [math.log10(max(n, 1)) for n, _ in pts]
     ys = [math.log10(max(c, 1e-4)) for _, c in pts]
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
@@ -275,6 +304,18 @@ def svg(status: list[dict], sweep: list[dict]) -> str:
         ("git ls-remote", "#1f77b4", [(r["n"], r["ls_remote"]) for r in status], ' stroke-dasharray="4 3"'),
         ("git lease sweep-stale (all expired)", "#d62728", [(r["n"], r["sweep"]) for r in sweep], ""),
         ("one git push deleting them", "#d62728", [(r["n"], r["push"]) for r in sweep], ' stroke-dasharray="4 3"'),
+        (
+            "git push, pre-push hook (100 files)",
+            "#2ca02c",
+            [(r["n"], r["hooked"]) for r in status if "hooked" in r],
+            "",
+        ),
+        (
+            "git push --no-verify",
+            "#2ca02c",
+            [(r["n"], r["plain"]) for r in status if "plain" in r],
+            ' stroke-dasharray="4 3"',
+        ),
     ]
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
@@ -324,6 +365,12 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
             + " | `git ls-remote` "
             f"{r['ls_remote'] * 1000:.1f} ms ({r['status'] / r['ls_remote']:.1f}x) | | |"
         )
+    for r in status:
+        if "hooked" in r:
+            lines.append(
+                f"| pre-push of a 100-file change, {r['n']:,} leases | {r['hooked'] * 1000:.0f} ms CPU | the push "
+                f"without the hook (`--no-verify`) {r['plain'] * 1000:.0f} ms ({r['hooked'] / r['plain']:.1f}x) | | |"
+            )
     if len(status) >= 2:
         lo, hi = status[0], status[-1]
         dn = hi["n"] - lo["n"]
