@@ -89,6 +89,7 @@ class Report:
     half_landed: int = 0  # transactions a server death cut in the middle (git's files backend; docs/limits.md)
     half_grants: int = 0  # grants of which only some refs landed: never an active lease (nobody got it)
     remnants_cleared: int = 0  # refs left by a half-landed transaction, deleted later (audited)
+    half_grants_undone: int = 0  # half grants deleted by their writer after its unclear push (not audited)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -425,6 +426,10 @@ def check(
             if lease.ended is not None or not lease.complete:  # a remnant (or a half grant) cleared
                 if audited or lid in release_intents:
                     rep.remnants_cleared += 1
+                elif lease.ended is None:
+                    # a half grant (never answered: nobody held it) deleted unaudited: its writer's own clean-up
+                    # after the unclear push (LeaseService._undo_partial, pinned to its own objects)
+                    rep.half_grants_undone += 1
                 else:
                     bad(f"txn {t.seq}: refs of {lid} ({refs[:2]}) deleted with neither a release nor an audit entry")
                 continue

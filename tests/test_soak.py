@@ -152,6 +152,14 @@ def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(
     renew = serverlog.Txn(2, t0 + 2, 3, ((a.oid, b.oid, id_ref(a.lease_id)),))
     rep = checker.check(bare, [half, grant_b, renew], tolerance=2, final_refs={})
     assert any("never granted whole" in x for x in rep.anomalies), rep.anomalies
+    # its writer, told nothing landed, deletes what did (LeaseService._undo_partial): no audit needed, as the
+    # half grant was never anyone's; deleting a whole lease's refs unaudited and unreleased is still an anomaly
+    undo = serverlog.Txn(2, t0 + 2, 3, ((a.oid, z, id_ref(a.lease_id)),))
+    rep = checker.check(bare, [half, grant_b, undo], tolerance=2, final_refs={})
+    assert rep.anomalies == [] and rep.half_grants == 1 and rep.half_grants_undone == 1, rep.anomalies
+    drop = serverlog.Txn(2, t0 + 2, 3, ((b.oid, z, id_ref(b.lease_id)), (b.oid, z, scope_ref("src/x"))))
+    rep = checker.check(bare, [half, grant_b, drop], tolerance=2, final_refs={})
+    assert rep.anomalies and rep.half_grants_undone == 0, rep.anomalies
 
 
 def test_checker_follows_extend_and_narrow(tmp_path):
