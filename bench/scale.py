@@ -356,7 +356,7 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         "leases, the client's objects already fetched, gitlease's bytecode compiled (as installed). Curve: "
         f"[{svg_name}]({svg_name})."
     )
-    lines += ["", f"![status and sweep CPU against the number of leases]({svg_name})", ""]
+    lines += ["", f"![status, sweep and pre-push CPU against the number of leases]({svg_name})", ""]
     lines += ["| what | measured | baseline (same run) | target | |", "| --- | --- | --- | --- | --- |"]
     for r in status:
         lines.append(
@@ -414,8 +414,8 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
             "Where a status row is not met, the time goes to what every lease costs in Python however little is "
             "recomputed: the listing's 20,000 lines, each lease's record loaded from the record cache "
             "(`service/recordcache.py`: parsed once per clone, not once per process), its history check against "
-            "the verdict cache, the replay memory, and the JSON output (about 50 us a lease, against git's 3 us "
-            "to list its two refs). The first read in a clone also fetches and parses every record.",
+            "the verdict cache, the replay memory, and the JSON output: a few microseconds each, against git's "
+            "few to list a lease's two refs. The first read in a clone also fetches and parses every record.",
         ]
     lines += [
         "",
