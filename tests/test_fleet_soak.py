@@ -27,6 +27,9 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # the killed task ran again elsewhere once the dead lease was gone (swept by the restarted runner, or taken
     # over by an acquire once expired), and landed once (the checker)
     assert "done t05" in "".join(res["logs"].values()) and counts["runs"]["t05"] >= 2
+    # the killed runner's task worktree was pruned by the restarted runner (quarantined: its agent's commit
+    # kept); the checker allows no task worktree left outside the pool and the quarantine
+    assert faults["pruned"] >= 1
     # both runners ended with exit 1 (one task failed), the restarted one included
     assert set(res["exit"].values()) == {1}
 

@@ -339,6 +339,7 @@ class Runner:
             # the handler only counts: printing from it could re-enter a lock the interrupted code holds
             signal.signal(signal.SIGINT, self._on_sigint)
         try:
+            self._prune_dead(-1)
             threads = [
                 threading.Thread(target=self._worker, args=(n,), name=f"gitlease-work-{n}", daemon=True)
                 for n in range(self.opts.workers)
@@ -350,6 +351,7 @@ class Runner:
                     t.join(0.1)
                     self._handle_signals()
             self._handle_signals()
+            self._prune_dead(-1)  # what a dead runner's command still ran in at the start is free by now
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -490,6 +492,45 @@ class Runner:
         for r in got.results:
             if r.outcome == "reclaimed":
                 self.emit("swept", n, r.owner, message=r.line())
+        self._prune_dead(n)
+
+    def _prune_dead(self, n: int) -> None:
+        """Task worktrees of this clone left by a runner that died (``kill -9``): their lease released, or
+        expired beyond the skew margin (swept or not), and no live process bound to them (the runner's busy
+        mark, the lease's holder, a command still running in them). Clean ones go back to the pool; one
+        holding work (an unlanded commit, uncommitted edits) is quarantined, nothing lost
+        (``WorktreeManager.prune``: the rules of ``git lease worktree prune``, limited to task branches)."""
+        from gitlease.worktree.manager import WorktreeManager
+
+        branches: dict[str, str] = {}
+
+        def ours(wt) -> bool:
+            if wt.meta is None or not wt.meta.branch.startswith("work/"):
+                return False
+            branches[wt.id] = wt.meta.branch
+            return True
+
+        try:
+            actions = WorktreeManager(self.svc).prune(select=ours)
+        except GitLeaseError as exc:
+            self.emit("error", n, message=f"worktree prune: {exc.message}")
+            return
+        by_branch: dict[str, str] | None = None
+        for a in actions:
+            if a.action not in ("pooled", "quarantined"):
+                continue
+            if by_branch is None:
+                by_branch = {}
+                with contextlib.suppress(GitLeaseError):
+                    by_branch = {f"work/{_slug(t.id)}-": t.id for t in self.source.tasks()}
+            branch = branches.get(a.id, "")
+            task = next(
+                (tid for pre, tid in by_branch.items() if branch.startswith(pre) and len(branch) == len(pre) + 8), None
+            )
+            what = f"quarantined: work kept in {a.ref}" if a.action == "quarantined" else "back in the pool"
+            self.emit(
+                "pruned", n, task, worktree=a.id, message=f"worktree {a.id} ({branch}) of a runner that is gone: {what}"
+            )
 
     # ----------------------------------------------------------------------------- a task
     def _task_service(self, svc: LeaseService, task: WorkTask, at: str | None = None) -> LeaseService:
@@ -566,6 +607,9 @@ class Runner:
         try:
             base_ref, base_oid = self._fetch_base()
             att = manager.add(lease_id, base=base_oid, branch=_branch(task.id, lease_id))
+            # bound to this process until given back (also between the release and the give-back): a
+            # restarted runner prunes it only once this one is dead (_prune_dead)
+            manager.mark_busy(att.id, f"git lease work: task {task.id}")
             wsvc = self._task_service(svc, task, att.path)
             beat_svc = LeaseService(wsvc.repo, wsvc.settings, clock=self.clock, signer=wsvc.signer)
             beats: list[Heartbeat] = []
