@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from testing.servers import make_bare  # noqa: E402
+from testing.servers import GitDaemon, make_bare  # noqa: E402
 
 # The fake agent. The task (JSON on stdin) carries "ledger" (a directory), "work" (seconds spent between the
 # first write and the commit) and the faults: "stray" (also edit that path). It appends one JSON line to its
@@ -121,10 +121,21 @@ def cli_env() -> dict[str, str]:
 class Fleet:
     """A generated repository, its bare remote with the server hook, clones, the queue, agent and verifier."""
 
-    def __init__(self, root: Path, *, tasks: int = 12, seed: int = 1, ttl: int = 6, workers: int = 3) -> None:
-        self.root, self.ttl, self.workers = Path(root), ttl, workers
+    def __init__(
+        self, root: Path, *, tasks: int = 12, seed: int = 1, ttl: int = 6, workers: int = 3, transport: str = "file"
+    ) -> None:
+        self.root, self.ttl, self.workers, self.transport = Path(root), ttl, workers, transport
         self.rng = random.Random(seed)
-        self.remote = make_bare(self.root / "remote.git")
+        self.daemon: GitDaemon | None = None
+        if transport == "daemon":
+            # a real `git daemon` (receive-pack enabled) serving the bare remote; the server hook runs in its
+            # receive-pack, so its PATH must reach the git-lease executable
+            self.daemon = GitDaemon(self.root / "srv", env={"PATH": cli_env()["PATH"]}).start()
+            self.remote = self.daemon.make_bare("remote.git")
+            self.url = self.daemon.url_for("remote.git")
+        else:
+            self.remote = make_bare(self.root / "remote.git")
+            self.url = str(self.remote)
         res = subprocess.run(
             ["git", "lease", "install-hooks", "--server"],
             cwd=self.remote,
@@ -193,7 +204,7 @@ class Fleet:
 
     def clone(self, name: str) -> Path:
         path = self.root / name
-        git(self.root, "clone", "-q", str(self.remote), str(path))
+        git(self.root, "clone", "-q", self.url, str(path))
         for key, value in (
             ("lease.remote", "origin"),
             ("lease.skew", "1"),
@@ -203,6 +214,10 @@ class Fleet:
             git(path, "config", key, value)
         self.clones[name] = path
         return path
+
+    def close(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
 
     def runner(self, clone: Path, log: Path) -> subprocess.Popen:
         """A real ``git lease work`` process on the queue."""
@@ -491,16 +506,20 @@ def run(
     kill: bool = True,
     stop: bool = False,
     keep: str | None = None,
+    transport: str = "file",
 ) -> dict:
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="gitlease-fleet-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    fleet = None
     try:
-        fleet = Fleet(root, tasks=tasks, seed=seed, ttl=ttl, workers=workers)
+        fleet = Fleet(root, tasks=tasks, seed=seed, ttl=ttl, workers=workers, transport=transport)
         got = control_run(fleet) if control else leased_run(fleet, kill=kill, stop=stop)
+        fleet.close()
         anomalies, counts = check(fleet.remote, fleet.tasks, fleet.ledger, list(fleet.clones.values()))
         return {
             "mode": "control" if control else "leased",
+            "transport": transport,
             "tasks": tasks,
             "workers": workers,
             "ttl": ttl,
@@ -513,6 +532,8 @@ def run(
             "logs": got["logs"],
         }
     finally:
+        if fleet is not None:
+            fleet.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
 

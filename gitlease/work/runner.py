@@ -351,6 +351,7 @@ class Runner:
                     t.join(0.1)
                     self._handle_signals()
             self._handle_signals()
+            self._final_sweep()
             self._prune_dead(-1)  # what a dead runner's command still ran in at the start is free by now
         finally:
             if previous is not None:
@@ -493,6 +494,55 @@ class Runner:
             if r.outcome == "reclaimed":
                 self.emit("swept", n, r.owner, message=r.line())
         self._prune_dead(n)
+
+    def _final_sweep(self) -> None:
+        """Leases of this runner left on the store at the end: a release whose outcome was lost (the push
+        landed after the client gave up, or a renewal landed that the client counted as refused, so the
+        lease was forgotten here). Nobody may run after this runner to sweep them, so wait (bounded: the
+        TTL and the skew) for them to expire and sweep them (the rules of gitlease.ops.sweep)."""
+        if not self.opts.sweep_every:
+            return
+        from gitlease.ops.sweep import Sweeper
+
+        host, me = os.uname().nodename, os.getpid()
+        end = self.clock.now() + self.ttl + self.svc.settings.skew + 5
+        while True:
+            try:
+                snap = self.svc.snapshot(use_cache=False)
+            except GitLeaseError:
+                return
+            left = [
+                v
+                for v in snap.leases
+                if v.record is not None and v.record.owner.pid == me and v.record.owner.host == host
+            ]
+            if not left:
+                return
+            latest = max(v.record.expires for v in left) + self.svc.settings.skew + 1
+            now = self.clock.now()
+            if now < latest:
+                if now >= end:
+                    return
+                self._wait(min(latest, end) - now)
+                continue
+            try:
+                got = Sweeper(self.svc).sweep()
+            except GitLeaseError as exc:
+                self.emit("error", -1, message=f"sweep: {exc.message}")
+                return
+            for r in got.results:
+                if r.outcome == "reclaimed":
+                    self.emit("swept", -1, r.owner, message=r.line())
+            if self.clock.now() >= end:
+                return
+            self._wait(1.0)
+
+    def _wait(self, seconds: float) -> None:
+        """Wait, also once stopping (``_pause`` returns at once then)."""
+        if type(self.clock).sleep is Clock.sleep:
+            threading.Event().wait(seconds)
+        else:
+            self.clock.sleep(seconds)
 
     def _prune_dead(self, n: int) -> None:
         """Task worktrees of this clone left by a runner that died (``kill -9``): their lease released, or
