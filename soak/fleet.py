@@ -149,6 +149,7 @@ class Fleet:
         self.ledger.mkdir()
         self.state = self.root / "state"
         self.state.mkdir()
+        self._slow_hook()
         self.agent = self.root / "agent.py"
         self.agent.write_text(AGENT)
         self.verifier = self.root / "verify.py"
@@ -159,6 +160,29 @@ class Fleet:
         self.queue.write_text("".join(json.dumps(t) + "\n" for t in self.tasks))
         self._seed()
         self.clones: dict[str, Path] = {}
+
+    def _slow_hook(self) -> None:
+        """Wrap the server's pre-receive: when ``state/slow-push`` names a task and the push lands that task
+        (its outcome ref and ``main``), mark ``state/pushing-<task>``, hold the push 3 s, then run the real hook
+        (the harness kills the landing runner meanwhile). The flag is used once."""
+        hooks = self.remote / "hooks"
+        (hooks / "pre-receive").rename(hooks / "pre-receive.fleet-real")
+        wrapper = hooks / "pre-receive"
+        wrapper.write_text(
+            f"""#!/bin/sh
+input=$(cat)
+flag={self.state}/slow-push
+if [ -f "$flag" ]; then
+    task=$(cat "$flag")
+    case "$input" in
+    *refs/heads/main*refs/leases/outcome/$task*|*refs/leases/outcome/$task*refs/heads/main*)
+        rm -f "$flag"; : > {self.state}/pushing-$task; sleep 3;;
+    esac
+fi
+printf '%s\\n' "$input" | "${{0%/*}}/pre-receive.fleet-real" "$@"
+"""
+        )
+        wrapper.chmod(0o755)
 
     def _files(self) -> list[str]:
         return [f"pkg{k}/mod{j}.py" for k in range(4) for j in range(6)] + ["shared/config.py", "shared/util.py"]
@@ -200,6 +224,8 @@ class Fleet:
             tasks[2]["flaky"] = True
             tasks[min(5, n - 1)]["slow"] = True
             tasks[min(5, n - 1)]["work"] = 3.0
+        if n >= 10:
+            tasks[8]["midpush"] = True  # its landing push is held in the server's hook, and its runner killed
         return tasks
 
     def clone(self, name: str) -> Path:
@@ -276,55 +302,92 @@ def wait_expired(remote: Path, pid: int, skew: float, deadline: float) -> float:
     return time.monotonic() - t0
 
 
-def leased_run(fleet: Fleet, *, kill: bool = True, stop: bool = False, timeout: float = 240) -> dict:
-    """Two runners; kill -9 the one running the slow task mid-task, restart it once its lease expired. With
-    ``stop`` (experimental), then SIGSTOP the other runner until every lease it holds has expired (plus the
-    skew), and SIGCONT it."""
+def leased_run(
+    fleet: Fleet,
+    *,
+    kill: bool = True,
+    midpush: bool = True,
+    restart_server: bool = True,
+    stop: bool = False,
+    timeout: float = 240,
+) -> dict:
+    """Two runners, and the faults: kill -9 the one running the slow task mid-task; kill -9 the one landing
+    the mid-push task while its landing push is held in the server's pre-receive (a flag file); each killed
+    runner restarted once its leases have expired (polled on the remote). Over git daemon, the server is
+    killed and restarted once a third of the tasks are done. With ``stop``, then SIGSTOP the other runner
+    until every lease it holds has expired (plus the skew), and SIGCONT it."""
     a, b = fleet.clone("a"), fleet.clone("b")
     logs = {"a": fleet.root / "runner-a.log", "b": fleet.root / "runner-b.log"}
     procs = {"a": fleet.runner(a, logs["a"]), "b": fleet.runner(b, logs["b"])}
     slow = next((t["id"] for t in fleet.tasks if t.get("slow")), None)
+    late = next((t["id"] for t in fleet.tasks if t.get("midpush")), None) if midpush else None
+    if late:
+        (fleet.state / "slow-push").write_text(late)  # the server hook holds that task's landing push
     faults: dict[str, object] = {"stray": [t["id"] for t in fleet.tasks if t.get("stray")], "flaky": fleet.flaky}
     deadline = time.monotonic() + timeout
-    killed = None
-    restarted = False
-    waited = 0.0
+    pending: dict[str, tuple[int, float]] = {}  # killed runner -> (its pid, when), restarted once its leases expired
+
+    def text(name: str) -> str:
+        return logs[name].read_text(errors="replace") if logs[name].exists() else ""
+
+    def kill_runner(name: str) -> None:
+        pid = procs[name].pid
+        procs[name].send_signal(signal.SIGKILL)
+        procs[name].wait()
+        faults["dead_leases"] = int(faults.get("dead_leases", 0)) + len(leases_of(fleet.remote, pid))  # type: ignore[call-overload]
+        pending[name] = (pid, time.monotonic())
+
     while time.monotonic() < deadline:
-        if kill and killed is None and slow:
-            for name, log in logs.items():
-                text = log.read_text(errors="replace") if log.exists() else ""
-                if f"running {slow}" in text and procs[name].poll() is None:
+        if kill and slow and "kill" not in faults:
+            for name in logs:
+                if f"running {slow}" in text(name) and procs[name].poll() is None and name not in pending:
                     time.sleep(0.5)  # mid-task: the agent is in its 3 s of work
-                    procs[name].send_signal(signal.SIGKILL)
-                    procs[name].wait()
-                    killed = name
+                    kill_runner(name)
                     faults["kill"] = {"runner": name, "task": slow}
                     break
-        if killed and not restarted:
-            dead = procs[killed].pid
-            faults["dead_leases"] = len(leases_of(fleet.remote, dead))
-            waited = wait_expired(fleet.remote, dead, 1.0, deadline)
-            procs[killed] = fleet.runner(fleet.clones[killed], logs[killed])
-            restarted = True
-            faults["lease_wait_s"] = round(waited, 1)
-        if stop and restarted and "stop" not in faults:
+        if late and "midpush" not in faults and (fleet.state / f"pushing-{late}").exists():
+            # the landing push of `late` is in the server's pre-receive now: kill the runner that is landing it
+            name = next((n for n in logs if f"landing {late}" in text(n) and procs[n].poll() is None), None)
+            if name is not None and name not in pending:
+                kill_runner(name)
+                faults["midpush"] = {"runner": name, "task": late}
+            else:
+                faults["midpush"] = {"runner": None, "task": late}  # (its runner was killed already)
+        for name, (pid, since) in list(pending.items()):
+            left = leases_of(fleet.remote, pid)
+            if left and time.time() <= max(left.values()) + 1.0 + 0.5:
+                continue
+            procs[name] = fleet.runner(fleet.clones[name], logs[name])
+            del pending[name]
+            faults["lease_wait_s"] = round(float(faults.get("lease_wait_s", 0)) + time.monotonic() - since, 1)  # type: ignore[arg-type]
+            faults["restarts"] = int(faults.get("restarts", 0)) + 1  # type: ignore[call-overload]
+        if restart_server and fleet.daemon is not None and "server_restart" not in faults:
+            done = sum(text(n).count(": done ") for n in logs)
+            if done >= max(1, len(fleet.tasks) // 3):
+                t0 = time.monotonic()
+                fleet.daemon.kill()  # the whole group at once: connections in flight die with it
+                time.sleep(1.0)  # the server is down for a second
+                fleet.daemon.start()
+                faults["server_restart"] = {"after_done": done, "down_s": round(time.monotonic() - t0, 1)}
+        if stop and faults.get("restarts") and "stop" not in faults:
+            killed = faults["kill"]["runner"] if isinstance(faults.get("kill"), dict) else "a"  # type: ignore[index]
             other = "b" if killed == "a" else "a"
-            if procs[other].poll() is None and leases_of(fleet.remote, procs[other].pid):
+            if other not in pending and procs[other].poll() is None and leases_of(fleet.remote, procs[other].pid):
                 procs[other].send_signal(signal.SIGSTOP)
                 held = len(leases_of(fleet.remote, procs[other].pid))
                 stopped = wait_expired(fleet.remote, procs[other].pid, 1.0, deadline)
                 time.sleep(1.0)  # past the TTL: the other runner may take its tasks over meanwhile
                 procs[other].send_signal(signal.SIGCONT)
                 faults["stop"] = {"runner": other, "leases": held, "stopped_s": round(stopped + 1.0, 1)}
-        if all(p.poll() is not None for p in procs.values()) and (restarted or not killed):
+        if not pending and all(p.poll() is not None for p in procs.values()):
             break
         time.sleep(0.2)
     for p in procs.values():
         if p.poll() is None:
             p.kill()
             p.wait()
-    texts = {name: log.read_text(errors="replace") for name, log in logs.items()}
-    # the restarted runner's prunes of the worktrees the killed one left (lines "runner: pruned ...")
+    texts = {name: text(name) for name in logs}
+    # the restarted runners' prunes of the worktrees the killed ones left (lines "runner: pruned ...")
     faults["pruned"] = sum(t.count(": pruned ") for t in texts.values())
     return {
         "faults": faults,

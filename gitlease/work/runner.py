@@ -444,9 +444,11 @@ class Runner:
                 with contextlib.suppress(ValueError):
                     claimed[decode_segment(ref[len(TASK_PREFIX) :])] = v.lease_id
         unfinished = [t for t in tasks if not (t.id in outs and outs[t.id].final)]
+        # first: a runner restarted after a crash sweeps what its dead predecessor left even when nothing is
+        # left to run
+        self._maybe_sweep(svc, snap, n)
         if not unfinished and not self.source.more():
             return None
-        self._maybe_sweep(svc, snap, n)
         with self._lock:
             busy_here = set(self._inflight)
         ready = [
