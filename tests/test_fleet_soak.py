@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from soak import fleet
 
 
@@ -23,6 +25,9 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # a runner was killed with -9 mid-task: the slow task was running there; its leases were swept and the
     # task landed once (the checker: exactly once; its orphaned agent's unlanded run is in the ledger too)
     assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
+    # a runner was killed with -9 while its landing push of t08 was held in the server's pre-receive: the
+    # checker found t08 on main exactly once (the push it had started landed, or the task ran again)
+    assert faults["midpush"]["task"] == "t08" and faults["restarts"] >= 1
     assert counts["ledger_entries"] >= 12 + 1 + 1  # every task, the verifier's retry, the killed run's agent
     # the killed task ran again elsewhere once the dead lease was gone (swept by the restarted runner, or taken
     # over by an acquire once expired), and landed once (the checker)
@@ -32,6 +37,19 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     assert faults["pruned"] >= 1
     # both runners ended with exit 1 (one task failed), the restarted one included
     assert set(res["exit"].values()) == {1}
+
+
+@pytest.mark.slow
+def test_over_git_daemon_with_a_server_restart_the_checker_finds_nothing(tmp_path):
+    """The same run over a real ``git daemon`` (receive-pack, the server hook in it), with the daemon killed
+    and restarted mid-run on top of the other faults (about a minute: ``make test-slow``)."""
+    res = fleet.run(12, 2, 6, 7, keep=str(tmp_path / "run"), transport="daemon")
+    report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
+    assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
+    faults = res["faults"]
+    assert faults["server_restart"]["after_done"] >= 4 and faults["kill"]["task"] == "t05"
+    assert faults["midpush"]["task"] == "t08"
+    assert res["counts"]["landed"] == 11 and res["counts"]["failed"] == 1
 
 
 def test_the_same_agents_without_leases_fail_the_checker(tmp_path):

@@ -227,6 +227,7 @@ class Runner:
         self._fetch_lock = threading.Lock()
         self._outcomes = Outcomes(self.svc)
         self._inflight: set[str] = set()
+        self._unreleased: dict[str, LeaseService] = {}  # leases whose release failed: the store unreachable
         self.stats: dict[str, TaskStats] = {}
         self.lease_waits = 0
         self._waited: set[tuple[str, str]] = set()
@@ -237,6 +238,7 @@ class Runner:
         self.workers_view: dict[int, dict[str, Any]] = {}
         self.head_blockers: list[str] = []
         self._last_sweep = -1e18
+        self._sweep_due = float("inf")  # an earlier sweep wanted (a lease lost, maybe left on the store)
         self._base: str | None = None
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
         self._sigints = self._sigints_seen = 0
@@ -431,6 +433,9 @@ class Runner:
 
         tasks = self.source.tasks()
         snap = svc.snapshot(use_cache=False)
+        if self._unreleased:
+            self._retry_releases()
+            snap = svc.snapshot(use_cache=False)
         refs = svc.store.list_refs()
         with self._lock:
             outs = self._outcomes.read(refs)
@@ -482,9 +487,10 @@ class Runner:
             return
         now = self.clock.monotonic()
         with self._lock:
-            if now - self._last_sweep < self.opts.sweep_every:
+            if now - self._last_sweep < self.opts.sweep_every and now < self._sweep_due:
                 return
             self._last_sweep = now
+            self._sweep_due = float("inf")
         from gitlease.ops.sweep import Sweeper
 
         try:
@@ -506,6 +512,7 @@ class Runner:
             return
         from gitlease.ops.sweep import Sweeper
 
+        self._retry_releases()
         host, me = os.uname().nodename, os.getpid()
         end = self.clock.now() + self.ttl + self.svc.settings.skew + 5
         while True:
@@ -792,9 +799,33 @@ class Runner:
         try:
             wsvc.release(lease_id)
         except (LeaseLost, NotHeld):
-            pass  # lost or gone already: nothing to give back
+            # lost or gone already: nothing to give back. A lease lost to an ambiguous renewal (the server
+            # died mid-push) may still be on the store: sweep once it must have expired, not a whole
+            # sweep_every later
+            self._sweep_soon()
         except GitLeaseError:
-            pass  # it expires on its own; the sweeper (anyone's) clears it
+            # the store unreachable (a server restart): tried again at each planning step, so the task is not
+            # kept claimed until the lease expires and a sweeper clears it
+            with self._lock:
+                self._unreleased[lease_id] = wsvc
+
+    def _sweep_soon(self) -> None:
+        due = self.clock.monotonic() + self.ttl + self.svc.settings.skew + 1
+        with self._lock:
+            self._sweep_due = min(self._sweep_due, due)
+
+    def _retry_releases(self) -> None:
+        with self._lock:
+            todo = list(self._unreleased.items())
+        for lease_id, wsvc in todo:
+            try:
+                wsvc.release(lease_id)
+            except (LeaseLost, NotHeld):
+                pass
+            except GitLeaseError:
+                continue
+            with self._lock:
+                self._unreleased.pop(lease_id, None)
 
     def _progress(self, n: int, task: str, note: str, beats: list[Any]) -> None:
         """A progress note from the task's command: sent with the lease's next renewal, shown in the view."""
