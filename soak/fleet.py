@@ -1,15 +1,17 @@
 """The fleet soak: the queue runner ``git lease work`` (docs/work.md) end to end, with injected faults, judged by
 an independent checker that reads only the bare remote and the fake agents' own ledgers.
 
-    python -m soak.fleet [--tasks 24] [--workers 3] [--ttl 6] [--no-kill] [--control] [--seed N] [--json]
-                         [--write docs/reliability.md]
+    python -m soak.fleet [--tasks 24] [--workers 3] [--ttl 6] [--transport file|daemon|file,daemon] [--no-kill]
+                         [--no-server-restart] [--stop] [--control] [--seed N] [--json] [--write docs/reliability.md]
 
-Set-up: a generated repository (``pkgK/modJ.py`` files and a few shared files) pushed to a bare remote over
-file:// with the server hook (``git lease install-hooks --server``) and ``core.logAllRefUpdates=always``; two
-clones, each running a real ``git lease work`` process (a subprocess of the CLI) with ``--workers`` workers,
-``--land main``, ``--granularity file``, a short ``--ttl``. A queue of tasks over disjoint and overlapping
-paths (several tasks touch one shared file). The fake agent (``AGENT``) edits exactly its task's files, appends
-one line to its own ledger file (task, attempt, paths, start and end times, pid, lease) and commits.
+Set-up: a generated repository (``pkgK/modJ.py`` files and a few shared files) pushed to a bare remote with the
+server hook (``git lease install-hooks --server``) and ``core.logAllRefUpdates=always``, reached over file://
+or through a real ``git daemon`` (``--transport daemon``: testing.servers.GitDaemon, receive-pack enabled, the
+server hook running in its receive-pack); two clones, each running a real ``git lease work`` process (a
+subprocess of the CLI) with ``--workers`` workers, ``--land main``, ``--granularity file``, a short ``--ttl``.
+A queue of tasks over disjoint and overlapping paths (several tasks touch one shared file). The fake agent
+(``AGENT``) edits exactly its task's files, appends one line to its own ledger file (task, attempt, paths,
+start and end times, pid, lease) and commits.
 
 Faults, each on its own task:
 
@@ -17,10 +19,16 @@ Faults, each on its own task:
   landing, the task failed at once, its work kept (quarantine named in the outcome);
 * ``flaky``: the verifier fails once for that task: re-queued, lands on a later attempt;
 * ``kill``: ``kill -9`` of the runner process that is running the ``slow`` task, mid-task (its agent, in its
-  own process group, finishes unlanded). The other runner goes on; once the dead runner's lease has expired
-  (its TTL plus ``lease.skew``, set to 1 s: the harness polls the remote's record for that, it does not sleep
-  blindly) a restarted runner on the same clone sweeps it at its first planning step (the runner's built-in
-  sweeper), and the queue is finished.
+  own process group, finishes unlanded). The other runner goes on; once the dead runner's leases have expired
+  (TTL plus ``lease.skew``, set to 1 s: the harness polls the remote's records for that, it does not sleep
+  blindly) a restarted runner on the same clone sweeps them at its first planning step (the runner's built-in
+  sweeper) and prunes the worktrees the dead one left (quarantined when they hold work);
+* ``midpush``: a wrapper around the server's pre-receive holds the landing push of that task for 3 s (a flag
+  file ``state/slow-push``, used once; it marks ``state/pushing-<task>``) and the harness ``kill -9``s the
+  runner landing it meanwhile (restarted as above): the task must land exactly once, or run again;
+* server restart (``--transport daemon``): once a third of the tasks are done, the daemon's whole process
+  group is killed, and restarted on the same port a second later; the runners must ride through.
+* ``--stop``: SIGSTOP of the other runner until its leases have expired, then SIGCONT.
 
 The checker (``check``) trusts no runner: it reads the remote's ``main`` (which paths each commit touched), its
 reflog (each update of ``main`` a fast-forward adding exactly one task commit), the outcome refs
