@@ -749,6 +749,25 @@ What each fault showed:
   stopped; on resuming, its heartbeat found the lease lost, stopped the command, quarantined the work and
   re-queued the task; nothing it had in flight landed.
 
+Found by this soak:
+
+- `WorktreeManager.find(id)` matched a worktree by its id *or* its git admin name and returned the first
+  match; git names admin dirs itself, so one worktree's admin name can equal another worktree's id, and a
+  worker's `give_back` quarantined the worktree another worker had just attached (nothing lost). `find` now
+  answers an id first (tests/test_worktree.py::test_find_prefers_a_worktrees_id_over_another_ones_git_admin_name).
+- A runner killed with -9 left its task worktrees bound to dead leases, and a restarted runner did not prune
+  them (the harness used to count them apart as a known gap). The runner now prunes them
+  (tests/test_work.py::test_a_runner_killed_with_9_leaves_its_worktree_to_a_restarted_runner_which_keeps_its_work),
+  and a runner restarted with nothing left to run still sweeps what its predecessor left.
+- A task whose landing or release failed while the server was down stayed claimed until the 30 s sweep:
+  the runner now retries a failed release at each planning step, and a lost lease brings its next sweep
+  forward to the lease's expiry.
+- Over `git daemon` at TTL 6 (heartbeat push timeout a sixth of it: 1 s) on this loaded 2-core machine,
+  renewal pushes outlasted the timeout, landed after the client gave up, and the next renewal (from the
+  version the client knew) was refused: the lease was lost and the task re-queued, one 3 s task three times
+  in a row (failed, work kept; the checker held). At TTL 12 (2 s) it did not happen; `make fleet-soak` runs
+  at TTL 12. The timeout rule is the heartbeat's (gitlease/liveness), not the runner's.
+
 The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
 `main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:
 every task landed exactly once or reported failed with its work kept; no path outside a task's files landed;

@@ -227,6 +227,7 @@ class Runner:
         self._fetch_lock = threading.Lock()
         self._outcomes = Outcomes(self.svc)
         self._inflight: set[str] = set()
+        self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
         self._unreleased: dict[str, LeaseService] = {}  # leases whose release failed: the store unreachable
         self.stats: dict[str, TaskStats] = {}
         self.lease_waits = 0
@@ -513,18 +514,15 @@ class Runner:
         from gitlease.ops.sweep import Sweeper
 
         self._retry_releases()
-        host, me = os.uname().nodename, os.getpid()
         end = self.clock.now() + self.ttl + self.svc.settings.skew + 5
         while True:
             try:
                 snap = self.svc.snapshot(use_cache=False)
             except GitLeaseError:
                 return
-            left = [
-                v
-                for v in snap.leases
-                if v.record is not None and v.record.owner.pid == me and v.record.owner.host == host
-            ]
+            with self._lock:
+                granted = set(self._granted)
+            left = [v for v in snap.leases if v.record is not None and v.lease_id in granted]
             if not left:
                 return
             latest = max(v.record.expires for v in left) + self.svc.settings.skew + 1
@@ -632,6 +630,7 @@ class Runner:
         lease_id = got.lease_id
         with self._lock:
             self.ran += 1
+            self._granted.add(lease_id)
         self.emit("claimed", n, task.id, lease=lease_id, scope=" ".join(got.record.paths), attempt=attempt)
         started = self.clock.monotonic()
         st = self.stats.setdefault(task.id, TaskStats(task.id))
