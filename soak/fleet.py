@@ -326,6 +326,7 @@ def leased_run(
     until every lease it holds has expired (plus the skew), and SIGCONT it."""
     a, b = fleet.clone("a"), fleet.clone("b")
     logs = {"a": fleet.root / "runner-a.log", "b": fleet.root / "runner-b.log"}
+    offset = {name: 0 for name in logs}  # where each runner process's own lines start in its (appended) log
     procs = {"a": fleet.runner(a, logs["a"]), "b": fleet.runner(b, logs["b"])}
     slow = next((t["id"] for t in fleet.tasks if t.get("slow")), None)
     late = next((t["id"] for t in fleet.tasks if t.get("midpush")), None) if midpush else None
@@ -338,6 +339,10 @@ def leased_run(
     def text(name: str) -> str:
         return logs[name].read_text(errors="replace") if logs[name].exists() else ""
 
+    def current(name: str) -> str:
+        """The lines of the runner process running now (not of the one killed before it)."""
+        return text(name)[offset[name] :]
+
     def kill_runner(name: str) -> None:
         pid = procs[name].pid
         procs[name].send_signal(signal.SIGKILL)
@@ -348,14 +353,20 @@ def leased_run(
     while time.monotonic() < deadline:
         if kill and slow and "kill" not in faults:
             for name in logs:
-                if f"running {slow}" in text(name) and procs[name].poll() is None and name not in pending:
+                now = current(name)
+                if (
+                    f"running {slow}" in now
+                    and f"done {slow}" not in now
+                    and procs[name].poll() is None
+                    and name not in pending
+                ):
                     time.sleep(0.5)  # mid-task: the agent is in its 3 s of work
                     kill_runner(name)
                     faults["kill"] = {"runner": name, "task": slow}
                     break
         if late and "midpush" not in faults and (fleet.state / f"pushing-{late}").exists():
             # the landing push of `late` is in the server's pre-receive now: kill the runner that is landing it
-            name = next((n for n in logs if f"landing {late}" in text(n) and procs[n].poll() is None), None)
+            name = next((n for n in logs if f"landing {late}" in current(n) and procs[n].poll() is None), None)
             if name is not None and name not in pending:
                 kill_runner(name)
                 faults["midpush"] = {"runner": name, "task": late}
@@ -365,6 +376,7 @@ def leased_run(
             left = leases_of(fleet.remote, pid)
             if left and time.time() <= max(left.values()) + 1.0 + 0.5:
                 continue
+            offset[name] = len(text(name))
             procs[name] = fleet.runner(fleet.clones[name], logs[name])
             del pending[name]
             faults["lease_wait_s"] = round(float(faults.get("lease_wait_s", 0)) + time.monotonic() - since, 1)  # type: ignore[arg-type]
