@@ -940,6 +940,16 @@ class Runner:
                 fenced_push(wsvc, self.remote, [f"HEAD:{target}"], lease_id, also=[f"{oid}:{outcome_ref(task.id)}"])
                 return head
             except ScopeViolation as exc:
+                found = exc.details.get("violations")
+                if (
+                    isinstance(found, list)
+                    and found
+                    and all(((v or {}).get("holder") or {}).get("leaseId") == lease_id for v in found)
+                ):
+                    # every path refused as "held by" the pushing lease itself: this worktree's record of the
+                    # lease is behind the store (a renewal landed after the client gave up on it; seen over
+                    # git daemon under load). Not the task's fault: the attempt is re-queued, not failed
+                    raise _Fail(f"the lease's record here is behind the store: {exc.message}") from None
                 raise _Fail(exc.message, final=True) from None
             except LeaseLost as exc:
                 raise _Fail(exc.message) from None
