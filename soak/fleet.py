@@ -779,6 +779,12 @@ Found by this soak:
   version the client knew) was refused: the lease was lost and the task re-queued, one 3 s task three times
   in a row (failed, work kept; the checker held). At TTL 12 (2 s) it did not happen; `make fleet-soak` runs
   at TTL 12. The timeout rule is the heartbeat's (gitlease/liveness), not the runner's.
+- Over `git daemon` under load, a landing was refused by the client's scope check with every path
+  "held by" the very lease pushing it (its record in the worktree behind the store after a renewal that
+  landed unseen), and the runner failed the task at once as a stray edit: 3 of 40 tasks in the daemon run
+  above (failed, work kept; the checker held). The runner now re-queues such an attempt instead; the check
+  itself (gitlease/enforce/push.py `check_landing`, which should say "lease lost" or settle the pending
+  renewal) is left to its owner.
 
 The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
 `main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:
