@@ -1,15 +1,17 @@
 """The fleet soak: the queue runner ``git lease work`` (docs/work.md) end to end, with injected faults, judged by
 an independent checker that reads only the bare remote and the fake agents' own ledgers.
 
-    python -m soak.fleet [--tasks 24] [--workers 3] [--ttl 6] [--no-kill] [--control] [--seed N] [--json]
-                         [--write docs/reliability.md]
+    python -m soak.fleet [--tasks 24] [--workers 3] [--ttl 6] [--transport file|daemon|file,daemon] [--no-kill]
+                         [--no-server-restart] [--stop] [--control] [--seed N] [--json] [--write docs/reliability.md]
 
-Set-up: a generated repository (``pkgK/modJ.py`` files and a few shared files) pushed to a bare remote over
-file:// with the server hook (``git lease install-hooks --server``) and ``core.logAllRefUpdates=always``; two
-clones, each running a real ``git lease work`` process (a subprocess of the CLI) with ``--workers`` workers,
-``--land main``, ``--granularity file``, a short ``--ttl``. A queue of tasks over disjoint and overlapping
-paths (several tasks touch one shared file). The fake agent (``AGENT``) edits exactly its task's files, appends
-one line to its own ledger file (task, attempt, paths, start and end times, pid, lease) and commits.
+Set-up: a generated repository (``pkgK/modJ.py`` files and a few shared files) pushed to a bare remote with the
+server hook (``git lease install-hooks --server``) and ``core.logAllRefUpdates=always``, reached over file://
+or through a real ``git daemon`` (``--transport daemon``: testing.servers.GitDaemon, receive-pack enabled, the
+server hook running in its receive-pack); two clones, each running a real ``git lease work`` process (a
+subprocess of the CLI) with ``--workers`` workers, ``--land main``, ``--granularity file``, a short ``--ttl``.
+A queue of tasks over disjoint and overlapping paths (several tasks touch one shared file). The fake agent
+(``AGENT``) edits exactly its task's files, appends one line to its own ledger file (task, attempt, paths,
+start and end times, pid, lease) and commits.
 
 Faults, each on its own task:
 
@@ -17,10 +19,16 @@ Faults, each on its own task:
   landing, the task failed at once, its work kept (quarantine named in the outcome);
 * ``flaky``: the verifier fails once for that task: re-queued, lands on a later attempt;
 * ``kill``: ``kill -9`` of the runner process that is running the ``slow`` task, mid-task (its agent, in its
-  own process group, finishes unlanded). The other runner goes on; once the dead runner's lease has expired
-  (its TTL plus ``lease.skew``, set to 1 s: the harness polls the remote's record for that, it does not sleep
-  blindly) a restarted runner on the same clone sweeps it at its first planning step (the runner's built-in
-  sweeper), and the queue is finished.
+  own process group, finishes unlanded). The other runner goes on; once the dead runner's leases have expired
+  (TTL plus ``lease.skew``, set to 1 s: the harness polls the remote's records for that, it does not sleep
+  blindly) a restarted runner on the same clone sweeps them at its first planning step (the runner's built-in
+  sweeper) and prunes the worktrees the dead one left (quarantined when they hold work);
+* ``midpush``: a wrapper around the server's pre-receive holds the landing push of that task for 3 s (a flag
+  file ``state/slow-push``, used once; it marks ``state/pushing-<task>``) and the harness ``kill -9``s the
+  runner landing it meanwhile (restarted as above): the task must land exactly once, or run again;
+* server restart (``--transport daemon``): once a third of the tasks are done, the daemon's whole process
+  group is killed, and restarted on the same port a second later; the runners must ride through.
+* ``--stop``: SIGSTOP of the other runner until its leases have expired, then SIGCONT.
 
 The checker (``check``) trusts no runner: it reads the remote's ``main`` (which paths each commit touched), its
 reflog (each update of ``main`` a fast-forward adding exactly one task commit), the outcome refs
@@ -59,7 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from testing.servers import make_bare  # noqa: E402
+from testing.servers import GitDaemon, make_bare  # noqa: E402
 
 # The fake agent. The task (JSON on stdin) carries "ledger" (a directory), "work" (seconds spent between the
 # first write and the commit) and the faults: "stray" (also edit that path). It appends one JSON line to its
@@ -121,10 +129,21 @@ def cli_env() -> dict[str, str]:
 class Fleet:
     """A generated repository, its bare remote with the server hook, clones, the queue, agent and verifier."""
 
-    def __init__(self, root: Path, *, tasks: int = 12, seed: int = 1, ttl: int = 6, workers: int = 3) -> None:
-        self.root, self.ttl, self.workers = Path(root), ttl, workers
+    def __init__(
+        self, root: Path, *, tasks: int = 12, seed: int = 1, ttl: int = 6, workers: int = 3, transport: str = "file"
+    ) -> None:
+        self.root, self.ttl, self.workers, self.transport = Path(root), ttl, workers, transport
         self.rng = random.Random(seed)
-        self.remote = make_bare(self.root / "remote.git")
+        self.daemon: GitDaemon | None = None
+        if transport == "daemon":
+            # a real `git daemon` (receive-pack enabled) serving the bare remote; the server hook runs in its
+            # receive-pack, so its PATH must reach the git-lease executable
+            self.daemon = GitDaemon(self.root / "srv", env={"PATH": cli_env()["PATH"]}).start()
+            self.remote = self.daemon.make_bare("remote.git")
+            self.url = self.daemon.url_for("remote.git")
+        else:
+            self.remote = make_bare(self.root / "remote.git")
+            self.url = str(self.remote)
         res = subprocess.run(
             ["git", "lease", "install-hooks", "--server"],
             cwd=self.remote,
@@ -138,6 +157,7 @@ class Fleet:
         self.ledger.mkdir()
         self.state = self.root / "state"
         self.state.mkdir()
+        self._slow_hook()
         self.agent = self.root / "agent.py"
         self.agent.write_text(AGENT)
         self.verifier = self.root / "verify.py"
@@ -148,6 +168,29 @@ class Fleet:
         self.queue.write_text("".join(json.dumps(t) + "\n" for t in self.tasks))
         self._seed()
         self.clones: dict[str, Path] = {}
+
+    def _slow_hook(self) -> None:
+        """Wrap the server's pre-receive: when ``state/slow-push`` names a task and the push lands that task
+        (its outcome ref and ``main``), mark ``state/pushing-<task>``, hold the push 3 s, then run the real hook
+        (the harness kills the landing runner meanwhile). The flag is used once."""
+        hooks = self.remote / "hooks"
+        (hooks / "pre-receive").rename(hooks / "pre-receive.fleet-real")
+        wrapper = hooks / "pre-receive"
+        wrapper.write_text(
+            f"""#!/bin/sh
+input=$(cat)
+flag={self.state}/slow-push
+if [ -f "$flag" ]; then
+    task=$(cat "$flag")
+    case "$input" in
+    *refs/heads/main*refs/leases/outcome/$task*|*refs/leases/outcome/$task*refs/heads/main*)
+        rm -f "$flag"; : > {self.state}/pushing-$task; sleep 3;;
+    esac
+fi
+printf '%s\\n' "$input" | "${{0%/*}}/pre-receive.fleet-real" "$@"
+"""
+        )
+        wrapper.chmod(0o755)
 
     def _files(self) -> list[str]:
         return [f"pkg{k}/mod{j}.py" for k in range(4) for j in range(6)] + ["shared/config.py", "shared/util.py"]
@@ -189,11 +232,13 @@ class Fleet:
             tasks[2]["flaky"] = True
             tasks[min(5, n - 1)]["slow"] = True
             tasks[min(5, n - 1)]["work"] = 3.0
+        if n >= 10:
+            tasks[8]["midpush"] = True  # its landing push is held in the server's hook, and its runner killed
         return tasks
 
     def clone(self, name: str) -> Path:
         path = self.root / name
-        git(self.root, "clone", "-q", str(self.remote), str(path))
+        git(self.root, "clone", "-q", self.url, str(path))
         for key, value in (
             ("lease.remote", "origin"),
             ("lease.skew", "1"),
@@ -203,6 +248,10 @@ class Fleet:
             git(path, "config", key, value)
         self.clones[name] = path
         return path
+
+    def close(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
 
     def runner(self, clone: Path, log: Path) -> subprocess.Popen:
         """A real ``git lease work`` process on the queue."""
@@ -261,57 +310,109 @@ def wait_expired(remote: Path, pid: int, skew: float, deadline: float) -> float:
     return time.monotonic() - t0
 
 
-def leased_run(fleet: Fleet, *, kill: bool = True, stop: bool = False, timeout: float = 240) -> dict:
-    """Two runners; kill -9 the one running the slow task mid-task, restart it once its lease expired. With
-    ``stop`` (experimental), then SIGSTOP the other runner until every lease it holds has expired (plus the
-    skew), and SIGCONT it."""
+def leased_run(
+    fleet: Fleet,
+    *,
+    kill: bool = True,
+    midpush: bool = True,
+    restart_server: bool = True,
+    stop: bool = False,
+    timeout: float = 240,
+) -> dict:
+    """Two runners, and the faults: kill -9 the one running the slow task mid-task; kill -9 the one landing
+    the mid-push task while its landing push is held in the server's pre-receive (a flag file); each killed
+    runner restarted once its leases have expired (polled on the remote). Over git daemon, the server is
+    killed and restarted once a third of the tasks are done. With ``stop``, then SIGSTOP the other runner
+    until every lease it holds has expired (plus the skew), and SIGCONT it."""
     a, b = fleet.clone("a"), fleet.clone("b")
     logs = {"a": fleet.root / "runner-a.log", "b": fleet.root / "runner-b.log"}
+    offset = {name: 0 for name in logs}  # where each runner process's own lines start in its (appended) log
     procs = {"a": fleet.runner(a, logs["a"]), "b": fleet.runner(b, logs["b"])}
     slow = next((t["id"] for t in fleet.tasks if t.get("slow")), None)
+    late = next((t["id"] for t in fleet.tasks if t.get("midpush")), None) if midpush else None
+    if late:
+        (fleet.state / "slow-push").write_text(late)  # the server hook holds that task's landing push
     faults: dict[str, object] = {"stray": [t["id"] for t in fleet.tasks if t.get("stray")], "flaky": fleet.flaky}
     deadline = time.monotonic() + timeout
-    killed = None
-    restarted = False
-    waited = 0.0
+    pending: dict[str, tuple[int, float]] = {}  # killed runner -> (its pid, when), restarted once its leases expired
+
+    def text(name: str) -> str:
+        return logs[name].read_text(errors="replace") if logs[name].exists() else ""
+
+    def current(name: str) -> str:
+        """The lines of the runner process running now (not of the one killed before it)."""
+        return text(name)[offset[name] :]
+
+    def kill_runner(name: str) -> None:
+        pid = procs[name].pid
+        procs[name].send_signal(signal.SIGKILL)
+        procs[name].wait()
+        faults["dead_leases"] = int(faults.get("dead_leases", 0)) + len(leases_of(fleet.remote, pid))  # type: ignore[call-overload]
+        pending[name] = (pid, time.monotonic())
+
     while time.monotonic() < deadline:
-        if kill and killed is None and slow:
-            for name, log in logs.items():
-                text = log.read_text(errors="replace") if log.exists() else ""
-                if f"running {slow}" in text and procs[name].poll() is None:
+        if kill and slow and "kill" not in faults:
+            for name in logs:
+                now = current(name)
+                if (
+                    f"running {slow}" in now
+                    and f"done {slow}" not in now
+                    and procs[name].poll() is None
+                    and name not in pending
+                ):
                     time.sleep(0.5)  # mid-task: the agent is in its 3 s of work
-                    procs[name].send_signal(signal.SIGKILL)
-                    procs[name].wait()
-                    killed = name
+                    kill_runner(name)
                     faults["kill"] = {"runner": name, "task": slow}
                     break
-        if killed and not restarted:
-            dead = procs[killed].pid
-            faults["dead_leases"] = len(leases_of(fleet.remote, dead))
-            waited = wait_expired(fleet.remote, dead, 1.0, deadline)
-            procs[killed] = fleet.runner(fleet.clones[killed], logs[killed])
-            restarted = True
-            faults["lease_wait_s"] = round(waited, 1)
-        if stop and restarted and "stop" not in faults:
+        if late and "midpush" not in faults and (fleet.state / f"pushing-{late}").exists():
+            # the landing push of `late` is in the server's pre-receive now: kill the runner that is landing it
+            name = next((n for n in logs if f"landing {late}" in current(n) and procs[n].poll() is None), None)
+            if name is not None and name not in pending:
+                kill_runner(name)
+                faults["midpush"] = {"runner": name, "task": late}
+            else:
+                faults["midpush"] = {"runner": None, "task": late}  # (its runner was killed already)
+        for name, (pid, since) in list(pending.items()):
+            left = leases_of(fleet.remote, pid)
+            if left and time.time() <= max(left.values()) + 1.0 + 0.5:
+                continue
+            offset[name] = len(text(name))
+            procs[name] = fleet.runner(fleet.clones[name], logs[name])
+            del pending[name]
+            faults["lease_wait_s"] = round(float(faults.get("lease_wait_s", 0)) + time.monotonic() - since, 1)  # type: ignore[arg-type]
+            faults["restarts"] = int(faults.get("restarts", 0)) + 1  # type: ignore[call-overload]
+        if restart_server and fleet.daemon is not None and "server_restart" not in faults:
+            done = sum(text(n).count(": done ") for n in logs)
+            if done >= max(1, len(fleet.tasks) // 3):
+                t0 = time.monotonic()
+                fleet.daemon.kill()  # the whole group at once: connections in flight die with it
+                time.sleep(1.0)  # the server is down for a second
+                fleet.daemon.start()
+                faults["server_restart"] = {"after_done": done, "down_s": round(time.monotonic() - t0, 1)}
+        if stop and faults.get("restarts") and "stop" not in faults:
+            killed = faults["kill"]["runner"] if isinstance(faults.get("kill"), dict) else "a"  # type: ignore[index]
             other = "b" if killed == "a" else "a"
-            if procs[other].poll() is None and leases_of(fleet.remote, procs[other].pid):
+            if other not in pending and procs[other].poll() is None and leases_of(fleet.remote, procs[other].pid):
                 procs[other].send_signal(signal.SIGSTOP)
                 held = len(leases_of(fleet.remote, procs[other].pid))
                 stopped = wait_expired(fleet.remote, procs[other].pid, 1.0, deadline)
                 time.sleep(1.0)  # past the TTL: the other runner may take its tasks over meanwhile
                 procs[other].send_signal(signal.SIGCONT)
                 faults["stop"] = {"runner": other, "leases": held, "stopped_s": round(stopped + 1.0, 1)}
-        if all(p.poll() is not None for p in procs.values()) and (restarted or not killed):
+        if not pending and all(p.poll() is not None for p in procs.values()):
             break
         time.sleep(0.2)
     for p in procs.values():
         if p.poll() is None:
             p.kill()
             p.wait()
+    texts = {name: text(name) for name in logs}
+    # the restarted runners' prunes of the worktrees the killed ones left (lines "runner: pruned ...")
+    faults["pruned"] = sum(t.count(": pruned ") for t in texts.values())
     return {
         "faults": faults,
         "exit": {name: p.returncode for name, p in procs.items()},
-        "logs": {name: log.read_text(errors="replace") for name, log in logs.items()},
+        "logs": texts,
     }
 
 
@@ -488,30 +589,25 @@ def run(
     kill: bool = True,
     stop: bool = False,
     keep: str | None = None,
+    transport: str = "file",
+    restart_server: bool = True,
 ) -> dict:
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="gitlease-fleet-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    fleet = None
     try:
-        fleet = Fleet(root, tasks=tasks, seed=seed, ttl=ttl, workers=workers)
-        got = control_run(fleet) if control else leased_run(fleet, kill=kill, stop=stop)
+        fleet = Fleet(root, tasks=tasks, seed=seed, ttl=ttl, workers=workers, transport=transport)
+        got = (
+            control_run(fleet)
+            if control
+            else leased_run(fleet, kill=kill, midpush=kill, restart_server=restart_server, stop=stop)
+        )
+        fleet.close()
         anomalies, counts = check(fleet.remote, fleet.tasks, fleet.ledger, list(fleet.clones.values()))
-        # A known gap of the runner (reported, not hidden): the worktree a runner killed with -9 was running a
-        # task in stays bound to the dead lease (`git lease worktree list`: "bound ... (expired)") after the
-        # restarted runner swept that lease (or to a lease it had released but not yet returned the worktree to
-        # the pool when killed); `git lease worktree prune` deals with them. Counted apart, and only in the clone
-        # of the killed runner, at most one per worker it had.
-        known: list[str] = []
-        kill = got["faults"].get("kill")
-        if isinstance(kill, dict):
-            prefix = f"worktree left on a task branch in {kill['runner']}:"
-            budget = workers  # one worktree per worker of the killed runner at most
-            for a in list(anomalies):
-                if a.startswith(prefix) and len(known) < budget:
-                    anomalies.remove(a)
-                    known.append(a)
         return {
             "mode": "control" if control else "leased",
+            "transport": transport,
             "tasks": tasks,
             "workers": workers,
             "ttl": ttl,
@@ -520,11 +616,12 @@ def run(
             "exit": got["exit"],
             "counts": counts,
             "anomalies": anomalies,
-            "known": known,
             "seconds": round(time.monotonic() - t0, 1),
             "logs": got["logs"],
         }
     finally:
+        if fleet is not None:
+            fleet.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -535,94 +632,107 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=3, help="workers per runner (two runners)")
     ap.add_argument("--ttl", type=int, default=6)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument(
+        "--transport", default="file", help="file, daemon, or both comma-separated (one run each, same seed)"
+    )
     ap.add_argument("--control", action="store_true", help="the negative control: the same agents without leases")
-    ap.add_argument("--no-kill", action="store_true")
-    ap.add_argument("--stop", action="store_true", help="also SIGSTOP the other runner past its TTL (experimental)")
+    ap.add_argument("--no-kill", action="store_true", help="no kill -9 of a runner (mid-task nor mid-push)")
+    ap.add_argument("--no-server-restart", action="store_true")
+    ap.add_argument("--stop", action="store_true", help="also SIGSTOP the other runner past its TTL")
     ap.add_argument("--keep", help="run in this directory and keep it")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", help="write the figures into this markdown file (a section of its own)")
     args = ap.parse_args(argv)
+    transports = [t.strip() for t in args.transport.split(",") if t.strip()]
+    if not transports or any(t not in ("file", "daemon") for t in transports):
+        ap.error("--transport: file, daemon or file,daemon")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    res = run(
-        args.tasks,
-        args.workers,
-        args.ttl,
-        seed,
-        control=args.control,
-        kill=not args.no_kill,
-        stop=args.stop,
-        keep=args.keep,
-    )
-    if args.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1))
-    else:
-        print(
-            f"fleet soak ({res['mode']}): {res['tasks']} tasks, 2 runners x {res['workers']} workers, "
-            f"TTL {res['ttl']} s, seed {seed}: {len(res['anomalies'])} anomalies, {res['seconds']} s"
+    results = []
+    for transport in transports:
+        res = run(
+            args.tasks,
+            args.workers,
+            args.ttl,
+            seed,
+            control=args.control,
+            kill=not args.no_kill,
+            stop=args.stop,
+            restart_server=not args.no_server_restart,
+            keep=f"{args.keep}/{transport}" if args.keep else None,
+            transport=transport,
         )
-        print(f"  faults: {json.dumps(res['faults'])}; runner exits: {res['exit']}; {json.dumps(res['counts'])}")
-        for a in res["anomalies"]:
-            print("  ANOMALY " + a)
-        for a in res["known"]:
-            print("  KNOWN " + a)
+        results.append(res)
+        if args.json:
+            print(json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1))
+        else:
+            print(
+                f"fleet soak ({res['mode']}, {transport}): {res['tasks']} tasks, 2 runners x {res['workers']} "
+                f"workers, TTL {res['ttl']} s, seed {seed}: {len(res['anomalies'])} anomalies, {res['seconds']} s"
+            )
+            print(f"  faults: {json.dumps(res['faults'])}; runner exits: {res['exit']}; {json.dumps(res['counts'])}")
+            for a in res["anomalies"]:
+                print("  ANOMALY " + a)
+    clean = all(not r["anomalies"] for r in results)
     if args.write and not args.control:
-        control = run(args.tasks, args.workers, args.ttl, seed, control=True) if res["anomalies"] == [] else None
+        control = run(args.tasks, args.workers, args.ttl, seed, control=True) if clean else None
         if control is not None:
             print(f"negative control: {len(control['anomalies'])} anomalies (the checker must find some)")
-        write_doc(Path(args.write), res, control, list(argv if argv is not None else sys.argv[1:]))
-    ok = bool(res["anomalies"]) if args.control else not res["anomalies"]
+        write_doc(Path(args.write), results, control, list(argv if argv is not None else sys.argv[1:]))
+    ok = all(r["anomalies"] for r in results) if args.control else clean
     return 0 if ok else 1
 
 
 BEGIN, END = "<!-- fleet-soak:begin -->", "<!-- fleet-soak:end -->"
 
 
-def write_doc(path: Path, res: dict, control: dict | None, argv: list[str]) -> None:
-    """The figures of this run as a section of ``path`` (between BEGIN and END; soak/run.py keeps it)."""
+def write_doc(path: Path, results: list[dict], control: dict | None, argv: list[str]) -> None:
+    """The figures of these runs as a section of ``path`` (between BEGIN and END; soak/run.py keeps it)."""
     from testing.benchdoc import write_section
 
-    f, c = res["faults"], res["counts"]
-    kill = f.get("kill") or {}
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    first = results[0]
     ctl = control or {}
     ctl_first = (ctl.get("anomalies") or ["(not run)"])[0]
-    known = "; ".join(res["known"]) or "none"
-    st = f.get("stop") or {}
-    stop_cell = (
-        f", SIGSTOP of runner {st['runner']} for {st['stopped_s']} s ({st['leases']} leases held, TTL {res['ttl']} s)"
-        if st
-        else ""
-    )
-    stop_line = (
-        "- **SIGSTOP of the other runner past its TTL** (then SIGCONT): its leases expired while it was stopped; "
-        "on resuming, its heartbeat found the lease lost (`no renewal confirmed before the stop deadline`), "
-        "stopped the command, quarantined the work and re-queued the task, which the other runner ran and "
-        "landed once; nothing it had in flight landed.\n"
-        if st
-        else ""
-    )
+    rows = []
+    for res in results:
+        f, c = res["faults"], res["counts"]
+        cells = [f"stray edit ({', '.join(f['stray'])})", f"verifier fails once ({', '.join(f['flaky'])})"]
+        if f.get("kill"):
+            cells.append(f"`kill -9` of runner {f['kill']['runner']} mid-task ({f['kill']['task']})")
+        if f.get("midpush"):
+            mp = f["midpush"]
+            cells.append(f"`kill -9` of runner {mp['runner'] or '-'} mid-push ({mp['task']})")
+        if f.get("server_restart"):
+            sr = f["server_restart"]
+            cells.append(f"server killed and restarted after {sr['after_done']} tasks done ({sr['down_s']} s down)")
+        if f.get("stop"):
+            st = f["stop"]
+            cells.append(f"SIGSTOP of runner {st['runner']} for {st['stopped_s']} s ({st['leases']} leases held)")
+        retried = ", ".join(f"{t}: {n}" for t, n in c["runs"].items()) or "-"
+        rows.append(
+            f"| {res['transport']} | {res['tasks']} | {'; '.join(cells)} | {c['landed']} | {c['failed']} | {retried} "
+            f"| {f.get('dead_leases', 0)} | {f.get('pruned', 0)} | **{len(res['anomalies'])}** | {res['seconds']} s |"
+        )
+    table = "\n".join(rows)
+    transports = " and ".join("file://" if r["transport"] == "file" else "`git daemon` (git://)" for r in results)
     text = f"""{BEGIN}
 ## Fleet soak: `git lease work` (`make fleet-soak`)
 
-Figures of one run, {when} (seed {res["seed"]}), made by `make fleet-soak`, which runs
+Figures of one run per transport, {when} (seed {first["seed"]}), made by `make fleet-soak`, which runs
 `python -m soak.fleet {" ".join(argv)}` (soak/fleet.py; a short version is tests/test_fleet_soak.py).
 
-Two real `git lease work` processes (the `git-lease` executable), {res["workers"]} workers each, on two clones
-of a bare remote over file:// with the server hook and `core.logAllRefUpdates=always`; one queue of
-{res["tasks"]} tasks over disjoint and overlapping files (`--granularity file`, `--land main`, `--ttl {res["ttl"]}`,
-`--backoff 1s`, `lease.skew` 1 s); fake agents that edit exactly their task's files, commit, and append a
-line (task, attempt, paths, start and end, pid, lease) to a ledger file of their own.
+Two real `git lease work` processes (the `git-lease` executable), {first["workers"]} workers each, on two clones
+of a bare remote over {transports} with the server hook and `core.logAllRefUpdates=always`; one queue
+of {first["tasks"]} tasks over disjoint and overlapping files (`--granularity file`, `--land main`,
+`--ttl {first["ttl"]}`, `--backoff 1s`, `lease.skew` 1 s); fake agents that edit exactly their task's files, commit,
+and append a line (task, attempt, paths, start and end, pid, lease) to a ledger file of their own.
 
-| tasks | faults injected | landed | failed (work kept) | retried | anomalies | wall time |
-| ---: | --- | ---: | ---: | --- | ---: | ---: |
-| {res["tasks"]} | stray edit ({", ".join(f["stray"])}), verifier fails once ({", ".join(f["flaky"])}), \
-`kill -9` of runner {kill.get("runner", "-")} mid-task ({kill.get("task", "-")}, {f.get("dead_leases", 0)} leases held){stop_cell} \
-| {c["landed"]} | {c["failed"]} | {", ".join(f"{t}: {n} attempts" for t, n in c["attempts"].items()) or "-"} \
-| **{len(res["anomalies"])}** | {res["seconds"]} s |
+| transport | tasks | faults injected | landed | failed (work kept) | agent runs per task, when more than one | leases of killed runners | worktrees pruned | anomalies | wall time |
+| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |
+{table}
 
-(Wall time: the whole run with set-up and the checker; {f.get("lease_wait_s", 0)} s of it the harness waited,
-polling the remote, for the killed runner's leases to pass their expiry plus `lease.skew`, before restarting
-it; its first planning step swept them with the runner's built-in sweeper.)
+(Wall time: the whole run with set-up and the checker, including the harness's waits, polling the remote,
+for each killed runner's leases to pass their expiry plus `lease.skew` before restarting it.)
 
 What each fault showed:
 
@@ -630,21 +740,51 @@ What each fault showed:
   push's scope check, the task failed at once (`failed`, 1 attempt), its work kept under the quarantine ref
   named in its outcome (the checker found the agent's edit there); nothing of it on `main`.
 - **Verifier failing once**: the attempt failed, the task re-queued with backoff and landed on attempt 2.
-- **`kill -9` of a runner** mid-task: its agent (own process group) finished and committed, unlanded; the
+- **`kill -9` of a runner mid-task**: its agent (own process group) finished and committed, unlanded; the
   other runner went on with the queue; the dead runner's leases and claims stayed until they expired, then the
-  restarted runner swept them and the task ran again and landed once.
-  **Known gap** (counted apart by the harness, not an anomaly): the worktree the killed runner was running a
-  task in stays bound to the swept lease (`git lease worktree list`: `bound ... (expired)`, its commit on the
-  task branch only), and so does one whose lease it had just released when killed (`bound ... (released)`,
-  clean); the restarted runner does not prune them, `git lease worktree prune` does.
-{stop_line}- **A bug this soak found, fixed**: `WorktreeManager.find(id)` matched a worktree by its id *or* its git
-  admin name and returned the first match; git names admin dirs itself, so one worktree's admin name can equal
-  another worktree's id (seen: `.git/worktrees/wt-mod4-py-1` belonging to `a.worktrees/wt-mod5-py-2`), and a
-  worker's `give_back` quarantined the worktree another worker had just attached (about one 40-task run in
-  three; nothing lost). `find` now answers an id first (tests/test_worktree.py::test_find_prefers_a_worktrees_id_over_another_ones_git_admin_name);
-  a worktree left out of the pool is an anomaly again.
+  restarted runner swept them at its first planning step and the task ran again and landed once. The
+  worktree the killed runner was running the task in (and any whose lease it had released but not yet given
+  back) was pruned by the restarted runner once its lease was released or expired and no live process was
+  bound to it (the runner's busy mark, the lease holder, a command still running in it): quarantined when it
+  held work (the killed run's commit, kept under a quarantine ref), back in the pool when clean. The checker
+  allows no task worktree left outside the pool and the quarantine.
+- **`kill -9` of a runner mid-push**: a wrapper around the server's pre-receive holds the landing push of one
+  task for 3 s (a flag file, used once) and the harness kills the runner landing it meanwhile. The `git push`
+  it had started goes on without it; its atomic push carries the commit, the lease's renewal and the task's
+  `done` outcome together, so either all landed (the task is done, never run again) or nothing did (the task
+  ran again once the lease expired); the checker found it on `main` exactly once.
+- **Server restart** (git daemon only): the daemon's whole process group killed, down for a second, started
+  again on the same port. Fetches, reads of the store and pushes in flight failed; the runners said so and
+  tried again; a task whose landing or release failed was re-planned once its lease was released or swept
+  (the runner's own sweeper, every 30 s); every task still landed once or failed with its work kept.
+- **SIGSTOP of the other runner past its TTL** (then SIGCONT; `--stop`): its leases expired while it was
+  stopped; on resuming, its heartbeat found the lease lost, stopped the command, quarantined the work and
+  re-queued the task; nothing it had in flight landed.
 
-Known items this run: {known}.
+Found by this soak:
+
+- `WorktreeManager.find(id)` matched a worktree by its id *or* its git admin name and returned the first
+  match; git names admin dirs itself, so one worktree's admin name can equal another worktree's id, and a
+  worker's `give_back` quarantined the worktree another worker had just attached (nothing lost). `find` now
+  answers an id first (tests/test_worktree.py::test_find_prefers_a_worktrees_id_over_another_ones_git_admin_name).
+- A runner killed with -9 left its task worktrees bound to dead leases, and a restarted runner did not prune
+  them (the harness used to count them apart as a known gap). The runner now prunes them
+  (tests/test_work.py::test_a_runner_killed_with_9_leaves_its_worktree_to_a_restarted_runner_which_keeps_its_work),
+  and a runner restarted with nothing left to run still sweeps what its predecessor left.
+- A task whose landing or release failed while the server was down stayed claimed until the 30 s sweep:
+  the runner now retries a failed release at each planning step, and a lost lease brings its next sweep
+  forward to the lease's expiry.
+- Over `git daemon` at TTL 6 (heartbeat push timeout a sixth of it: 1 s) on this loaded 2-core machine,
+  renewal pushes outlasted the timeout, landed after the client gave up, and the next renewal (from the
+  version the client knew) was refused: the lease was lost and the task re-queued, one 3 s task three times
+  in a row (failed, work kept; the checker held). At TTL 12 (2 s) it did not happen; `make fleet-soak` runs
+  at TTL 12. The timeout rule is the heartbeat's (gitlease/liveness), not the runner's.
+- Over `git daemon` under load, a landing was refused by the client's scope check with every path
+  "held by" the very lease pushing it (its record in the worktree behind the store after a renewal that
+  landed unseen), and the runner failed the task at once as a stray edit: 3 of 40 tasks in the daemon run
+  above (failed, work kept; the checker held). The runner now re-queues such an attempt instead; the check
+  itself (gitlease/enforce/push.py `check_landing`, which should say "lease lost" or settle the pending
+  renewal) is left to its owner.
 
 The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
 `main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:
@@ -653,12 +793,14 @@ no two agents wrote one file at overlapping times; no lease, claim or task workt
 quarantined ones) left.
 
 **Negative control** (`python -m soak.fleet --control`: the same agents and queue run by 6 plain workers that
-pull, run the agent and push to `main` with `--no-verify`, no leases): {len(ctl.get("anomalies", []))}
+pull, run the agent and push to `main` with `--no-verify`, no leases, file://): {len(ctl.get("anomalies", []))}
 anomalies, e.g. {ctl_first}. tests/test_fleet_soak.py asserts the control fails (a stray path landed,
 overlapping writes).
 
-Not covered yet: `git daemon` and HTTP remotes, `kill -9` mid-push, a server restart (the lease soak above
-covers these for leases, not for `git lease work`); the SIGSTOP fault (`--stop`) is not in the short test.
+Not covered yet: smart HTTP remotes (the lease soak above covers them for leases, not for `git lease work`).
+A task whose landing failed because the server was down keeps its lease (the release failed too) until it
+expires and a sweeper reclaims it: the runner's own sweeper runs every 30 s, so such a task waits up to that
+long before it runs again.
 {END}"""
     write_section(path, text, BEGIN, END, title="# Reliability")
 

@@ -536,3 +536,61 @@ def test_a_tasks_command_reports_progress_through_the_runners_heartbeat(world):
     assert got["rc"] == 0 and "sent with the next renewal" in got["out"], got
     assert got["seen"], got
     assert world.landed() == ["task p"]
+
+
+def test_a_runner_killed_with_9_leaves_its_worktree_to_a_restarted_runner_which_keeps_its_work(world):
+    """kill -9 of a real runner process mid-task (its command killed too): the task's worktree stays bound to
+    the dead lease, holding an uncommitted edit. A restarted runner on the same clone, once that lease has
+    expired (the restarted runner's injected clock is past it: no sleep for the TTL), sweeps the lease,
+    quarantines the worktree (the edit kept under a quarantine ref, never deleted), runs the task again and
+    lands it; no task worktree is left outside the pool and the quarantine."""
+    import gitlease
+    from gitlease import open_service
+    from gitlease.core.clock import FakeClock
+    from gitlease.worktree.manager import WorktreeManager
+
+    a = world.clone("a")
+    go, pid_file = world.root / "go", world.root / "agent.pid"
+    q = world.queue([{"id": "k1", "paths": ["src/a/x.py"], "wait": str(go)}])
+    # an uncommitted edit first, then the agent (waiting for `go` before it edits and commits)
+    script = f"echo partial >> src/a/x.py && echo $$ > {pid_file} && exec " + " ".join(world.command)
+    proc = _start(a, str(q), "--land", "main", "--ttl", "60", "--", "sh", "-c", script)
+    _wait_for(proc, "running k1")
+    end = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < end:
+        time.sleep(0.05)
+    agent = int(pid_file.read_text())
+    proc.kill()  # SIGKILL: no release, no give-back
+    proc.wait()
+    os.killpg(agent, signal.SIGKILL)  # its command (a session of its own) dies too
+    end = time.monotonic() + 30
+    while time.monotonic() < end:  # gone (or a zombie: no working directory any more)
+        try:
+            os.readlink(f"/proc/{agent}/cwd")
+        except OSError:
+            break
+        time.sleep(0.05)
+    left = [w for w in WorktreeManager(open_service(str(a))).managed() if w.meta.branch.startswith("work/")]
+    assert [w.meta.state for w in left] == ["bound"]
+    assert world.lease_refs() != []  # the dead runner's lease and claim are still on the remote
+
+    go.write_text("")
+    svc = open_service(str(a))
+    clock = FakeClock(time.time() + 60 + svc.settings.skew + 5)  # past the dead lease's expiry and the skew
+    events = []
+    summary = gitlease.work(
+        str(q), repo=str(a), command=["sh", "-c", script], land="main", clock=clock, on_event=events.append
+    )
+    assert summary.done == ["k1"], [e.line() for e in events]
+    pruned = [e for e in events if e.kind == "pruned"]
+    assert len(pruned) == 1 and pruned[0].task == "k1" and "quarantined" in pruned[0].line(), pruned
+    refs = git(a, "for-each-ref", "--format=%(refname)", "refs/gitlease/quarantine/").split()
+    assert len(refs) == 1 and refs[0] in pruned[0].line()
+    assert git(a, "show", f"{refs[0]}:src/a/x.py") == "x\npartial\n"  # the killed run's edit, kept
+    assert world.landed() == ["task k1"] and world.lease_refs() == []
+    states = sorted(
+        w.meta.state
+        for w in WorktreeManager(open_service(str(a))).managed()
+        if w.meta.branch.startswith("work/") or w.meta.state == "free"
+    )
+    assert states == ["free", "quarantined"]  # the re-run's worktree back in the pool; the killed one kept

@@ -128,7 +128,17 @@ def _printer(as_json: bool, view):
                 sys.stdout.write(json.dumps(text_only(ev.to_json()), sort_keys=True) + "\n")
                 sys.stdout.flush()
             elif view is not None:
-                if ev.kind in ("landed", "failed", "retry", "quarantined", "refused", "swept", "stopping", "error"):
+                if ev.kind in (
+                    "landed",
+                    "failed",
+                    "retry",
+                    "quarantined",
+                    "refused",
+                    "swept",
+                    "pruned",
+                    "stopping",
+                    "error",
+                ):
                     view.note(ev.line())
             else:
                 echo(ev.line())

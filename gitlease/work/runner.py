@@ -227,6 +227,8 @@ class Runner:
         self._fetch_lock = threading.Lock()
         self._outcomes = Outcomes(self.svc)
         self._inflight: set[str] = set()
+        self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
+        self._unreleased: dict[str, LeaseService] = {}  # leases whose release failed: the store unreachable
         self.stats: dict[str, TaskStats] = {}
         self.lease_waits = 0
         self._waited: set[tuple[str, str]] = set()
@@ -237,6 +239,7 @@ class Runner:
         self.workers_view: dict[int, dict[str, Any]] = {}
         self.head_blockers: list[str] = []
         self._last_sweep = -1e18
+        self._sweep_due = float("inf")  # an earlier sweep wanted (a lease lost, maybe left on the store)
         self._base: str | None = None
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
         self._sigints = self._sigints_seen = 0
@@ -343,6 +346,7 @@ class Runner:
             # the handler only counts: printing from it could re-enter a lock the interrupted code holds
             signal.signal(signal.SIGINT, self._on_sigint)
         try:
+            self._prune_dead(-1)
             threads = [
                 threading.Thread(target=self._worker, args=(n,), name=f"gitlease-work-{n}", daemon=True)
                 for n in range(self.opts.workers)
@@ -354,6 +358,8 @@ class Runner:
                     t.join(0.1)
                     self._handle_signals()
             self._handle_signals()
+            self._final_sweep()
+            self._prune_dead(-1)  # what a dead runner's command still ran in at the start is free by now
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -432,6 +438,9 @@ class Runner:
 
         tasks = self.source.tasks()
         snap = svc.snapshot(use_cache=False)
+        if self._unreleased:
+            self._retry_releases()
+            snap = svc.snapshot(use_cache=False)
         refs = svc.store.list_refs()
         with self._lock:
             outs = self._outcomes.read(refs)
@@ -445,9 +454,11 @@ class Runner:
                 with contextlib.suppress(ValueError):
                     claimed[decode_segment(ref[len(TASK_PREFIX) :])] = v.lease_id
         unfinished = [t for t in tasks if not (t.id in outs and outs[t.id].final)]
+        # first: a runner restarted after a crash sweeps what its dead predecessor left even when nothing is
+        # left to run
+        self._maybe_sweep(svc, snap, n)
         if not unfinished and not self.source.more():
             return None
-        self._maybe_sweep(svc, snap, n)
         with self._lock:
             busy_here = set(self._inflight)
         ready = [
@@ -481,9 +492,10 @@ class Runner:
             return
         now = self.clock.monotonic()
         with self._lock:
-            if now - self._last_sweep < self.opts.sweep_every:
+            if now - self._last_sweep < self.opts.sweep_every and now < self._sweep_due:
                 return
             self._last_sweep = now
+            self._sweep_due = float("inf")
         from gitlease.ops.sweep import Sweeper
 
         try:
@@ -494,6 +506,92 @@ class Runner:
         for r in got.results:
             if r.outcome == "reclaimed":
                 self.emit("swept", n, r.owner, message=r.line())
+        self._prune_dead(n)
+
+    def _final_sweep(self) -> None:
+        """Leases of this runner left on the store at the end: a release whose outcome was lost (the push
+        landed after the client gave up, or a renewal landed that the client counted as refused, so the
+        lease was forgotten here). Nobody may run after this runner to sweep them, so wait (bounded: the
+        TTL and the skew) for them to expire and sweep them (the rules of gitlease.ops.sweep)."""
+        if not self.opts.sweep_every:
+            return
+        from gitlease.ops.sweep import Sweeper
+
+        self._retry_releases()
+        end = self.clock.now() + self.ttl + self.svc.settings.skew + 5
+        while True:
+            try:
+                snap = self.svc.snapshot(use_cache=False)
+            except GitLeaseError:
+                return
+            with self._lock:
+                granted = set(self._granted)
+            left = [v for v in snap.leases if v.record is not None and v.lease_id in granted]
+            if not left:
+                return
+            latest = max(v.record.expires for v in left) + self.svc.settings.skew + 1
+            now = self.clock.now()
+            if now < latest:
+                if now >= end:
+                    return
+                self._wait(min(latest, end) - now)
+                continue
+            try:
+                got = Sweeper(self.svc).sweep()
+            except GitLeaseError as exc:
+                self.emit("error", -1, message=f"sweep: {exc.message}")
+                return
+            for r in got.results:
+                if r.outcome == "reclaimed":
+                    self.emit("swept", -1, r.owner, message=r.line())
+            if self.clock.now() >= end:
+                return
+            self._wait(1.0)
+
+    def _wait(self, seconds: float) -> None:
+        """Wait, also once stopping (``_pause`` returns at once then)."""
+        if type(self.clock).sleep is Clock.sleep:
+            threading.Event().wait(seconds)
+        else:
+            self.clock.sleep(seconds)
+
+    def _prune_dead(self, n: int) -> None:
+        """Task worktrees of this clone left by a runner that died (``kill -9``): their lease released, or
+        expired beyond the skew margin (swept or not), and no live process bound to them (the runner's busy
+        mark, the lease's holder, a command still running in them). Clean ones go back to the pool; one
+        holding work (an unlanded commit, uncommitted edits) is quarantined, nothing lost
+        (``WorktreeManager.prune``: the rules of ``git lease worktree prune``, limited to task branches)."""
+        from gitlease.worktree.manager import WorktreeManager
+
+        branches: dict[str, str] = {}
+
+        def ours(wt) -> bool:
+            if wt.meta is None or not wt.meta.branch.startswith("work/"):
+                return False
+            branches[wt.id] = wt.meta.branch
+            return True
+
+        try:
+            actions = WorktreeManager(self.svc).prune(select=ours)
+        except GitLeaseError as exc:
+            self.emit("error", n, message=f"worktree prune: {exc.message}")
+            return
+        by_branch: dict[str, str] | None = None
+        for a in actions:
+            if a.action not in ("pooled", "quarantined"):
+                continue
+            if by_branch is None:
+                by_branch = {}
+                with contextlib.suppress(GitLeaseError):
+                    by_branch = {f"work/{_slug(t.id)}-": t.id for t in self.source.tasks()}
+            branch = branches.get(a.id, "")
+            task = next(
+                (tid for pre, tid in by_branch.items() if branch.startswith(pre) and len(branch) == len(pre) + 8), None
+            )
+            what = f"quarantined: work kept in {a.ref}" if a.action == "quarantined" else "back in the pool"
+            self.emit(
+                "pruned", n, task, worktree=a.id, message=f"worktree {a.id} ({branch}) of a runner that is gone: {what}"
+            )
 
     # ----------------------------------------------------------------------------- a task
     def _task_service(self, svc: LeaseService, task: WorkTask, at: str | None = None) -> LeaseService:
@@ -536,6 +634,7 @@ class Runner:
         lease_id = got.lease_id
         with self._lock:
             self.ran += 1
+            self._granted.add(lease_id)
         self.emit("claimed", n, task.id, lease=lease_id, scope=" ".join(got.record.paths), attempt=attempt)
         started = self.clock.monotonic()
         st = self.stats.setdefault(task.id, TaskStats(task.id))
@@ -570,6 +669,9 @@ class Runner:
         try:
             base_ref, base_oid = self._fetch_base()
             att = manager.add(lease_id, base=base_oid, branch=_branch(task.id, lease_id))
+            # bound to this process until given back (also between the release and the give-back): a
+            # restarted runner prunes it only once this one is dead (_prune_dead)
+            manager.mark_busy(att.id, f"git lease work: task {task.id}")
             wsvc = self._task_service(svc, task, att.path)
             beat_svc = LeaseService(wsvc.repo, wsvc.settings, clock=self.clock, signer=wsvc.signer)
             beats: list[Heartbeat] = []
@@ -700,9 +802,33 @@ class Runner:
         try:
             wsvc.release(lease_id)
         except (LeaseLost, NotHeld):
-            pass  # lost or gone already: nothing to give back
+            # lost or gone already: nothing to give back. A lease lost to an ambiguous renewal (the server
+            # died mid-push) may still be on the store: sweep once it must have expired, not a whole
+            # sweep_every later
+            self._sweep_soon()
         except GitLeaseError:
-            pass  # it expires on its own; the sweeper (anyone's) clears it
+            # the store unreachable (a server restart): tried again at each planning step, so the task is not
+            # kept claimed until the lease expires and a sweeper clears it
+            with self._lock:
+                self._unreleased[lease_id] = wsvc
+
+    def _sweep_soon(self) -> None:
+        due = self.clock.monotonic() + self.ttl + self.svc.settings.skew + 1
+        with self._lock:
+            self._sweep_due = min(self._sweep_due, due)
+
+    def _retry_releases(self) -> None:
+        with self._lock:
+            todo = list(self._unreleased.items())
+        for lease_id, wsvc in todo:
+            try:
+                wsvc.release(lease_id)
+            except (LeaseLost, NotHeld):
+                pass
+            except GitLeaseError:
+                continue
+            with self._lock:
+                self._unreleased.pop(lease_id, None)
 
     def _progress(self, n: int, task: str, note: str, beats: list[Any]) -> None:
         """A progress note from the task's command: sent with the lease's next renewal, shown in the view."""
@@ -818,6 +944,16 @@ class Runner:
                 fenced_push(wsvc, self.remote, [f"HEAD:{target}"], lease_id, also=[f"{oid}:{outcome_ref(task.id)}"])
                 return head
             except ScopeViolation as exc:
+                found = exc.details.get("violations")
+                if (
+                    isinstance(found, list)
+                    and found
+                    and all(((v or {}).get("holder") or {}).get("leaseId") == lease_id for v in found)
+                ):
+                    # every path refused as "held by" the pushing lease itself: this worktree's record of the
+                    # lease is behind the store (a renewal landed after the client gave up on it; seen over
+                    # git daemon under load). Not the task's fault: the attempt is re-queued, not failed
+                    raise _Fail(f"the lease's record here is behind the store: {exc.message}") from None
                 raise _Fail(exc.message, final=True) from None
             except LeaseLost as exc:
                 raise _Fail(exc.message) from None

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from gitlease.core import gitcmd
@@ -704,15 +704,20 @@ class WorktreeManager:
         return out
 
     # ----------------------------------------------------------------------------- prune
-    def prune(self, *, remove: bool = False) -> builtins.list[PruneAction]:
+    def prune(
+        self, *, remove: bool = False, select: Callable[[Worktree], bool] | None = None
+    ) -> builtins.list[PruneAction]:
         """Worktrees of released or expired leases: clean ones go back to the pool (or are removed with
         ``remove``); dirty ones are quarantined (kept, unlocked, out of the pool, their changes saved to a
-        ref) and reported. Busy, missing and active ones are left alone and reported."""
+        ref) and reported. Busy, missing and active ones are left alone and reported. ``select``: only the
+        worktrees it accepts (the queue runner: its task worktrees)."""
         actions = []
         with self._pool_lock():
             for wt in self.managed():
                 meta = wt.meta
                 assert meta is not None
+                if select is not None and not select(wt):
+                    continue
                 if not wt.exists:
                     actions.append(
                         PruneAction(
@@ -749,19 +754,23 @@ class WorktreeManager:
         """The queue runner's end of a task in one worktree (``git lease work``): dirty work is quarantined
         (saved to a ref, kept out of the pool) and the ref returned; a clean worktree goes back to the pool,
         unless ``quarantine_only`` (its lease is still held: pooled after the release). Returns (state, ref):
-        quarantined | pooled | kept."""
+        quarantined | pooled | kept. Unless ``quarantine_only``, this process's busy mark (``mark_busy``) on
+        it goes too."""
         with self._pool_lock():
             wt = self.find(workspace)
             if wt.meta is None or not wt.exists:
                 return "kept", None
             insp = self.inspect(wt)
             if insp.dirt:
+                if not quarantine_only:
+                    self._unmark_busy(wt)
                 if wt.meta.state == "quarantined":
                     return "quarantined", wt.meta.quarantine_ref
                 return "quarantined", self._quarantine(wt, insp)
             if quarantine_only or not self._lease_free(wt):
                 return "kept", None
             self._to_pool(wt)
+            self._unmark_busy(wt)
             return "pooled", None
 
     def _to_pool(self, wt: Worktree) -> None:
@@ -931,11 +940,22 @@ class WorktreeManager:
     def busy(self, workspace: str, command: str) -> Iterator[Worktree]:
         """Mark a worktree as in use by this process while a command runs in it (``git lease run
         --worktree``): reuse, prune and remove see the pid file and leave it alone."""
+        wt = self.mark_busy(workspace, command)
+        try:
+            yield wt
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(wt.private_dir, BUSY))
+
+    def mark_busy(self, workspace: str, command: str) -> Worktree:
+        """Bind a worktree to this process (``busy.json``: pid and start time) until ``give_back`` or the
+        process ends: prune, reuse and remove leave it alone while the process lives, also after its lease
+        is released (the queue runner, between its release and its give-back). A process killed with -9
+        leaves a stale mark that binds nothing."""
         wt = self.find(workspace)
-        path = os.path.join(wt.private_dir, BUSY)
         os.makedirs(wt.private_dir, exist_ok=True)
         _write_json(
-            path,
+            os.path.join(wt.private_dir, BUSY),
             {
                 "pid": os.getpid(),
                 "start": process_start(os.getpid()),
@@ -943,9 +963,13 @@ class WorktreeManager:
                 "at": iso(self.clock.now()),
             },
         )
-        try:
-            yield wt
-        finally:
+        return wt
+
+    def _unmark_busy(self, wt: Worktree) -> None:
+        """Drop this process's busy mark on ``wt`` (another live process's mark stays)."""
+        path = os.path.join(wt.private_dir, BUSY)
+        mark = _read_json(path)
+        if isinstance(mark, dict) and mark.get("pid") == os.getpid():
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
