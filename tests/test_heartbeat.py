@@ -448,3 +448,19 @@ def test_hold_stops_a_silent_body_with_progress_timeout(tmp_path):
             assert lease.heartbeat.stopped_at == 23.5
             assert a.snapshot().find(lease.lease_id).record.progress.note == "step 1/3"
     assert "no progress reported for 30s" in str(err.value)
+
+
+def test_a_lease_forgotten_here_between_the_check_and_the_scope_check_is_lost_not_held_by_itself(pushers):
+    """The runner's heartbeat forgets a lease it finds lost while the landing is under way: the landing's scope
+    check then answers "lease lost" (exit 6: the task is re-queued), never a refusal of every path as "held by"
+    the pushing lease itself (exit 4: the task failed for good, as for a stray edit). Seen in the fleet soak
+    over git daemon under load."""
+    from gitlease.enforce.push import check_landing
+
+    fleet, work, remote = pushers
+    a = fleet.agent("a")
+    got = a.acquire(["svc"])
+    a.forget(got.lease_id)  # what the heartbeat does on a lost lease
+    with pytest.raises(errors.LeaseLost) as err:
+        check_landing(a, got.lease_id, ["svc/x.py"])
+    assert err.value.exit_code == 6 and "no longer held by this worktree" in err.value.message

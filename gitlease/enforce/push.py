@@ -221,6 +221,8 @@ def check_landing(
     snap = svc.snapshot(use_cache=False, paths=paths, keep=svc.held_here())
     now = svc.clock.now()
     mine = [m for m in _mine_from_held(svc, snap) if m.lease_id == lease_id]
+    if not mine:  # forgotten here since the caller looked (its heartbeat found it lost): never "held by" itself
+        raise LeaseLost(f"lease lost: {lease_id} is no longer held by this worktree; nothing was pushed (stop writing)")
     lost = next((m.problem for m in mine if m.problem), None)
     if lost:  # the push would be refused as a whole anyway: say it is the lease that is gone
         raise LeaseLost(f"lease lost or replaced: {lease_id} {lost}; nothing was pushed (stop writing)")

@@ -529,7 +529,7 @@ class Runner:
             left = [v for v in snap.leases if v.record is not None and v.lease_id in granted]
             if not left:
                 return
-            latest = max(v.record.expires for v in left) + self.svc.settings.skew + 1
+            latest = max(v.record.expires for v in left if v.record is not None) + self.svc.settings.skew + 1
             now = self.clock.now()
             if now < latest:
                 if now >= end:
