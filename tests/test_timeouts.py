@@ -56,3 +56,32 @@ def test_an_acquire_whose_push_lands_after_the_re_read_is_still_ours(tmp_path, r
     refs = git(remote_file.path, "for-each-ref", "--format=%(refname)", "refs/leases/").split()
     assert f"refs/leases/id/{got.lease_id}" in refs and len(refs) == 2  # one lease: the late one, ours
     assert got.lease_id in a.held_here()
+
+
+def test_a_renewal_that_lands_after_the_client_gave_up_is_settled_by_the_next_one(tmp_path, remote_daemon):
+    """The server commits a renewal after the client's push timed out and after its re-read (seen over git
+    daemon in the fleet soak): the renewal's outcome is unknown (kept pending, RemoteUnavailable: the heartbeat
+    retries), not "not landed"; the next renewal reads that the pending version won and renews from it. Before,
+    the version was dropped, the next renewal was pinned to the one before it, and the lease was lost."""
+    import time
+
+    import pytest
+
+    from gitlease.core import errors
+    from gitlease.core.refnames import id_ref
+
+    bare = remote_daemon.path  # over git daemon the server's receive-pack outlives the client that gave up
+    fleet = Fleet(tmp_path, remote_daemon.url)
+    a = fleet.agent("a", timeout=1)
+    got = a.acquire(["svc"], ttl=600)
+    _slow_prepare(bare, 3)  # holds the renewal's transaction past the client's 1 s timeout and its re-read
+    with pytest.raises(errors.RemoteUnavailable, match="may still land"):
+        a.renew(got.lease_id)
+    assert a.held_here()[got.lease_id].pending  # kept: which version won is read at the next renewal
+    deadline = time.monotonic() + 30
+    while git(bare, "rev-parse", id_ref(got.lease_id)).strip() == got.oid:  # the server finishing (not a TTL)
+        assert time.monotonic() < deadline, "the server never committed the renewal"
+        time.sleep(0.05)
+    (bare / "hooks" / "reference-transaction").unlink()
+    again = a.renew(got.lease_id)
+    assert again.record.version == 3 and git(bare, "rev-parse", id_ref(got.lease_id)).strip() == again.oid

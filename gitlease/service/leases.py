@@ -730,10 +730,18 @@ class LeaseService:
             out.check_reached()
         if out.ambiguous:
             try:
-                out = self._resolve([prep.update], out)
+                resolved = self._resolve([prep.update], out)
+                still = not resolved.ok and self.store.list_refs().get(prep.update.ref) == prep.update.old
             except RemoteUnavailable:
                 self.settle_renewal(prep, None)
                 raise
+            if still:  # not there yet, but a push given up on can still land on the server (docs/protocol.md)
+                self.settle_renewal(prep, None)  # kept pending: the next renewal reads which version won
+                raise RemoteUnavailable(
+                    f"outcome of the renewal of {lease_id} unknown: {out.message or 'no answer'}; its version "
+                    "was not on the store yet and may still land; the next renewal settles it"
+                )
+            out = resolved
         if not out.ok and extra_refspecs and self.store.list_refs().get(prep.update.ref) == prep.update.old:
             raise PushRejected(
                 f"push rejected, nothing landed: {_branch_refusal(out, prep.update.ref)}; the lease "
