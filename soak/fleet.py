@@ -780,14 +780,14 @@ Found by this soak:
   in a row (failed, work kept; the checker held). At TTL 12 (2 s) it did not happen; `make fleet-soak` runs
   at TTL 12. Since fixed in the service: a renewal whose push timed out and whose version is not on the
   store when read again is kept pending (outcome unknown, the heartbeat retries) and the next renewal reads
-  which version won (tests/test_timeouts.py, over git daemon); not re-run at TTL 6 since.
+  which version won (tests/test_timeouts.py, over git daemon); the runs above are at TTL 12.
 - Over `git daemon` under load, a landing was refused by the client's scope check with every path
   "held by" the very lease pushing it (its record in the worktree behind the store after a renewal that
-  landed unseen), and the runner failed the task at once as a stray edit: 3 of 40 tasks in the daemon run
-  above (failed, work kept; the checker held). The runner now re-queues such an attempt instead, and the
-  check itself (gitlease/enforce/push.py `check_landing`) says "lease lost" (exit 6) when the lease was
-  forgotten here after the push began (the heartbeat found it lost); tests/test_heartbeat.py covers that
-  case. Not re-run over daemon since: the figures above are from before both changes.
+  landed unseen), and the runner failed the task at once as a stray edit: 3 of 40 tasks in an earlier
+  daemon run (failed, work kept; the checker held). The runner now re-queues such an attempt, the check
+  itself (gitlease/enforce/push.py `check_landing`) says "lease lost" (exit 6) when the lease was forgotten
+  here after the push began (tests/test_heartbeat.py), and the renewal fix below removes the usual cause; in
+  the daemon run above only the stray edit's task failed.
 
 The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
 `main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:
