@@ -309,7 +309,7 @@ def test_a_second_read_takes_each_record_from_the_record_cache(tmp_path, remote_
     assert third.find(two.lease_id).record.version == 2 and third.find(two.lease_id).valid
 
 
-def test_a_damaged_record_cache_is_set_aside_and_reads_go_on(tmp_path, remote_file):
+def test_a_damaged_record_cache_is_removed_and_reads_go_on(tmp_path, remote_file):
     fleet = Fleet(tmp_path, remote_file.url)
     got = fleet.agent("a").acquire(["svc"], ttl=60)
     c = fleet.agent("c")

@@ -31,6 +31,7 @@ from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.fsutil import cache_path, lock_file, locked, write_json
+from gitlease.core.sqlitefile import SqliteFile
 from gitlease.core.store import Blob, Store
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
@@ -376,7 +377,7 @@ class ChainMemo:
 MEMO = ChainMemo(persist=True)
 
 
-class VerifiedCache:
+class VerifiedCache(SqliteFile):
     """Verdicts on lease versions shared by every process of a repository: a SQLite file in the common git dir,
     one row per (trust identity, commit id) of a history found valid as a whole, with the version's verdict,
     its parent and its record's bytes. Safe to share: what a commit id names never changes, and a verdict is
@@ -390,44 +391,16 @@ class VerifiedCache:
     LIMIT = 400_000
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self._db: sqlite3.Connection | None = None
-        self._broken = False
+        super().__init__(path, timeout=10, shared_threads=True)
         self._lock = threading.Lock()  # one connection, used by one thread at a time
 
-    def _open(self) -> sqlite3.Connection | None:
-        if self._db is not None or self._broken:
-            return self._db
-        import sqlite3
-
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS v (trust TEXT NOT NULL, oid TEXT NOT NULL, lease TEXT NOT NULL, "
-                "parent TEXT, version INTEGER, status TEXT NOT NULL, key TEXT, fp TEXT, principal TEXT, "
-                "signed INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trust, oid))"
-            )
-            db.execute("CREATE INDEX IF NOT EXISTS v_lease ON v (trust, lease)")
-            self._db = db
-        except (sqlite3.Error, OSError):
-            self._give_up()
-        return self._db
-
-    def _give_up(self) -> None:
-        """A damaged cache: closed, removed (under the lock) and not used again by this process."""
-        self._broken = True
-        if self._db is not None:
-            try:
-                self._db.close()
-            except Exception:  # noqa: BLE001 - closing a broken database may fail in any way; nothing to save
-                pass
-            self._db = None
-        try:
-            with locked(self.path + ".lock", wait=1.0):
-                os.unlink(self.path)
-        except OSError:
-            pass
+    def _setup(self, db: sqlite3.Connection) -> None:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS v (trust TEXT NOT NULL, oid TEXT NOT NULL, lease TEXT NOT NULL, "
+            "parent TEXT, version INTEGER, status TEXT NOT NULL, key TEXT, fp TEXT, principal TEXT, "
+            "signed INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (trust, oid))"
+        )
+        db.execute("CREATE INDEX IF NOT EXISTS v_lease ON v (trust, lease)")
 
     def load(
         self, ident: str, lease_ids: Sequence[str]

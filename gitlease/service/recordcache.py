@@ -13,8 +13,8 @@ before (``LeaseService._verify``), on the same bytes.
 
 Bounded: when it holds more than ``SLACK`` times the commits of the current listing (plus ``FLOOR``), the
 commits no longer listed are dropped. A file that cannot be read or written (damaged, read-only, locked too
-long) is set aside for the rest of the process, and the read goes on without it. The file is as trusted as
-the rest of the git dir (hooks and config live there too).
+long) is removed and the read goes on without it (core/sqlitefile.py). The file is as trusted as the rest of
+the git dir (hooks and config live there too).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from gitlease.core import record as records
+from gitlease.core.sqlitefile import SqliteFile
 from gitlease.core.store import Blob
 from gitlease.service.views import Parsed
 
@@ -36,44 +37,22 @@ SLACK = 3
 FLOOR = 4096
 
 
-class RecordCache:
+class RecordCache(SqliteFile):
     def __init__(self, folder: str) -> None:
-        self.path = os.path.join(folder, "cache", "records.sqlite3")
-        self._db: sqlite3.Connection | None = None
-        self._broken = False
+        super().__init__(os.path.join(folder, "cache", "records.sqlite3"), timeout=2)
 
-    def _open(self) -> sqlite3.Connection | None:
-        if self._db is not None or self._broken:
-            return self._db
-        import sqlite3
-
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=2, isolation_level=None)
-            (fmt,) = db.execute("PRAGMA user_version").fetchone()
-            if fmt != FORMAT:
-                db.execute("BEGIN IMMEDIATE")
-                db.execute("DROP TABLE IF EXISTS r")
-                db.execute(f"PRAGMA user_version = {FORMAT:d}")
-                db.execute("COMMIT")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS r (oid TEXT PRIMARY KEY, lease TEXT, paths TEXT, data BLOB NOT NULL) "
-                "WITHOUT ROWID"
-            )
-            db.execute("CREATE INDEX IF NOT EXISTS r_index ON r (oid, lease, paths)")  # index() reads no record
-            self._db = db
-        except (sqlite3.Error, OSError):
-            self._give_up()
-        return self._db
-
-    def _give_up(self) -> None:
-        self._broken = True
-        if self._db is not None:
-            try:
-                self._db.close()
-            except Exception:  # noqa: BLE001 - closing a broken database may fail in any way; nothing to save
-                pass
-            self._db = None
+    def _setup(self, db: sqlite3.Connection) -> None:
+        (fmt,) = db.execute("PRAGMA user_version").fetchone()
+        if fmt != FORMAT:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DROP TABLE IF EXISTS r")
+            db.execute(f"PRAGMA user_version = {FORMAT:d}")
+            db.execute("COMMIT")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS r (oid TEXT PRIMARY KEY, lease TEXT, paths TEXT, data BLOB NOT NULL) "
+            "WITHOUT ROWID"
+        )
+        db.execute("CREATE INDEX IF NOT EXISTS r_index ON r (oid, lease, paths)")  # index() reads no record
 
     def load(self, oids: Iterable[str]) -> dict[str, tuple[Blob, Parsed]]:
         """What is kept of these commits: {oid: (blob, (record, problem))}. Rows that do not decode are left out
@@ -160,11 +139,6 @@ class RecordCache:
             db.execute("COMMIT")
         except sqlite3.Error:
             self._give_up()
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
 
 def _encode(blob: Blob, parsed: Parsed) -> bytes:
