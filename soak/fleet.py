@@ -517,7 +517,7 @@ def check(remote: Path, tasks: list[dict], ledger: Path, clones: list[Path]) -> 
         counts["failed"] += 1
         q = out.get("quarantine")
         kept = False
-        for c in clones:
+        for c in [remote, *clones]:  # parked on the remote (refs/leases-quarantine/), else kept in a clone
             if q and git(c, "rev-parse", "-q", "--verify", q, check=False).strip():
                 tree = git(c, "grep", "-l", f"edited by {tid}", q, "--", *by_id[tid]["paths"], check=False)
                 kept = bool(tree.strip())

@@ -152,6 +152,18 @@ def test_pre_receive_reads_the_leases_near_the_push_and_still_sees_a_torn_one(gu
     assert run(b, "push", "-q", "origin", "HEAD:main").returncode == 0
 
 
+def test_pre_receive_lets_parked_work_in_but_judges_it_when_it_reaches_a_branch(guarded):
+    """refs/leases-quarantine/<task>/<attempt> (a failed attempt's work, parked by the queue runner) is not
+    judged by its paths: nothing lands by it. The same commit pushed to a branch is refused as before."""
+    a, b = guarded("a"), guarded("b")
+    acquire(a, "svc", agent="agent-a", task="task-a")
+    assert commit(b, "svc/f", extra=("--no-verify",)).returncode == 0
+    res = run(b, "push", "--no-verify", "origin", "HEAD:refs/leases-quarantine/t1/1")
+    assert res.returncode == 0, res.stderr
+    res = run(b, "push", "--no-verify", "origin", "HEAD:refs/heads/main")
+    assert res.returncode == 1 and "1 path inside leases held by others" in res.stderr, res.stderr
+
+
 def _forge(repo, rec, parents=(), data=None):
     git_dir = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
     w = ObjectWriter(os.path.join(git_dir, "objects"))

@@ -252,10 +252,12 @@ def test_failures_requeue_up_to_attempts_and_name_the_kept_work(world):
     }
     assert "exited 1" in st["bad"]["reason"] and "verifier failed" in st["unverified"]["reason"]
     assert "exited 137" in res.stdout and "lease lost" in res.stdout
-    # the failed attempt's work is kept, named in the outcome: a commit under refs/gitlease/quarantine/
+    # the failed attempt's work is kept, named in the outcome: parked on the store under
+    # refs/leases-quarantine/<task>/<attempt> (and under the same name here), so any clone can fetch it
     ref = st["unverified"]["quarantine"]
-    assert ref.startswith("refs/gitlease/quarantine/")
+    assert ref == "refs/leases-quarantine/unverified/2"
     assert "edited by unverified attempt 2" in git(a, "show", f"{ref}:lib/k.py")
+    assert "edited by unverified attempt 2" in git(world.remote, "show", f"{ref}:lib/k.py")
     assert world.lease_refs() == []
 
 
@@ -277,6 +279,11 @@ def test_a_stray_edit_is_refused_at_landing_and_fails_the_task_with_its_work_kep
     st = status(a, q)
     assert st["s1"]["state"] == "failed" and st["s1"]["attempts"] == 1  # refused at once, not retried
     assert "edited by s1" in git(a, "show", f"{st['s1']['quarantine']}:lib/k.py")  # the work is kept
+    # parked on the store although lib/k.py is outside the task's scope: the server hook does not judge the
+    # paths of parked work (nothing lands by it), and another clone fetches it by the outcome's name
+    b = world.clone("b")
+    git(b, "fetch", "-q", "origin", f"{st['s1']['quarantine']}:{st['s1']['quarantine']}")
+    assert "edited by s1" in git(b, "show", f"{st['s1']['quarantine']}:lib/k.py")
     assert world.landed() == ["task ok"]
     assert "edited" not in git(world.remote, "show", "main:lib/k.py")
 

@@ -15,7 +15,10 @@ Layout (docs/protocol.md):
   queue runner (``git lease work``, docs/work.md); no lease reader counts it as a lease;
 * ``refs/leases/doctor/<run>/...``: throw-away probes of ``git lease doctor`` (no lease reader lists them);
 * ``refs/leases-audit/<writer>``: the audit log of one writer (outside ``refs/leases/``, so no lease reader ever
-  mistakes it for a lease).
+  mistakes it for a lease);
+* ``refs/leases-quarantine/<encoded task id>/<attempt>``: the work of a queued task's failed attempt, parked on
+  the store by the queue runner so that any clone can fetch it (the server hook does not judge its paths:
+  nothing lands by it; its commits are judged when they reach a branch).
 
 A path segment becomes one ref component: bytes outside ``[A-Za-z0-9._-]`` are written ``%XX`` (upper-case
 hex of the UTF-8 bytes), and so is a ``.`` that would start a component, follow another ``.`` or end it; a
@@ -34,6 +37,7 @@ OUTCOME_PREFIX = NAMESPACE + "/outcome/"  # refs/leases/outcome/<encoded task id
 PROBE_PREFIX = NAMESPACE + "/doctor/"  # `git lease doctor`'s throw-away probes: not leases, never listed
 AUDIT_NAMESPACE = "refs/leases-audit"
 AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
+QUARANTINE_PREFIX = "refs/leases-quarantine/"  # <encoded task id>/<attempt>: a failed attempt's work, parked
 
 ROOT = "."  # the whole repository, as a scope (gitlease.core.scope.ROOT)
 
@@ -114,6 +118,11 @@ def id_ref(lease_id: str) -> str:
 def task_ref(task_id: str) -> str:
     """The claim of a queued task: created with the lease working on it (one ref component)."""
     return TASK_PREFIX + encode_segment(task_id)
+
+
+def quarantine_ref(task_id: str, attempt: int) -> str:
+    """Where the queue runner parks a failed attempt's work on the store (docs/work.md)."""
+    return f"{QUARANTINE_PREFIX}{encode_segment(task_id)}/{int(attempt)}"
 
 
 def outcome_ref(task_id: str) -> str:

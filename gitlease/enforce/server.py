@@ -37,6 +37,7 @@ from gitlease.core.refnames import (
     NAMESPACE,
     OUTCOME_PREFIX,
     PROBE_PREFIX,
+    QUARANTINE_PREFIX,
     SCOPE_REF,
     TASK_PREFIX,
     decode_segment,
@@ -155,6 +156,12 @@ SAME = ("lease_id", "acquired_at", "owner", "repo", "workspace_id", "schema")  #
 
 def in_namespaces(ref: str) -> bool:
     return ref in (NAMESPACE, AUDIT_NAMESPACE) or ref.startswith((NAMESPACE + "/", AUDIT_PREFIX))
+
+
+def parked(ref: str) -> bool:
+    """A failed attempt's work parked by the queue runner (refnames.QUARANTINE_PREFIX): its paths are not judged
+    (nothing lands by it); its commits are, when they reach a branch."""
+    return ref.startswith(QUARANTINE_PREFIX)
 
 
 def shape(ref: str) -> str | None:
@@ -617,11 +624,13 @@ def pushed_commits(updates: list[tuple[str, str, str]]) -> list[claims_mod.Commi
     "those no ref has": a commit parked elsewhere first is judged when it reaches a branch."""
     head = _read(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], check=False).out.strip() or None
     by_base: dict[str, list[str]] = {}  # base ("" for none) -> new values judged against it: one walk each
-    olds = {o for o, n, r in updates if not ZERO.match(o) and not ZERO.match(n) and not in_namespaces(r)}
+    olds = {
+        o for o, n, r in updates if not ZERO.match(o) and not ZERO.match(n) and not in_namespaces(r) and not parked(r)
+    }
     found = _cat(sorted(olds)) if olds else {}
     known = {o for o in olds if found.get(o, ("", b""))[0] == "commit"}
     for old, new, ref in updates:
-        if ZERO.match(new) or in_namespaces(ref):
+        if ZERO.match(new) or in_namespaces(ref) or parked(ref):
             continue
         # an old value that is not a commit here (git always sends one it has): judged as a new ref
         base = old if old in known else (head or "")
@@ -657,7 +666,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     from gitlease.core.repo import Repo
     from gitlease.service.leases import LeaseService
 
-    if not any(not ZERO.match(n) and not in_namespaces(r) for _o, n, r in updates):
+    if not any(not ZERO.match(n) and not in_namespaces(r) and not parked(r) for _o, n, r in updates):
         return [], []
     repo = Repo.discover(".")
     settings = resolve(repo.config)

@@ -48,8 +48,8 @@ from gitlease.core.errors import (
     ScopeViolation,
     UsageError,
 )
-from gitlease.core.refnames import TASK_PREFIX, decode_segment, outcome_ref
-from gitlease.core.store import RemoteStore
+from gitlease.core.refnames import QUARANTINE_PREFIX, TASK_PREFIX, decode_segment, outcome_ref, quarantine_ref
+from gitlease.core.store import RefUpdate, RemoteStore
 from gitlease.service.leases import LeaseService
 from gitlease.service.outcomes import Outcome, Outcomes
 from gitlease.work.queue import TaskSource, WorkTask
@@ -761,6 +761,7 @@ class Runner:
             except GitLeaseError as err:
                 self.emit("error", n, task.id, message=f"could not quarantine the worktree: {err.message}")
         if ref:
+            ref = self._park(n, task.id, attempt, ref)
             self.emit("quarantined", n, task.id, ref=ref)
         if exc.interrupted:
             state, attempts, not_before = "retrying", attempt - 1, 0.0
@@ -797,6 +798,28 @@ class Runner:
             with self._lock:
                 self.retries += 1
             self.emit("retry", n, task.id, message=f"{reason} (attempt {attempt} of {self.opts.attempts})")
+
+    def _park(self, n: int, task_id: str, attempt: int, ref: str) -> str:
+        """Park the quarantined work of a failed attempt on the store too (``refs/leases-quarantine/<task>/<attempt>``,
+        created only, never overwritten), and under the same name here, so that the ref its outcome names can
+        be fetched from any clone. Returns that name; the local quarantine ref when the store is this
+        repository or the push fails (said in an event: the work is still kept here)."""
+        if not isinstance(self.svc.store, RemoteStore):
+            return ref
+        oid = gitcmd.run(["rev-parse", "--verify", "--quiet", ref], cwd=self.svc.repo.cwd, check=False).out.strip()
+        target = quarantine_ref(task_id, attempt)
+        if not oid:
+            return ref
+        try:
+            out = self.svc.store.apply([RefUpdate(target, oid, None)])
+            ok, why = out.ok, out.message or ", ".join(f"{r} {st}" for r, st in out.statuses.items())
+        except GitLeaseError as err:
+            ok, why = False, err.message
+        if not ok:
+            self.emit("error", n, task_id, message=f"work kept here in {ref}, not parked on the store: {why[:200]}")
+            return ref
+        gitcmd.run(["update-ref", target, oid], cwd=self.svc.repo.cwd, check=False)
+        return target
 
     def _release(self, wsvc: LeaseService, lease_id: str) -> None:
         try:
@@ -1112,7 +1135,8 @@ class TaskState:
         if self.lease:
             bits.append(f"lease={self.lease} by {self.holder}")
         if self.quarantine:
-            bits.append(f"quarantine={self.quarantine}" + (f" on {self.host}" if self.host else ""))
+            local = self.host and not self.quarantine.startswith(QUARANTINE_PREFIX)  # parked: on the store
+            bits.append(f"quarantine={self.quarantine}" + (f" on {self.host}" if local else ""))
         if self.reason and self.state != "done":
             bits.append(f"reason: {self.reason}")
         return "  ".join(bits)
