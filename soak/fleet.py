@@ -35,7 +35,7 @@ reflog (each update of ``main`` a fast-forward adding exactly one task commit), 
 ``refs/leases/outcome/*`` and the ledgers, and finds:
 
 * every task landed exactly once, or is reported failed with its work kept (a quarantine ref named in its
-  outcome, present in a clone, holding the agent's edit);
+  outcome, parked on the remote or else present in a clone, holding the agent's edit);
 * no path outside a task's paths landed;
 * no two agents wrote one file at overlapping times (ledger intervals on overlapping paths);
 * no lease, claim or task worktree left at the end.
