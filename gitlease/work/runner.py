@@ -761,7 +761,8 @@ class Runner:
             except GitLeaseError as err:
                 self.emit("error", n, task.id, message=f"could not quarantine the worktree: {err.message}")
         if ref:
-            ref = self._park(n, task.id, attempt, ref)
+            if not exc.interrupted:  # an interrupted attempt runs again under the same number: kept here only
+                ref = self._park(n, task.id, attempt, ref)
             self.emit("quarantined", n, task.id, ref=ref)
         if exc.interrupted:
             state, attempts, not_before = "retrying", attempt - 1, 0.0
