@@ -205,15 +205,16 @@ def bytecode(tmp: Path) -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "gitlease")], check=True)
 
 
-def prepush_setup(client: Path, url: str) -> tuple[str, str]:
-    """The pre-push hook installed, and a 100-file change outside every lease: (its parent, its tree)."""
+def prepush_setup(client: Path, url: str, files: int = 100) -> tuple[str, str]:
+    """The pre-push hook installed, and a change of ``files`` files (ten folders) outside every lease: (its
+    parent, its tree)."""
     res = subprocess.run([*LEASE, "install-hooks"], cwd=client, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"install-hooks: {res.stdout[-300:]} {res.stderr[-300:]}")
     parent = git("rev-parse", "HEAD", cwd=client).strip()
-    for k in range(100):
-        (client / "files" / str(k // 10)).mkdir(parents=True, exist_ok=True)
-        (client / "files" / str(k // 10) / f"f{k}.txt").write_text(f"{k}\n")
+    for k in range(files):
+        (client / "files" / str(k * 10 // files)).mkdir(parents=True, exist_ok=True)
+        (client / "files" / str(k * 10 // files) / f"f{k}.txt").write_text(f"{k}\n")
     git("add", "files", cwd=client)
     git("commit", "-q", "--no-verify", "-m", "files", cwd=client)
     tree = git("rev-parse", "HEAD^{tree}", cwd=client).strip()

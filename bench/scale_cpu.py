@@ -65,7 +65,7 @@ def fresh_commit(client: Path, tree: str, parent: str, k: int) -> str:
 
 def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
     """can-start and pre-push against ``n`` leases."""
-    from scale import LEASE, cpu_of, git, new_store, populate
+    from scale import LEASE, cpu_of, git, new_store, populate, prepush_setup
 
     bare, client, url = new_store(tmp, f"cpu{n}")
     populate(bare, n, expired=False, tag="s")
@@ -79,18 +79,7 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
     if res.returncode != 0:
         raise RuntimeError(f"can-start: exit {res.returncode}: {res.stdout[-300:]} {res.stderr[-300:]}")
     # a 1,000-file change, outside every lease: the hook reads the store and lets it through
-    work = client / "files"
-    for k in range(1000):
-        (work / str(k // 100)).mkdir(parents=True, exist_ok=True)
-        (work / str(k // 100) / f"f{k}.txt").write_text(f"{k}\n")
-    git("add", "files", cwd=client)
-    git("commit", "-q", "-m", "files", cwd=client)
-    tree = git("rev-parse", "HEAD^{tree}", cwd=client).strip()
-    base = git("rev-parse", "HEAD~1", cwd=client).strip()
-    git("reset", "-q", "--hard", base, cwd=client)
-    res = subprocess.run([*LEASE, "install-hooks"], cwd=client, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"install-hooks: {res.stdout[-300:]} {res.stderr[-300:]}")
+    base, tree = prepush_setup(client, url, 1000)
     probe = fresh_commit(client, tree, base, -1)
     res = subprocess.run(["git", "push", "origin", f"{probe}:refs/heads/probe"], cwd=client, capture_output=True)
     if res.returncode != 0:

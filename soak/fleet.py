@@ -784,10 +784,10 @@ Found by this soak:
 - Over `git daemon` under load, a landing was refused by the client's scope check with every path
   "held by" the very lease pushing it (its record in the worktree behind the store after a renewal that
   landed unseen), and the runner failed the task at once as a stray edit: 3 of 40 tasks in an earlier
-  daemon run (failed, work kept; the checker held). The runner now re-queues such an attempt, the check
-  itself (gitlease/enforce/push.py `check_landing`) says "lease lost" (exit 6) when the lease was forgotten
-  here after the push began (tests/test_heartbeat.py), and the renewal fix below removes the usual cause; in
-  the daemon run above only the stray edit's task failed.
+  daemon run (failed, work kept; the checker held). The check (gitlease/enforce/push.py `check_landing`)
+  now says "lease lost" (exit 6: the task is re-queued) when the lease was forgotten here after the push
+  began (tests/test_heartbeat.py), and the renewal fix below removes the usual cause; in the daemon run above
+  only the stray edit's task failed.
 
 The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
 `main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:

@@ -81,7 +81,7 @@ def test_a_renewal_that_lands_after_the_client_gave_up_is_settled_by_the_next_on
     deadline = time.monotonic() + 30
     while git(bare, "rev-parse", id_ref(got.lease_id)).strip() == got.oid:  # the server finishing (not a TTL)
         assert time.monotonic() < deadline, "the server never committed the renewal"
-        time.sleep(0.05)
+        time.sleep(0.05)  # polling a real server process that finishes a push, not letting a TTL pass
     (bare / "hooks" / "reference-transaction").unlink()
     again = a.renew(got.lease_id)
     assert again.record.version == 3 and git(bare, "rev-parse", id_ref(got.lease_id)).strip() == again.oid

@@ -367,8 +367,10 @@ def status(
         "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
         "foreign": snap.foreign,
     }
-    lines = [] if as_json else _snapshot_lines(snap, now, skew, held)  # --json prints the result only
-    lines += [f"foreign ref (not a lease; it blocks nothing): {ref}" for ref in snap.foreign if not as_json]
+    lines = []  # --json prints the result only
+    if not as_json:
+        lines = _snapshot_lines(snap, now, skew, held)
+        lines += [f"foreign ref (not a lease; it blocks nothing): {ref}" for ref in snap.foreign]
     overlaps = snap.overlaps(now, skew)
     if overlaps:  # everything above is printed, then exit 5 naming both leases of each pair
         if not as_json:

@@ -680,9 +680,10 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     untrusted = None
     # only the leases bearing on the pushed paths, and those the push may claim (views.restrict_refs)
     touched = sorted({p for c in commits for p in c.paths})
+    pushed_options = push_claims()
     claimed = (
         {lid for c in commits for lid in c.trailers}
-        | push_claims()
+        | pushed_options
         | {r[len(ID_PREFIX) :] for _o, _n, r in updates if shape(r) == "id"}
     )
     try:
@@ -700,7 +701,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
         snap = svc.snapshot(use_cache=False, paths=touched, keep=claimed)
     now = svc.clock.now()
-    options = push_claims() if untrusted is None else set()
+    options = pushed_options if untrusted is None else set()
     # a fenced push (git lease push) renews its lease in the same push: that renewal, a valid next version
     # (signed by the owner key on a signed store: check_lease_updates), claims the lease for the push
     renewing = (

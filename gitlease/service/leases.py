@@ -11,7 +11,6 @@ import contextlib
 import functools
 import json
 import os
-import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
@@ -389,14 +388,9 @@ class LeaseService:
             # nothing blocks any more (released meanwhile, or cleared): try again with a new version
         if last_refusal is not None:  # every attempt lost a race: refuse by what holds the scope now, if anything
             snap = self._wait_out_remnants(paths, self.snapshot(use_cache=False, paths=paths), set(attempts))
-            now = self.clock.now()
-            live = [
-                b
-                for b in snap.overlapping(paths)
-                if b.lease_id not in attempts and b.state(now, self.settings.skew) != "expired"
-            ]
+            live = self._live_blockers(paths, snap, attempts)
             if live:
-                raise held_error(paths, live, now, self.settings.skew)
+                raise held_error(paths, live, self.clock.now(), self.settings.skew)
         raise GitLeaseError(
             f"could not acquire {' '.join(paths)}: "
             f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
@@ -547,18 +541,20 @@ class LeaseService:
         few times before refusing: such a writer deletes its remnant at once (``_undo_partial``), and without
         this every racer of a crowded race can refuse on another's remnant while no one wins. Remnants still
         there after the last look block as before (fail closed); a real lease found meanwhile refuses."""
+        import random
+
         for k in range(REMNANT_LOOKS):
-            now = self.clock.now()
-            live = [
-                b
-                for b in snap.overlapping(paths)
-                if b.lease_id not in mine and b.state(now, self.settings.skew) != "expired"
-            ]
+            live = self._live_blockers(paths, snap, mine)
             if not live or not all(HALF_DELETED in b.problems for b in live):
                 return snap
             self.clock.sleep(random.uniform(0.02, 0.1) * (k + 1))
             snap = self.snapshot(use_cache=False, paths=paths, keep=mine)
         return snap
+
+    def _live_blockers(self, paths: Sequence[str], snap: Snapshot, mine: Iterable[str]) -> list[LeaseView]:
+        """The leases that block ``paths`` now (not expired beyond the skew margin), ours (``mine``) aside."""
+        mine = set(mine)
+        return [v for v in snap.blocking(paths, self.clock.now(), self.settings.skew) if v.lease_id not in mine]
 
     def _clear_blockers(self, paths: tuple[str, ...], snap: Snapshot, mine: set[str], cleared: list[str]) -> None:
         """HeldError when a lease that is not expired beyond the skew margin overlaps ``paths``; otherwise clear
@@ -642,14 +638,21 @@ class LeaseService:
     def _resolve(self, updates: Sequence[RefUpdate], out: Outcome, what: str = "write") -> Outcome:
         """After an unclear outcome, re-read and compare with what we meant to write (a delete landed when
         the ref is absent). Never retry blindly."""
+        return self._settled(updates, out, self._reread(out, what))
+
+    def _reread(self, out: Outcome, what: str) -> dict[str, str]:
+        """The store's refs after an unclear outcome; RemoteUnavailable (nothing assumed) when it cannot be read."""
         out.check_reached()
         try:
-            refs = self.store.list_refs()
+            return self.store.list_refs()
         except RemoteUnavailable as exc:
             raise RemoteUnavailable(
                 f"outcome of the {what} unknown: {out.message or 'no answer'}; and the store "
                 f"cannot be re-read ({exc}); nothing is assumed"
             ) from None
+
+    @staticmethod
+    def _settled(updates: Sequence[RefUpdate], out: Outcome, refs: dict[str, str]) -> Outcome:
         landed = all(refs.get(u.ref) == u.new for u in updates)
         return Outcome(
             ok=landed,
@@ -730,12 +733,13 @@ class LeaseService:
             out.check_reached()
         if out.ambiguous:
             try:
-                resolved = self._resolve([prep.update], out)
-                still = not resolved.ok and self.store.list_refs().get(prep.update.ref) == prep.update.old
+                refs = self._reread(out, "write")
             except RemoteUnavailable:
                 self.settle_renewal(prep, None)
                 raise
-            if still:  # not there yet, but a push given up on can still land on the server (docs/protocol.md)
+            resolved = self._settled([prep.update], out, refs)
+            if not resolved.ok and refs.get(prep.update.ref) == prep.update.old:
+                # not there yet, but a push given up on can still land on the server (docs/protocol.md)
                 self.settle_renewal(prep, None)  # kept pending: the next renewal reads which version won
                 raise RemoteUnavailable(
                     f"outcome of the renewal of {lease_id} unknown: {out.message or 'no answer'}; its version "

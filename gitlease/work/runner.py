@@ -534,7 +534,7 @@ class Runner:
             if now < latest:
                 if now >= end:
                     return
-                self._wait(min(latest, end) - now)
+                self.clock.sleep(min(latest, end) - now)  # also once stopping (_pause returns at once then)
                 continue
             try:
                 got = Sweeper(self.svc).sweep()
@@ -546,14 +546,7 @@ class Runner:
                     self.emit("swept", -1, r.owner, message=r.line())
             if self.clock.now() >= end:
                 return
-            self._wait(1.0)
-
-    def _wait(self, seconds: float) -> None:
-        """Wait, also once stopping (``_pause`` returns at once then)."""
-        if type(self.clock).sleep is Clock.sleep:
-            threading.Event().wait(seconds)
-        else:
-            self.clock.sleep(seconds)
+            self.clock.sleep(1.0)
 
     def _prune_dead(self, n: int) -> None:
         """Task worktrees of this clone left by a runner that died (``kill -9``): their lease released, or
@@ -967,17 +960,7 @@ class Runner:
             try:
                 fenced_push(wsvc, self.remote, [f"HEAD:{target}"], lease_id, also=[f"{oid}:{outcome_ref(task.id)}"])
                 return head
-            except ScopeViolation as exc:
-                found = exc.details.get("violations")
-                if (
-                    isinstance(found, list)
-                    and found
-                    and all(((v or {}).get("holder") or {}).get("leaseId") == lease_id for v in found)
-                ):
-                    # every path refused as "held by" the pushing lease itself: this worktree's record of the
-                    # lease is behind the store (a renewal landed after the client gave up on it; seen over
-                    # git daemon under load). Not the task's fault: the attempt is re-queued, not failed
-                    raise _Fail(f"the lease's record here is behind the store: {exc.message}") from None
+            except ScopeViolation as exc:  # a lease lost meanwhile is LeaseLost (check_landing), not this
                 raise _Fail(exc.message, final=True) from None
             except LeaseLost as exc:
                 raise _Fail(exc.message) from None
