@@ -561,16 +561,49 @@ def test_ssh_agent_key_signs_like_the_key_file(tmp_path, remote_file, ssh_agent,
 
 
 def test_damaged_replay_memory_forgets_and_never_crashes(signed):
+    import marshal
+
+    from gitlease.identity.replay import Seen, entry
+
     a, c = signed.agent("a"), signed.agent("c")
     got = a.acquire(["svc"])
     assert c.status().find(got.lease_id).valid
-    from gitlease.identity.trust import Seen
-
     path = Seen(c.repo.shared_dir(), c.store.name).path
-    for junk in ("not json", '{"%s": {"v": "x", "oid": 1}}' % got.lease_id, "[1, 2]"):
-        Path(path).write_text(junk)
+    damaged = [
+        b"not marshal",
+        b"",
+        marshal.dumps([1, 2]),
+        marshal.dumps({got.lease_id: {"v": "x", "oid": 1, "exp": 0}}),
+        marshal.dumps({got.lease_id: {"v": True, "oid": "0" * 40, "exp": 0.0}}),  # a bool is not a version
+        marshal.dumps({got.lease_id: 7, 3: {"v": 1}}),
+    ]
+    for junk in damaged:
+        Path(path).write_bytes(junk)
         assert c.status().find(got.lease_id).valid
-    assert json.loads(Path(path).read_text())[got.lease_id]["v"] == 1
+        mem = Seen(c.repo.shared_dir(), c.store.name).load()
+        assert entry(mem, got.lease_id)["v"] == 1  # rewritten whole from what the read saw
+
+
+def test_a_replay_memory_written_by_an_older_gitlease_still_catches_a_rollback(signed):
+    """The memory's earlier format (JSON, ``seen-<hash>.json``) is read until the first write replaces it, so
+    an upgrade does not forget which version was seen."""
+    a, c = signed.agent("a"), signed.agent("c")
+    got = a.acquire(["svc"], ttl=60)
+    signed.clock.advance(10)
+    v2 = a.renew(got.lease_id)
+    signed.clock.advance(10)
+    v3 = a.renew(got.lease_id)
+    from gitlease.identity.replay import Seen
+
+    seen = Seen(c.repo.shared_dir(), c.store.name)
+    legacy = Path(seen.path).with_suffix(".json")
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    legacy.write_text(json.dumps({got.lease_id: {"v": 3, "oid": v3.oid, "exp": v3.record.expires}}))
+    assert not Path(seen.path).exists()
+    assert a.store.apply([RefUpdate(id_ref(got.lease_id), v2.oid, v3.oid)]).ok  # the id ref moved back to v2
+    view = _current(c, got.lease_id)
+    assert not view.valid and "replay: the id ref moved back to v2 after v3 was seen" in view.problems
+    assert Path(seen.path).exists() and not legacy.exists()  # rewritten in the new format
 
 
 def test_oversized_signature_is_reported_not_ignored(signed):

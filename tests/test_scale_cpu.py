@@ -244,7 +244,7 @@ def _index(refs, blobs):
     out = {}
     for oid in set(refs.values()):
         rec, _problem = parse_blob(blobs.get(oid, Blob(None, None, "missing")))
-        out[oid] = (rec.lease_id, rec.paths) if rec is not None else None
+        out[oid] = (rec.lease_id, "\n".join(rec.paths)) if rec is not None else None
     return out
 
 

@@ -17,7 +17,7 @@ from test_sweep import outcomes, plant
 from gitlease.core.clock import FakeClock
 from gitlease.core.refnames import id_ref
 from gitlease.core.store import RefUpdate
-from gitlease.identity import sshsig, trust
+from gitlease.identity import replay, sshsig, trust
 from gitlease.ops.sweep import Sweeper
 from gitlease.service.audit import read_log
 from soak import serverlog
@@ -187,12 +187,12 @@ def test_replay_memory_is_written_only_when_it_changes(tmp_path, remote_file):
     a, c = fleet.agent("a"), fleet.agent("c")
     got = a.acquire(["svc"], ttl=60)
     c.status()
-    seen = trust.Seen(c.repo.shared_dir(), c.store.name)
+    seen = replay.Seen(c.repo.shared_dir(), c.store.name)
     first = os.stat(seen.path).st_mtime_ns
     os.utime(seen.path, ns=(first - 10**9, first - 10**9))
     c.status()
     assert os.stat(seen.path).st_mtime_ns == first - 10**9  # nothing new: not rewritten
-    assert seen.load() is trust.Seen(c.repo.shared_dir(), c.store.name).load()  # loaded once per process
+    assert seen.load() is replay.Seen(c.repo.shared_dir(), c.store.name).load()  # loaded once per process
     fleet.clock.advance(10)
     a.renew(got.lease_id)
     c.status()
@@ -396,7 +396,7 @@ def test_the_record_cache_never_keeps_a_commit_it_could_not_read(tmp_path, remot
     unread = Blob(None, None, "not a lease commit (no lease.json)")
     broken = Blob(b"{not json", None)
     kept.save({missing: (unread, parse_blob(unread)), bad: (broken, parse_blob(broken))}, [missing, bad])
-    assert kept.index([missing, bad]) == {bad: None}
+    assert kept.index() == {bad: None}
     got = kept.load([missing, bad])
     assert set(got) == {bad} and got[bad][1][0] is None and "not JSON" in got[bad][1][1]
     kept.close()

@@ -45,7 +45,6 @@ ROOT = "."  # the whole repository, as a scope (gitlease.core.scope.ROOT)
 SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _HEX = frozenset("0123456789ABCDEF")
 _SAFE_NO_DOT = SAFE - {"."}
-_PLAIN_SUFFIX = _SAFE_NO_DOT | {"/"}
 
 
 # ------------------------------------------------------------------------------ encoding
@@ -147,10 +146,11 @@ def path_of_scope_ref(ref: str) -> str:
     if not ref.startswith(SCOPE_REF + "/"):
         raise ValueError(ref)
     suffix = ref[len(SCOPE_REF) + 1 :]
-    # letters, digits, '-', '_' and '/' only (the common case): each component decodes to itself
-    path = suffix if suffix and _PLAIN_SUFFIX.issuperset(suffix) else from_ref_suffix(suffix)
-    from gitlease.core.scope import normalize  # only here: the hooks never decode scope refs
+    from gitlease.core.scope import PLAIN_NAME, normalize
 
+    if PLAIN_NAME.fullmatch(suffix):  # the common case: each component decodes to itself, and is canonical
+        return suffix
+    path = from_ref_suffix(suffix)
     try:
         ok = normalize(path) == path
     except Exception:  # ScopeError: a decoded path no scope can be ("..", ".git", too long)

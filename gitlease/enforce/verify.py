@@ -116,11 +116,16 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     ]  # a delete touches no path; lease refs are checked by the server hook
     if not updates:
         return True, [], 0
-    paths = paths_gained(repo.cwd, remote, updates)
-    if not paths:
-        return True, [], 0
-    try:  # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
-        snap = svc.snapshot(use_cache=False, paths=paths, keep=held)
+    try:
+        listing, head = None, None
+        if getattr(svc.store, "remote", None) in (remote, url):  # a push to the lease store itself: one
+            listing = svc.store.list_refs(head=True)  # ls-remote answers its HEAD and the lease refs
+            head = _Listed(svc.store.listed_head())
+        paths = paths_gained(repo.cwd, remote, updates, listed_head=head)
+        if not paths:
+            return True, [], 0
+        # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
+        snap = svc.snapshot(use_cache=False, paths=paths, keep=held, listing=listing)
     except RemoteUnavailable as exc:
         return _refuse_or_warn(
             warn,
@@ -137,29 +142,41 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     return warn, lines, enforce.exit_code(violations)
 
 
-def paths_gained(cwd: str, remote: str, updates: list[tuple[str, str, str]]) -> list[str]:
+@dataclass(frozen=True)
+class _Listed:
+    """The remote's HEAD commit as a listing already answered it (None: the remote has no HEAD)."""
+
+    oid: str | None
+
+
+def paths_gained(
+    cwd: str, remote: str, updates: list[tuple[str, str, str]], *, listed_head: _Listed | None = None
+) -> list[str]:
     """Every path of the commits each updated ref gains: those its new value has and its value on the remote
     has not; a new ref (or an old value that cannot be fetched): those the remote's default branch has not
     (fetched when missing here); with neither, those the remote's remote-tracking refs here do not have. Not
     "those no remote ref has": a branch pushed before a lease was taken is judged again when it moves onto
-    another branch."""
+    another branch. ``listed_head``: the remote's HEAD as a listing of it just said (no second ``ls-remote``)."""
     head: list[str | None] = []
     paths: set[str] = set()
     for local_oid, _remote_ref, remote_oid in updates:
         base = remote_oid if not ZERO_RE.match(remote_oid) and _have(cwd, remote, remote_oid) else None
         if base is None:  # a new ref, or an old value that cannot be had: against the default branch
             if not head:
-                head.append(_remote_head(cwd, remote))
+                head.append(_remote_head(cwd, remote, listed_head))
             base = head[0]
         # with neither: against what the remote is known to have (its remote-tracking refs here)
         paths.update(touched_paths(cwd, [local_oid], [base] if base else [f"--remotes={remote}"]))
     return sorted(paths)
 
 
-def _remote_head(cwd: str, remote: str) -> str | None:
+def _remote_head(cwd: str, remote: str, listed: _Listed | None = None) -> str | None:
     """The commit of ``remote``'s default branch (local when possible), or None."""
-    res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
-    oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""
+    if listed is not None:
+        oid = listed.oid or ""
+    else:
+        res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
+        oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""
     if OID_RE.fullmatch(oid) and _have(cwd, remote, oid):
         return oid
     local = gitcmd.run(

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -1048,7 +1048,12 @@ class LeaseService:
 
     # ---------------------------------------------------------------------------- read
     def snapshot(
-        self, *, use_cache: bool = True, paths: Sequence[str] | None = None, keep: Iterable[str] = ()
+        self,
+        *,
+        use_cache: bool = True,
+        paths: Sequence[str] | None = None,
+        keep: Iterable[str] = (),
+        listing: dict[str, str] | None = None,
     ) -> Snapshot:
         """Every lease on the store, each verified (signatures, trust, owner binding, replay: trust.py).
         When the store cannot be read and ``use_cache``, the last listing fetched (its objects are local) is
@@ -1057,8 +1062,11 @@ class LeaseService:
         ``paths``: only the leases that bear on these (normalised) paths, and those named in ``keep``: the same
         views of them, and the same answers from ``blocking``/``overlapping`` on ``paths``, as the full read
         (views.restrict_refs), without building the others (for the hooks and ``can-start``; the snapshot's
-        ``restricted_to`` says so). Such a read answers from the store or fails: never from the last listing."""
-        from gitlease.identity.trust import Seen
+        ``restricted_to`` says so). Such a read answers from the store or fails: never from the last listing.
+
+        ``listing``: the store's refs just listed by the caller (``store.list_refs(head=True)``), read instead of
+        listing again."""
+        from gitlease.identity.replay import Seen
         from gitlease.service.recordcache import RecordCache
 
         cache = _RefsCache(self.repo.shared_dir(), self.store.name)
@@ -1068,7 +1076,7 @@ class LeaseService:
         present: set[str] | None = None
         try:
             try:
-                refs = self.store.list_refs(head=self._needs_trust_file())
+                refs = listing if listing is not None else self.store.list_refs(head=self._needs_trust_file())
                 fetched_at = self.clock.now()
                 head = self.store.listed_head()  # the trust file's commit, fetched with the lease objects
                 used = refs
@@ -1127,14 +1135,14 @@ class LeaseService:
         """views.restrict_refs, with each listed commit's lease and paths from the record cache (the commits
         it does not hold yet are fetched, read and kept first)."""
         listed = set(refs.values())
-        index = kept.index(listed)
-        missing = listed - set(index)
+        index = kept.index()
+        missing = listed - index.keys()
         if missing:
             self.store.ensure_objects(sorted(missing))
             new = {oid: (b, parse_blob(b)) for oid, b in self.store.read(missing, fetch=False).items()}
             kept.save(new, listed)
             for oid, (_b, (rec, _p)) in new.items():
-                index[oid] = (rec.lease_id, rec.paths) if rec is not None else None
+                index[oid] = (rec.lease_id, "\n".join(rec.paths)) if rec is not None else None
         return restrict_refs(refs, index, paths, keep)
 
     def _read_records(
@@ -1154,7 +1162,7 @@ class LeaseService:
         return {o: b for o, (b, _) in got.items()}, {o: p for o, (_, p) in got.items()}
 
     def _verify(
-        self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: dict[str, dict[str, object]]
+        self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: Mapping[str, object]
     ) -> None:
         """Check each lease's whole history (trust.Trust.check_chain) and this machine's replay memory; every
         problem makes the view invalid, so its scope stays blocked (fail closed)."""
@@ -1176,7 +1184,7 @@ class LeaseService:
         views: list[LeaseView],
         blobs: dict[str, Blob],
         trust: Trust,
-        before: dict[str, dict[str, object]],
+        before: Mapping[str, object],
         heads: set[str],
         now: float,
     ) -> None:
@@ -1209,7 +1217,7 @@ class LeaseService:
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
             v.problems.extend(p for p in chk.problems if p not in v.problems)
             if v.current_oid:
-                from gitlease.identity.trust import Seen
+                from gitlease.identity.replay import Seen
 
                 replay = Seen.replay_problem(before, v.lease_id, v.record.version, v.current_oid)
                 if replay:

@@ -88,27 +88,23 @@ class RecordCache(SqliteFile):
             return {}
         return out
 
-    def index(self, oids: Iterable[str]) -> dict[str, tuple[str, tuple[str, ...]] | None]:
-        """{oid: (lease id, paths) of its record, or None when it holds none} for the kept ones of these commits:
-        what a read restricted to some paths needs of every listed commit to choose the few it reads whole."""
-        wanted = set(oids)
+    def index(self) -> dict[str, tuple[str, str] | None]:
+        """{oid: (lease id, its record's paths joined by newlines), or None when it holds none} for every kept
+        commit: what a read restricted to some paths needs of every listed commit to choose the few it reads
+        whole (views.restrict_refs). One pass over the covering index, no record decoded, no path split."""
         db = self._open()
-        if db is None or not wanted:
+        if db is None:
             return {}
         import sqlite3
 
-        out: dict[str, tuple[str, tuple[str, ...]] | None] = {}
         try:
-            for oid, lease, paths in db.execute("SELECT oid, lease, paths FROM r"):
-                if oid in wanted:
-                    if lease is None or paths is None:
-                        out[oid] = None
-                    elif isinstance(lease, str) and isinstance(paths, str) and paths:
-                        out[oid] = (lease, tuple(paths.split("\n")))
+            return {
+                oid: (lease, paths) if isinstance(lease, str) and isinstance(paths, str) and paths else None
+                for oid, lease, paths in db.execute("SELECT oid, lease, paths FROM r")
+            }
         except sqlite3.Error:
             self._give_up()
             return {}
-        return out
 
     def save(self, got: dict[str, tuple[Blob, Parsed]], listed: Iterable[str]) -> None:
         """Keep these (newly read) commits; drop what is no longer ``listed`` once the file is too large. Only

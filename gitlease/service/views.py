@@ -23,7 +23,6 @@ from gitlease.core.refnames import (
     TASK_PREFIX,
     decode_segment,
     id_ref,
-    is_scope_ref,
     path_of_scope_ref,
 )
 from gitlease.core.store import Blob
@@ -286,7 +285,7 @@ def build_views(
     return sorted(views.values(), key=lambda v: v.lease_id) + bad
 
 
-Index = dict[str, "tuple[str, tuple[str, ...]] | None"]  # oid -> (lease id, paths) of its record, None: none
+Index = dict[str, "tuple[str, str] | None"]  # oid -> (lease id, its paths joined by "\n") of its record, None: none
 
 
 def restrict_refs(
@@ -308,9 +307,10 @@ def restrict_refs(
             near.add(p[:i])
             i = p.find("/", i + 1)
         near.add(p)
+    tops = {p.partition("/")[0] for p in query}  # a path below a queried one starts with one of these
 
     def hits(q: str) -> bool:
-        return everything or q in near or _any_ancestor_in_set(q, query)
+        return everything or q in near or (q.partition("/")[0] in tops and _any_ancestor_in_set(q, query))
 
     chosen = set(keep)
     groups: set[str] = set()  # commits holding no record whose scope refs overlap: kept whole
@@ -318,15 +318,19 @@ def restrict_refs(
     present = set()  # every lease id the listing holds (its id refs', and its grants')
     judged: dict[str, bool] = {}  # oid -> whether its record names an overlapping path
     scope_dir = SCOPE_REF + "/"
+    cut, id_cut = len(scope_dir), len(ID_PREFIX)
+    plain = scopes.PLAIN_NAME.fullmatch  # a scope ref's path without decoding it (path_of_scope_ref agrees)
     for ref, oid in refs.items():
         if ref.startswith(ID_PREFIX):
-            present.add(ref[len(ID_PREFIX) :])
+            present.add(ref[id_cut:])
         elif ref.startswith(scope_dir) or ref == SCOPE_REF:
-            try:
-                q = path_of_scope_ref(ref)
-            except ValueError:
-                odd.add(ref)
-                continue
+            q = ref[cut:]
+            if not plain(q):
+                try:
+                    q = path_of_scope_ref(ref)
+                except ValueError:
+                    odd.add(ref)
+                    continue
             if hits(q):
                 ent = index.get(oid)
                 if ent is None:
@@ -338,22 +342,31 @@ def restrict_refs(
         got = judged.get(oid)
         if got is None:
             ent = index.get(oid)
-            got = judged[oid] = ent is not None and any(hits(q) for q in ent[1])
-            if ent is not None and not ref.startswith(ID_PREFIX):
-                present.add(ent[0])
-            if ent is not None and got:
-                chosen.add(ent[0])
+            got = False
+            if ent is not None:
+                for q in ent[1].split("\n"):
+                    if hits(q):
+                        got = True
+                        chosen.add(ent[0])
+                        break
+                if not ref.startswith(ID_PREFIX):
+                    present.add(ent[0])
+            judged[oid] = got
         elif not ref.startswith(ID_PREFIX) and (ent := index.get(oid)) is not None:
             present.add(ent[0])
-    out: dict[str, str] = {}
+    # every ref of a chosen lease: its id ref (by name, or pointing at one of its commits), the scope and task
+    # refs on its commits; the scope refs of an overlapping record-less commit; every odd scope ref
+    theirs = {oid for oid, ent in index.items() if ent is not None and ent[0] in chosen}
+    out: dict[str, str] = {ref: refs[ref] for ref in odd}
+    for lease_id in chosen:
+        ref = ID_PREFIX + lease_id
+        if ref in refs:
+            out[ref] = refs[ref]
     for ref, oid in refs.items():
-        if ref.startswith(ID_PREFIX):
-            if ref[len(ID_PREFIX) :] in chosen or ((ent := index.get(oid)) is not None and ent[0] in chosen):
+        if oid in theirs:
+            if ref.startswith((ID_PREFIX, scope_dir, TASK_PREFIX)) or ref == SCOPE_REF:
                 out[ref] = oid
-        elif ref.startswith(scope_dir) or ref == SCOPE_REF:
-            if oid in groups or ref in odd or ((ent := index.get(oid)) is not None and ent[0] in chosen):
-                out[ref] = oid
-        elif ref.startswith(TASK_PREFIX) and (ent := index.get(oid)) is not None and ent[0] in chosen:
+        elif oid in groups and (ref.startswith(scope_dir) or ref == SCOPE_REF):
             out[ref] = oid
     return out, present
 
@@ -414,7 +427,8 @@ def _undecodable_path(ref: str) -> str:
 def foreign_refs(refs: Iterable[str]) -> list[str]:
     """Refs under refs/leases/ that are neither a lease's id or scope ref nor another ref gitlease writes
     there: store faults to report, which block nothing (git refuses no lease because of them)."""
-    return sorted(r for r in refs if not (is_scope_ref(r) or r.startswith((ID_PREFIX, TASK_PREFIX, OUTCOME_PREFIX))))
+    known = (SCOPE_REF + "/", ID_PREFIX, TASK_PREFIX, OUTCOME_PREFIX)  # is_scope_ref, in the one C call
+    return sorted(r for r in refs if not r.startswith(known) and r != SCOPE_REF)
 
 
 def held_error(paths: Sequence[str], blockers: Sequence[LeaseView], now: float, skew: int) -> HeldError:
