@@ -421,6 +421,31 @@ def test_pre_push_reads_only_the_leases_near_the_change_and_still_sees_torn_and_
     assert res.returncode == 0, res.stderr
 
 
+def test_pre_push_of_a_new_branch_judges_only_what_the_remotes_default_branch_lacks(pushing, make_repo):
+    """A new branch is judged against the remote's HEAD: commits already on the default branch (pushed before
+    another agent leased their paths) are not judged again, even when no remote-tracking ref here says the
+    remote has them. When the push goes to the lease store itself, the one ls-remote that lists the store
+    answers HEAD too; when the store is named another way, the hook asks the push remote; same verdicts."""
+    r, bare = pushing
+    git(r, "config", "lease.enforce", "others")
+    assert commit(r, "shared/old", extra=("--no-verify",)).returncode == 0
+    assert run(r, "push", "-q", "origin", "HEAD:main").returncode == 0  # before anyone leased shared
+    other = make_repo("other")
+    git(other, "config", "lease.remote", bare.as_uri())
+    acquire(other, "shared", agent="agent-b", task="task-b")
+    for ref in git(r, "for-each-ref", "--format=%(refname)", "refs/remotes/").split():
+        git(r, "update-ref", "-d", ref)  # nothing here says what the remote has
+    for k, store in enumerate(("origin", str(bare))):  # the push remote itself; the same store by its path
+        git(r, "config", "lease.remote", store)
+        assert commit(r, f"free/{k}", extra=("--no-verify",)).returncode == 0
+        res = run(r, "push", "-q", "origin", f"HEAD:refs/heads/topic{k}")
+        assert res.returncode == 0, (store, res.stderr)
+        assert commit(r, f"shared/new{k}", extra=("--no-verify",)).returncode == 0
+        res = run(r, "push", "-q", "origin", f"HEAD:refs/heads/more{k}")
+        assert res.returncode == 1 and "1 path inside leases held by others" in res.stderr, (store, res.stderr)
+        git(r, "reset", "-q", "--hard", "HEAD~1")
+
+
 def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
     r, bare = pushing
     lease = acquire(r, "src")
