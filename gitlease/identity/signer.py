@@ -1,6 +1,8 @@
 """Who signs lease versions. The service sees only this small interface; SSHSIG lives in the sshsig package and
-``cryptography`` is imported only when a key is configured (``load_signer``), so it is not a start-up cost of
-unsigned commands."""
+``cryptography`` is imported only when a key is loaded (``load_signer``). The configured key
+(``lease.signingKey``) is loaded on first use (``KeySigner``): a read whose every version is already verified
+(trust.VerifiedCache) never loads it, so it costs nothing there, and a key file that is missing or unreadable is
+reported (ConfigError) by whatever needs the key: a write, a signature, the key's identity."""
 
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ class Signer:
 
     public_key: str | None = None
     fingerprint: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        """Whether a key is configured (known without loading it: see KeySigner)."""
+        return self.public_key is not None
 
     def sign(self, data: bytes) -> bytes | None:
         return None
@@ -43,6 +50,48 @@ class SshSigner(Signer):
 
     def __repr__(self) -> str:
         return f"SshSigner({self.fingerprint})"
+
+
+class KeySigner(Signer):
+    """The signer of a ``lease.signingKey`` value, loaded (``load_signer``) the first time something needs it:
+    its public key, its fingerprint, a signature. Until then nothing is read and ``cryptography`` is not
+    imported; ``configured`` is true without loading. A key that cannot be loaded raises ConfigError at each
+    use (the same message as an eager load), so every command that needs it fails with that one line."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self._loaded: SshSigner | None = None
+
+    @property
+    def configured(self) -> bool:
+        return True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    def load(self) -> SshSigner:
+        if self._loaded is None:
+            self._loaded = load_signer(self.value)
+        return self._loaded
+
+    @property
+    def public_key(self) -> str | None:  # type: ignore[override]
+        return self.load().public_key
+
+    @property
+    def fingerprint(self) -> str | None:  # type: ignore[override]
+        return self.load().fingerprint
+
+    @property
+    def path(self) -> str | None:
+        return self.load().path
+
+    def sign(self, data: bytes) -> bytes:
+        return self.load().sign(data)
+
+    def __repr__(self) -> str:
+        return f"KeySigner({self._loaded.fingerprint if self._loaded else self.value!r})"
 
 
 def load_signer(value: str) -> SshSigner:

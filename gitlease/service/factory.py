@@ -14,11 +14,13 @@ from gitlease.service.leases import LeaseService
 
 
 def signer_for(settings: Settings) -> Signer:
-    """UNSIGNED, or the SSHSIG signer of ``lease.signingKey`` (imports cryptography only then)."""
+    """UNSIGNED, or the SSHSIG signer of ``lease.signingKey``, loaded when first needed (signer.KeySigner: a read
+    that verifies nothing new never reads the key nor imports cryptography; a key that cannot be loaded is a
+    ConfigError where it is needed)."""
     if settings.signing_key:
-        from gitlease.identity.signer import load_signer
+        from gitlease.identity.signer import KeySigner
 
-        return load_signer(settings.signing_key)
+        return KeySigner(settings.signing_key)
     return UNSIGNED
 
 

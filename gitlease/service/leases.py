@@ -183,7 +183,7 @@ class LeaseService:
             self.store,
             self.settings.allowed_signers,
             cache_dir=self.repo.shared_dir(),
-            required=self.signer.public_key is not None,
+            required=self.signer.configured,  # known without loading the key (signer.KeySigner)
             offline=offline,
         )
         if not offline:
