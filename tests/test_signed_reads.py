@@ -166,3 +166,86 @@ def test_cli_status_of_cached_versions_imports_no_cryptography(signed, tmp_path,
     )
     res = subprocess.run([sys.executable, "-c", probe], cwd=w, capture_output=True, text=True)
     assert res.stdout.split() == ["0", "False"], res.stderr
+
+
+# ------------------------------------------------------------------------------------------- trust file
+
+
+@pytest.fixture
+def trust_reads(monkeypatch):
+    """The commits whose trust file was read from git (Store.file_at), in order."""
+    from gitlease.core.store import Store
+
+    calls = []
+    real = Store.file_at
+    monkeypatch.setattr(
+        Store, "file_at", lambda self, commit, path, **kw: calls.append(commit) or real(self, commit, path, **kw)
+    )
+    return calls
+
+
+def _trust_cache(svc: LeaseService) -> trust.TrustCache:
+    return trust.TrustCache(svc.repo.shared_dir(), svc.store.name)
+
+
+def test_the_trust_file_of_a_commit_is_read_once(signed, trust_reads, new_process):
+    a = signed.agent("a")
+    got = a.acquire(["svc"], ttl=600)
+    c = signed.agent("c")
+    assert _current(c, got.lease_id).verification == "verified"
+    n = len(trust_reads)  # each clone (its own cache) read it once: a to write, c to read
+    cache = _trust_cache(c)
+    stamp = os.stat(cache.path).st_mtime_ns
+    os.utime(cache.path, ns=(stamp - 10**9, stamp - 10**9))
+    for _ in range(2):  # new services, new processes: the same default branch commit, nothing read again
+        new_process()
+        snap = signed.agent("c").status()
+        assert snap.find(got.lease_id).verification == "verified" and snap.trust.startswith("signed: trust from")
+    assert len(trust_reads) == n
+    assert os.stat(cache.path).st_mtime_ns == stamp - 10**9  # and the cache is not rewritten
+    # the trust file changes (a new commit on the default branch): read again, and a is no longer trusted
+    signed.publish_trust(f'c namespaces="gitlease" {signed.keys["c"].public_key()}\n')
+    new_process()
+    view = _current(signed.agent("c"), got.lease_id)
+    assert len(trust_reads) == n + 1 and not view.valid and any("not trusted" in p for p in view.problems)
+    new_process()
+    assert not _current(signed.agent("c"), got.lease_id).valid and len(trust_reads) == n + 1
+
+
+def test_a_trust_file_removed_on_a_new_commit_is_missed_with_a_key(signed, tmp_path, new_process):
+    key = _copy_key(signed, "c", tmp_path / "lazy_c")
+    got = signed.agent("a").acquire(["svc"], ttl=600)
+    assert _current(_lazy(signed, "c", key), got.lease_id).valid  # the trust file read and cached
+    git(signed.main, "rm", "-q", ".gitlease/allowed_signers")
+    git(signed.main, "commit", "-q", "-m", "no trust")
+    git(signed.main, "push", "-q", signed.url, "HEAD:refs/heads/main")
+    new_process()
+    with pytest.raises(errors.InvalidRecord) as err:
+        _lazy(signed, "c", key).status()
+    assert err.value.exit_code == 5 and "there is no trust file" in str(err.value)
+    new_process()
+    with pytest.raises(errors.InvalidRecord):  # and again: a commit without the file is remembered as such
+        _lazy(signed, "c", key).status()
+    snap = signed.agent("c", key=None).status()  # without a key: unsigned mode, and the signed lease untrusted
+    assert not snap.signed_store and snap.find(got.lease_id).verification == "untrusted"
+
+
+@pytest.mark.parametrize("other", ["commit", "path"])
+def test_the_cached_trust_of_another_commit_or_path_is_not_used(signed, trust_reads, new_process, other):
+    got = signed.agent("a").acquire(["svc"], ttl=600)
+    c = signed.agent("c")
+    assert _current(c, got.lease_id).valid
+    n = len(trust_reads)
+    cache = _trust_cache(c)
+    with open(cache.path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    doc["text"] = f'a namespaces="gitlease" {signed.keys["eve"].public_key()}\n'  # what the commit does not hold
+    if other == "commit":
+        doc["commit"] = "0" * len(doc["commit"])
+    else:
+        doc["path"] = "other/allowed_signers"
+    with open(cache.path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    new_process()
+    view = _current(signed.agent("c"), got.lease_id)
+    assert view.valid and view.verification == "verified" and len(trust_reads) == n + 1  # read from git again

@@ -647,7 +647,8 @@ def load_trust(store: Store, path: str, *, cache_dir: str, required: bool, offli
         branch, commit = head
         short = branch[len("refs/heads/") :] if branch.startswith("refs/heads/") else branch
         where = f"{short} ({commit[:12]}) of {store.name}"
-        data = store.file_at(commit, path)
+        known = cache.at(commit, path, where)  # what this commit holds never changes: read it once
+        data = store.file_at(commit, path) if known is None else known[0]
         source = f"{path} on {where}" if data is not None else f"no trust file ({path} not on {where})"
     if data is None:
         if required:
@@ -660,7 +661,7 @@ def load_trust(store: Store, path: str, *, cache_dir: str, required: bool, offli
         trust = Trust(None, source)
     else:
         trust = Trust(_parse(data, f"{path} on {where}"), source)
-    cache.save(trust, data)
+    cache.save(trust, data, (head[1], path, where) if head else None)
     return trust
 
 
@@ -709,22 +710,52 @@ def _write_json(path: str, doc: object) -> None:
 
 
 class TrustCache:
-    """The last trust file read from a store, so a stale ``status`` (store unreachable) still verifies."""
+    """The last trust file read from a store, so a stale ``status`` (store unreachable) still verifies; and,
+    with the commit and path it was read at, what that commit holds, so the next read of the same default
+    branch commit asks git nothing more (``at``). Safe like the verified cache: a commit id names its tree, so
+    the file at a path of it never changes. The file is rewritten only when what it says changes."""
 
     def __init__(self, folder: str, store_name: str) -> None:
         self.path = _cache_name(folder, "trust", store_name)
+        self._doc: dict[str, object] | None = None  # as read from the file (None: not read yet)
 
-    def save(self, trust: Trust, data: bytes | None) -> None:
-        _write_json(self.path, {"source": trust.source, "text": data.decode("utf-8") if data is not None else None})
+    def _read(self) -> dict[str, object]:
+        if self._doc is None:
+            try:
+                with open(self.path, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+            except (OSError, ValueError):
+                doc = None
+            self._doc = doc if isinstance(doc, dict) else {}
+        return self._doc
+
+    def at(self, commit: str, path: str, where: str) -> tuple[bytes | None] | None:
+        """(the trust file's bytes, None when the commit has none) as last read at ``commit``, ``path`` and
+        ``where`` (branch and store), or None when the last read was not of exactly that."""
+        doc = self._read()
+        text = doc.get("text")
+        if doc.get("commit") != commit or doc.get("path") != path or doc.get("where") != where:
+            return None
+        if text is None:
+            return (None,)
+        return (text.encode("utf-8"),) if isinstance(text, str) else None
+
+    def save(self, trust: Trust, data: bytes | None, at: tuple[str, str, str] | None = None) -> None:
+        """Remember ``trust`` (read as ``data``), and ``at``: the (commit, path, where) it was read at."""
+        doc: dict[str, object] = {"source": trust.source, "text": data.decode("utf-8") if data is not None else None}
+        if at is not None:
+            doc.update(commit=at[0], path=at[1], where=at[2])
+        if doc != self._read():
+            _write_json(self.path, doc)
+            self._doc = doc
 
     def load(self, *, label: bool = True) -> Trust | None:
         """The trust last read (None: never); ``label``: its source says it is used because the store is
         unreachable."""
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                doc = json.load(fh)
+            doc = self._read()
             source, text = str(doc["source"]), doc["text"]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             return None
         label_text = f"{source}, as last read (store unreachable)" if label else f"{source}, as last read"
         if text is None:
