@@ -249,3 +249,70 @@ def test_the_cached_trust_of_another_commit_or_path_is_not_used(signed, trust_re
     new_process()
     view = _current(signed.agent("c"), got.lease_id)
     assert view.valid and view.verification == "verified" and len(trust_reads) == n + 1  # read from git again
+
+
+# --------------------------------------------------------------------------- versions read from the cache
+
+
+def _cached_lease(signed, new_process, renewals=3):
+    a = signed.agent("a")
+    got = a.acquire(["svc"], ttl=600)
+    oids = [got.oid]
+    for _ in range(renewals):
+        signed.clock.advance(10)
+        oids.append(a.renew(got.lease_id).oid)
+    new_process()
+    assert _current(signed.agent("c"), got.lease_id).valid  # every version verified and cached
+    return a, got.lease_id, oids
+
+
+@pytest.mark.parametrize("how", ["grant-fields", "skips-a-version"])
+def test_an_owner_signed_bad_version_on_a_cached_history_is_refused(signed, new_process, verify_calls, how):
+    """The owner's own key signs a version that breaks the history rules against v1 (or the version before):
+    a new process has v1..v4 only as the verified cache's rows, and still compares the new one with them."""
+    from dataclasses import replace
+
+    a, lease_id, oids = _cached_lease(signed, new_process)
+    v4 = a.status().find(lease_id).record
+    bad = v4.next_version(signed.clock.now(), ttl=600)
+    bad = replace(bad, workspace_id="elsewhere") if how == "grant-fields" else replace(bad, version=6)
+    forged = _forge(a, lease_id, oids[-1], bad)  # a's own key: the signature verifies
+    assert a.store.apply([RefUpdate(id_ref(lease_id), forged, oids[-1])]).ok
+    want = "changes the owner or grant fields of v1" if how == "grant-fields" else "v6 ("
+    for _ in range(2):
+        new_process()
+        calls = len(verify_calls)
+        view = _current(signed.agent("c"), lease_id)
+        assert not view.valid and any(want in p for p in view.problems), view.problems
+        assert len(verify_calls) == calls + 1  # only the new version's signature: v1..v4 came from the cache
+
+
+def test_show_of_a_cached_history_reads_every_record(signed, new_process, verify_calls):
+    a, lease_id, oids = _cached_lease(signed, new_process, renewals=4)
+    new_process()
+    calls = len(verify_calls)
+    view, history, _ = signed.agent("c").show(lease_id)
+    assert [h.oid for h in history] == oids[::-1] and len(verify_calls) == calls
+    assert [h.record.version for h in history] == [5, 4, 3, 2, 1]
+    assert all(h.verification == "verified" and h.principal == "a" for h in history)
+    assert view.chain.versions[-1].record.version == 1 and len(view.chain.versions) == 5
+
+
+def test_a_cached_history_without_v1s_record_is_checked_from_scratch(signed, new_process, verify_calls):
+    """v1's record is needed to check a new version against: a cached history whose v1 has no record bytes
+    (a damaged file) is not taken as whole, and the history is verified again rather than trusted."""
+    import sqlite3
+
+    a, lease_id, oids = _cached_lease(signed, new_process)
+    signed.clock.advance(10)
+    a.renew(lease_id)
+    c = signed.agent("c")
+    db = sqlite3.connect(os.path.join(c.repo.shared_dir(), "cache", "verified.sqlite3"))
+    with db:
+        assert db.execute("UPDATE v SET data = 'not bytes' WHERE oid = ?", (oids[0],)).rowcount == 1
+    db.close()
+    new_process()
+    calls = len(verify_calls)
+    view = _current(c, lease_id)
+    assert view.valid and view.verification == "verified" and view.record.version == 5, view.problems
+    assert len(verify_calls) == calls + 5  # all five versions, not only the new one

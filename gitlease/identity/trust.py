@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
@@ -156,7 +156,7 @@ class Trust:
         oid: str | None = head
         ident = self.identity if memo is not None else None
         remembered = memo if ident is not None else None  # memo and identity, or neither
-        base: list[HistoryCheck] = []
+        base: Sequence[HistoryCheck] = []
         while oid is not None:
             if remembered is not None and ident is not None:
                 cached = remembered.versions(ident, lease_id, oid)
@@ -179,31 +179,36 @@ class Trust:
         if grant is not None and root_oid is not None and root_oid != grant and not out.problems:
             out.problems.append("the id ref's history does not lead to the grant the scope refs point at")
         parsed: list[tuple[str, records.Record]] = []
+        fresh: list[HistoryCheck] = []  # the versions checked here, newest first (above ``base``)
         for c in chain:
             blob = blobs.get(c) or Blob(None, None, "record missing")
             data = blob.record
             if data is None:
                 out.problems.append(f"version {c[:12]}: {blob.problem or 'record missing'}")
-                out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
+                fresh.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
                 continue
             try:
                 rec = known[c] if known and c in known else records.parse(data)
             except InvalidRecord as exc:
                 out.problems.append(f"version {c[:12]}: {exc}")
-                out.versions.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))
+                fresh.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))
                 continue
             check = self.check_version(rec, data, blob.signature, when)
             if blob.problem:
                 check = VersionCheck(rec.version, INVALID, check.key, check.fingerprint, problem=blob.problem)
-            out.versions.append(HistoryCheck(c, rec, check, blob.signature is not None))
+            fresh.append(HistoryCheck(c, rec, check, blob.signature is not None))
             parsed.append((c, rec))
             if check.problem:
                 out.problems.append(check.problem)
-        new = len(out.versions)
-        out.versions.extend(base)
-        if out.versions and len(parsed) == len(chain):
+        new = len(fresh)
+        lost = bool(base and new and base[-1].record is None)  # never: a memoised v1 has its record (prefetch)
+        if lost:
+            out.problems.append("the verified cache has no record of v1: read again")
+        # the memoised versions are materialised only where looked at (a read of a long history looks at v1)
+        out.versions = _Joined(fresh, base) if base else fresh
+        if out.versions and len(parsed) == len(chain) and not lost:
             self._chain_rules(lease_id, out, new if base else None)
-        statuses = {h.check.status for h in out.versions}
+        statuses = {h.check.status for h in fresh} | _statuses(base)
         if out.problems or INVALID in statuses or not out.versions:
             out.status = INVALID
         elif statuses == {VERIFIED}:
@@ -277,7 +282,7 @@ class ChainMemo:
 
     def __init__(self, limit: int = 200_000, *, persist: bool = False) -> None:
         self.limit = limit
-        self._entries: dict[tuple[str, str], tuple[str, HistoryCheck, str | None]] = {}
+        self._entries: dict[tuple[str, str], tuple[str, _Entry, str | None]] = {}
         self._newest: dict[tuple[str, str], str] = {}  # (trust, lease id) -> its newest verified commit
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -306,11 +311,19 @@ class ChainMemo:
         with self._lock:
             self._loaded.update((ident, lid) for lid in wanted)
             tops: dict[str, tuple[int, str]] = {}
-            for oid, lease_id, parent, check, signed, data in rows:
-                key = (ident, oid)
-                if key not in self._entries:
-                    self._entries[key] = (lease_id, HistoryCheck(oid, None, check, signed, data=data), parent)
-                v = check.version or 0
+            sources: dict[str, _CachedData] = {}
+            for oid, lease_id, parent, version, status, key, fp, principal, signed, root in rows:
+                at = (ident, oid)
+                if parent is None and root is None:
+                    continue  # v1 without its record: the history is not whole here (_whole), and is checked
+                if at not in self._entries:
+                    src = sources.get(lease_id)
+                    if src is None:
+                        src = sources[lease_id] = _CachedData(disk, ident)
+                    # kept as the row until looked at (_Lazy): most reads look at v1 and the newest version only
+                    data = root if root is not None else src
+                    self._entries[at] = (lease_id, (version, status, key, fp, principal, signed, data), parent)
+                v = version or 0
                 if lease_id not in tops or tops[lease_id][0] < v:
                     tops[lease_id] = (v, oid)
             for lease_id, (_, oid) in tops.items():
@@ -335,9 +348,10 @@ class ChainMemo:
         if pending and self.disk is not None:
             self.disk.save(pending)
 
-    def versions(self, ident: str, lease_id: str, oid: str) -> list[HistoryCheck]:
-        """The verified history from ``oid`` down to v1, newest first; empty when ``oid`` is not memoised."""
-        out: list[HistoryCheck] = []
+    def versions(self, ident: str, lease_id: str, oid: str) -> Sequence[HistoryCheck]:
+        """The verified history from ``oid`` down to v1, newest first; empty when ``oid`` is not memoised. Its
+        versions read from the verified cache are made into HistoryChecks where looked at (``_Lazy``)."""
+        out: list[tuple[str, _Entry]] = []
         cur: str | None = oid
         with self._lock:
             while cur is not None:
@@ -346,13 +360,13 @@ class ChainMemo:
                     if out:  # a broken memo chain (cleared meanwhile): verify from scratch
                         out = []
                     break
-                out.append(entry[1])
+                out.append((cur, entry[1]))
                 cur = entry[2]
         if out:
             self.hits += 1
         else:
             self.misses += 1
-        return out
+        return _Lazy(out) if out else []
 
     def remember(self, ident: str, lease_id: str, versions: Sequence[HistoryCheck], new: int) -> None:
         """``versions``: a valid history, newest first; its first ``new`` entries are not memoised yet."""
@@ -402,40 +416,60 @@ class VerifiedCache(SqliteFile):
         )
         db.execute("CREATE INDEX IF NOT EXISTS v_lease ON v (trust, lease)")
 
-    def load(
-        self, ident: str, lease_ids: Sequence[str]
-    ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
-        """(oid, lease id, parent, verdict, signed, record bytes) of every cached version of these leases."""
+    def load(self, ident: str, lease_ids: Sequence[str]) -> list[_Row]:
+        """(oid, lease id, parent, version, status, key, fingerprint, principal, signed, v1's record bytes) of
+        every cached version of these leases: the record bytes of v1 only (what a new version is checked
+        against), the others' are read when asked for (``data``)."""
         ids = [lid for lid in lease_ids if lid.isascii()]  # a lease id is ASCII; a ref name that is not never is one
         with self._lock:
             return self._load(ident, ids)
 
-    def _load(
-        self, ident: str, lease_ids: Sequence[str]
-    ) -> list[tuple[str, str, str | None, VersionCheck, bool, bytes]]:
+    def _load(self, ident: str, lease_ids: Sequence[str]) -> list[_Row]:
         db = self._open()
         if db is None:
             return []
         import sqlite3
 
-        out = []
+        out: list[_Row] = []
         try:
             for i in range(0, len(lease_ids), 500):
                 chunk = lease_ids[i : i + 500]
                 cur = db.execute(
-                    "SELECT oid, lease, parent, version, status, key, fp, principal, signed, data FROM v "
-                    f"WHERE trust = ? AND lease IN ({','.join('?' * len(chunk))})",
-                    [ident, *chunk],
+                    "SELECT oid, lease, parent, version, status, key, fp, principal, signed, "
+                    "CASE WHEN parent IS NULL THEN data END FROM v "
+                    f"WHERE trust = ? AND lease IN ({','.join('?' * len(chunk))}) AND typeof(data) = 'blob' "
+                    "AND status IN (?, ?, ?)",  # only verdicts of valid histories are ever written
+                    [ident, *chunk, VERIFIED, UNSIGNED, UNTRUSTED],
                 )
-                for oid, lease, parent, version, status, key, fp, principal, signed, data in cur:
-                    if status not in (VERIFIED, UNSIGNED, UNTRUSTED) or not isinstance(data, bytes):
-                        continue  # only verdicts of valid histories are ever written
-                    check = VersionCheck(version, status, key, fp, principal)
-                    out.append((oid, lease, parent, check, bool(signed), data))
+                for oid, lease, parent, version, status, key, fp, principal, signed, root in cur:
+                    root = root if isinstance(root, bytes) else None
+                    out.append((oid, lease, parent, version, status, key, fp, principal, bool(signed), root))
         except sqlite3.Error:
             self._give_up()
             return []
         return out
+
+    def data(self, ident: str, oids: Sequence[str]) -> dict[str, bytes]:
+        """The record bytes of these cached versions (those still there)."""
+        with self._lock:
+            db = self._open()
+            if db is None:
+                return {}
+            import sqlite3
+
+            out: dict[str, bytes] = {}
+            try:
+                for i in range(0, len(oids), 500):
+                    chunk = [o for o in oids[i : i + 500] if o.isascii()]
+                    cur = db.execute(
+                        f"SELECT oid, data FROM v WHERE trust = ? AND oid IN ({','.join('?' * len(chunk))})",
+                        [ident, *chunk],
+                    )
+                    out.update((oid, data) for oid, data in cur if isinstance(data, bytes))
+            except sqlite3.Error:
+                self._give_up()
+                return {}
+            return out
 
     def save(self, rows: Sequence[tuple[str, str, str, str | None, HistoryCheck]]) -> None:
         with self._lock:
@@ -513,35 +547,142 @@ class HistoryCheck:
         check: VersionCheck,
         signed: bool = False,
         *,
-        data: bytes | None = None,
+        data: bytes | _CachedData | None = None,
     ) -> None:
         self.oid, self.check, self.signed = oid, check, signed  # signed: a lease.sig is there
         self._record, self._data = record, data
 
+    def _bytes(self) -> bytes | None:
+        got = self._data
+        return got.get(self.oid) if isinstance(got, _CachedData) else got
+
     @property
     def record(self) -> records.Record | None:
         if self._record is None and self._data is not None:
-            try:
-                self._record = records.parse(self._data)
-            except InvalidRecord:
-                pass
+            data = self._bytes()
+            if data is not None:
+                try:
+                    self._record = records.parse(data)
+                except InvalidRecord:
+                    pass
             self._data = None
         return self._record
 
     def data(self) -> bytes | None:
         """The record's canonical bytes (for the verified cache)."""
         rec = self._record
-        return self._data if rec is None else rec.canonical()
+        return self._bytes() if rec is None else rec.canonical()
 
     def __repr__(self) -> str:
         return f"HistoryCheck({self.oid[:12]}, v{self.check.version}, {self.check.status})"
+
+
+_Row: TypeAlias = "tuple[str, str, str | None, int | None, str, str | None, str | None, str | None, bool, bytes | None]"
+# a memoised version: its HistoryCheck, or the verified cache's row for it until something looks at it
+_Pending: TypeAlias = "tuple[int | None, str, str | None, str | None, str | None, bool, bytes | _CachedData]"
+_Entry: TypeAlias = "HistoryCheck | _Pending"
+
+
+class _CachedData:
+    """The record bytes of versions read from the verified cache, asked of it when something needs a record:
+    v1's, to check a renewal against (one query); every version's, for ``show`` (one query: ``_Lazy``)."""
+
+    __slots__ = ("disk", "ident", "_got")
+
+    def __init__(self, disk: VerifiedCache, ident: str) -> None:
+        self.disk, self.ident = disk, ident
+        self._got: dict[str, bytes] = {}
+
+    def get(self, oid: str) -> bytes | None:
+        if oid not in self._got:
+            self._got.update(self.disk.data(self.ident, [oid]))
+        return self._got.get(oid)
+
+    def want(self, oids: Sequence[str]) -> None:
+        missing = [o for o in oids if o not in self._got]
+        if missing:
+            self._got.update(self.disk.data(self.ident, missing))
+
+
+def _made(oid: str, entry: _Entry) -> HistoryCheck:
+    if isinstance(entry, HistoryCheck):
+        return entry
+    version, status, key, fp, principal, signed, src = entry
+    return HistoryCheck(oid, None, VersionCheck(version, status, key, fp, principal), signed, data=src)
+
+
+class _Lazy(Sequence[HistoryCheck]):
+    """A memoised history (ChainMemo.versions), newest first: each version made a HistoryCheck where looked at."""
+
+    __slots__ = ("_items", "_made")
+
+    def __init__(self, items: list[tuple[str, _Entry]]) -> None:
+        self._items = items
+        self._made: dict[int, HistoryCheck] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _at(self, i: int) -> HistoryCheck:
+        got = self._made.get(i)
+        if got is None:
+            got = self._made[i] = _made(*self._items[i])
+        return got
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(len(self._items))[i]]
+        return self._at(range(len(self._items))[i])
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        srcs: dict[int, tuple[_CachedData, list[str]]] = {}  # a walk over every version (show): one query
+        for oid, entry in self._items:
+            if not isinstance(entry, HistoryCheck) and isinstance(entry[6], _CachedData):
+                srcs.setdefault(id(entry[6]), (entry[6], []))[1].append(oid)
+        for src, oids in srcs.values():
+            src.want(oids)
+        return (self._at(k) for k in range(len(self._items)))
+
+    def statuses(self) -> set[str]:
+        return {e.check.status if isinstance(e, HistoryCheck) else e[1] for _, e in self._items}
+
+
+class _Joined(Sequence[HistoryCheck]):
+    """The versions a check found (``fresh``), newest first, then the memoised history below them (``base``)."""
+
+    __slots__ = ("fresh", "base")
+
+    def __init__(self, fresh: list[HistoryCheck], base: Sequence[HistoryCheck]) -> None:
+        self.fresh, self.base = fresh, base
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.base)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        n = len(self.fresh)
+        if isinstance(i, slice):
+            return [self._at(k, n) for k in range(len(self))[i]]
+        return self._at(range(len(self))[i], n)
+
+    def _at(self, k: int, n: int) -> HistoryCheck:
+        return self.fresh[k] if k < n else self.base[k - n]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from self.fresh
+        yield from self.base
+
+
+def _statuses(base: Sequence[HistoryCheck]) -> set[str]:
+    if isinstance(base, _Lazy):
+        return base.statuses()
+    return {h.check.status for h in base}
 
 
 @dataclass
 class ChainCheck:
     status: str = INVALID
     problems: list[str] = field(default_factory=list)
-    versions: list[HistoryCheck] = field(default_factory=list)  # newest first
+    versions: Sequence[HistoryCheck] = field(default_factory=list)  # newest first
     signer: str | None = None  # fingerprint of the key that signed v1
     principal: str | None = None
 
