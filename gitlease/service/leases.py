@@ -1102,6 +1102,7 @@ class LeaseService:
                     trust=trust.describe(),
                     signed_store=trust.signed,
                     foreign=foreign_refs(refs),
+                    listing=refs,
                 )
         finally:
             kept.close()
@@ -1127,6 +1128,7 @@ class LeaseService:
             signed_store=trust.signed,
             foreign=foreign_refs(refs),
             restricted_to=tuple(paths) if paths is not None else None,
+            listing=refs,
         )
 
     def _restrict(
