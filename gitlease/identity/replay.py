@@ -141,10 +141,11 @@ class Seen:
             except OSError:
                 return  # a memory that cannot be written only forgets
             _LOADED[self.path] = ((st.st_ino, st.st_mtime_ns, st.st_size), out)
-            try:
-                os.unlink(self._legacy)  # read until now: what it held is in the new file
-            except OSError:
-                pass
+            for old in (self._legacy, self._legacy + ".lock"):  # read until now: what it held is in the new file
+                try:
+                    os.unlink(old)
+                except OSError:
+                    pass
 
 
 __all__ = ["Seen", "entry"]
