@@ -12,7 +12,9 @@ baseline measured in the same run:
 * ``git push`` of a 1,000-file change with the pre-push hook installed, against 10,000 leases (against the same
   push with ``--no-verify``);
 * ``git lease acquire`` of a one-path scope (against ``python -c pass`` plus one ``git push`` of a new ref to the
-  same remote).
+  same remote);
+* ``git lease status`` from a clone whose replay memory holds 25,000 more leases (against a clone of the same
+  store remembering only its own), whether reads rewrite the memory, and the ``ls-remote`` calls of a read.
 
 ``--quick``: 1,000 leases instead of 10,000, fewer runs. Standard library and gitlease only.
 """
@@ -140,6 +142,51 @@ def acquire_row(tmp: Path, rounds: int, log) -> dict:
     return row
 
 
+def memory_row(tmp: Path, rounds: int, log, remembered: int = 25_000) -> dict:
+    """``git lease status`` on a 10-lease store from a clone whose replay memory (identity/replay.py) also holds
+    ``remembered`` leases seen gone, against a clone of the same store with only those 10; and whether the
+    memory file was rewritten by reads that saw nothing new. Also the ``ls-remote`` calls of one status
+    (``GIT_TRACE``), unsigned and with a trust file to read."""
+    from scale import LEASE, cpu_of, git, new_store, populate
+
+    bare, big, url = new_store(tmp, "memory")
+    populate(bare, 10, expired=False, tag="m")
+    small = tmp / "memory-small"
+    git("clone", "-q", url, str(small))
+    git("config", "lease.remote", url, cwd=small)
+    for clone in (big, small):
+        subprocess.run([*LEASE, "status", "--json"], cwd=clone, capture_output=True, check=True)
+    from gitlease.identity.replay import Memory
+
+    mem = next((big / ".git" / "gitlease" / "cache").glob("seen-*.marshal"))
+    doc = Memory.parse(mem.read_bytes())
+    far = time.time() + 30 * 86400
+    doc.gone.update({f"lease_gone{k:06d}": far for k in range(remembered)})
+    mem.write_bytes(doc.dump())
+    subprocess.run([*LEASE, "status", "--json"], cwd=big, capture_output=True, check=True)
+    before = mem.stat().st_mtime_ns
+    ours, base = [], []
+    for _ in range(max(rounds, 5)):  # interleaved
+        ours.append(cpu_of([*LEASE, "status", "--json"], big))
+        base.append(cpu_of([*LEASE, "status", "--json"], small))
+    trips = {}
+    for name, clone in (("unsigned", small),):
+        trace = tmp / f"trace-{name}"
+        env = dict(os.environ, GIT_TRACE=str(trace))
+        subprocess.run([*LEASE, "status", "--json"], cwd=clone, capture_output=True, check=True, env=env)
+        trips[name] = sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines())
+    row = {
+        "remembered": remembered,
+        "big": statistics.median(ours),
+        "small": statistics.median(base),
+        "rewritten": mem.stat().st_mtime_ns != before,
+        "entries": len(Memory.parse(mem.read_bytes())),
+        "trips": trips,
+    }
+    log(f"memory {remembered}: status {row['big'] * 1000:.0f} ms vs {row['small'] * 1000:.0f} ms; trips {trips}")
+    return row
+
+
 def measure(quick: bool, log) -> dict:
     from plan import isolate
 
@@ -159,6 +206,7 @@ def measure(quick: bool, log) -> dict:
             "parse": parse_row(rounds),
             "store": store_rows(tmp, n, rounds, log),
             "acquire": acquire_row(tmp, rounds, log),
+            "memory": memory_row(tmp, rounds, log),
         }
     finally:
         os.chdir(cwd)
@@ -172,7 +220,7 @@ def rows_of(m: dict) -> list[str]:
     def met(ok: bool) -> str:
         return "**met**" if ok else "**not met**"
 
-    p, s, a = m["parse"], m["store"], m["acquire"]
+    p, s, a, mem = m["parse"], m["store"], m["acquire"], m["memory"]
     n = s["n"]
     lines = [
         f"| parse one 1,000-path lease record (in-process) | {p['parse'] * 1000:.2f} ms CPU | the pairwise "
@@ -194,6 +242,13 @@ def rows_of(m: dict) -> list[str]:
         f"{a['python'] * 1000:.0f} ms + one `git push` {a['push'] * 1000:.0f} ms: "
         f"+{(a['acquire'] - a['python'] - a['push']) * 1000:.0f} ms over them | under 50 ms over them | "
         f"{met(a['acquire'] - a['python'] - a['push'] < 0.05)} |",
+        f"| `git lease status` (10 leases) with {mem['remembered']:,} more leases in the replay memory | "
+        f"{mem['big'] * 1000:.0f} ms CPU; the memory file rewritten by reads that saw nothing new: "
+        f"{'yes' if mem['rewritten'] else 'no'} | the same store from a clone remembering only its 10 leases "
+        f"{mem['small'] * 1000:.0f} ms (+{(mem['big'] - mem['small']) * 1000:.1f} ms) | constant-time lookup; "
+        f"written only when it changes | {met(not mem['rewritten'] and mem['entries'] > mem['remembered'])} |",
+        f"| `git ls-remote` calls of one `git lease status` | {mem['trips']['unsigned']} | | one | "
+        f"{met(mem['trips']['unsigned'] == 1)} |",
     ]
     return lines
 
