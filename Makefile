@@ -48,7 +48,7 @@ soak: $(STAMP)
 
 FLEET_TASKS ?= 40
 fleet-soak: $(STAMP)
-	$(BIN)/python -m soak.fleet --tasks $(FLEET_TASKS) --workers 3 --ttl 12 --stop --transport file,daemon --write docs/reliability.md
+	$(BIN)/python -m soak.fleet --tasks $(FLEET_TASKS) --workers 3 --ttl 12 --stop --transport file,daemon,http --write docs/reliability.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -12,7 +12,9 @@ baseline measured in the same run:
 * ``git push`` of a 1,000-file change with the pre-push hook installed, against 10,000 leases (against the same
   push with ``--no-verify``);
 * ``git lease acquire`` of a one-path scope (against ``python -c pass`` plus one ``git push`` of a new ref to the
-  same remote).
+  same remote);
+* ``git lease status`` from a clone whose replay memory holds 25,000 more leases (against a clone of the same
+  store remembering only its own), whether reads rewrite the memory, and the ``ls-remote`` calls of a read.
 
 ``--quick``: 1,000 leases instead of 10,000, fewer runs. Standard library and gitlease only.
 """
@@ -84,7 +86,18 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
     res = subprocess.run(["git", "push", "origin", f"{probe}:refs/heads/probe"], cwd=client, capture_output=True)
     if res.returncode != 0:
         raise RuntimeError(f"the hooked push was refused: {res.stderr.decode(errors='replace')[-400:]}")
+    import scale
+
+    # what the hook cannot do without: an interpreter, its modules, and the one listing of the store (every id
+    # ref, to see a torn lease) that also answers the remote's HEAD
+    imports = "import gitlease.enforce.entry, gitlease.enforce.verify, gitlease.service.recordcache, sqlite3, os"
+    floor_argv = {
+        "python": [scale.PYTHON, "-c", "pass"],
+        "imports": [scale.PYTHON, "-c", f"{imports}; os._exit(0)"],
+        "listing": ["git", "ls-remote", "--symref", "origin", "HEAD", "refs/leases/*"],
+    }
     can, status, lsr, hooked, plain = [], [], [], [], []
+    floor: dict[str, list[float]] = {k: [] for k in floor_argv}
     runs = rounds if n < 10_000 else min(rounds, 3)
     for k in range(runs):  # interleaved
         can.append(cpu_of(argv_can, client))
@@ -93,6 +106,8 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
         c1, c2 = fresh_commit(client, tree, base, 2 * k), fresh_commit(client, tree, base, 2 * k + 1)
         hooked.append(cpu_of(["git", "push", "-q", "origin", f"{c1}:refs/heads/h{k}"], client))
         plain.append(cpu_of(["git", "push", "-q", "--no-verify", "origin", f"{c2}:refs/heads/p{k}"], client))
+        for name, argv in floor_argv.items():
+            floor[name].append(cpu_of(argv, client))
     row = {
         "n": n,
         "can_start": statistics.median(can),
@@ -100,6 +115,7 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
         "ls_remote": statistics.median(lsr),
         "hooked": statistics.median(hooked),
         "plain": statistics.median(plain),
+        **{f"floor_{k}": statistics.median(v) for k, v in floor.items()},
     }
     log(
         f"n={n}: can-start {row['can_start']:.3f} s, status {row['status']:.3f} s, pre-push {row['hooked']:.3f} s "
@@ -109,6 +125,7 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
 
 
 def acquire_row(tmp: Path, rounds: int, log) -> dict:
+    import scale
     from scale import LEASE, cpu_of, git, new_store
 
     bare, client, url = new_store(tmp, "acq")
@@ -119,9 +136,54 @@ def acquire_row(tmp: Path, rounds: int, log) -> dict:
         tree = git("mktree", cwd=client, input=f"100644 blob {blob}\tf{k}\n".encode()).strip()
         commit = git("commit-tree", tree, "-m", f"p{k}", cwd=client).strip()
         pushes.append(cpu_of(["git", "push", "-q", "--atomic", url, f"{commit}:refs/bench/p{k}"], client))
-        pys.append(cpu_of([sys.executable, "-c", "pass"], client))
+        pys.append(cpu_of([scale.PYTHON, "-c", "pass"], client))
     row = {"acquire": statistics.median(ours), "push": statistics.median(pushes), "python": statistics.median(pys)}
     log(f"acquire {row['acquire'] * 1000:.0f} ms, push {row['push'] * 1000:.0f} ms, python {row['python'] * 1000:.0f}")
+    return row
+
+
+def memory_row(tmp: Path, rounds: int, log, remembered: int = 25_000) -> dict:
+    """``git lease status`` on a 10-lease store from a clone whose replay memory (identity/replay.py) also holds
+    ``remembered`` leases seen gone, against a clone of the same store with only those 10; and whether the
+    memory file was rewritten by reads that saw nothing new. Also the ``ls-remote`` calls of one status
+    (``GIT_TRACE``), unsigned and with a trust file to read."""
+    from scale import LEASE, cpu_of, git, new_store, populate
+
+    bare, big, url = new_store(tmp, "memory")
+    populate(bare, 10, expired=False, tag="m")
+    small = tmp / "memory-small"
+    git("clone", "-q", url, str(small))
+    git("config", "lease.remote", url, cwd=small)
+    for clone in (big, small):
+        subprocess.run([*LEASE, "status", "--json"], cwd=clone, capture_output=True, check=True)
+    from gitlease.identity.replay import Memory
+
+    mem = next((big / ".git" / "gitlease" / "cache").glob("seen-*.marshal"))
+    doc = Memory.parse(mem.read_bytes())
+    far = time.time() + 30 * 86400
+    doc.gone.update({f"lease_gone{k:06d}": far for k in range(remembered)})
+    mem.write_bytes(doc.dump())
+    subprocess.run([*LEASE, "status", "--json"], cwd=big, capture_output=True, check=True)
+    before = mem.stat().st_mtime_ns
+    ours, base = [], []
+    for _ in range(max(rounds, 5)):  # interleaved
+        ours.append(cpu_of([*LEASE, "status", "--json"], big))
+        base.append(cpu_of([*LEASE, "status", "--json"], small))
+    trips = {}
+    for name, clone in (("unsigned", small),):
+        trace = tmp / f"trace-{name}"
+        env = dict(os.environ, GIT_TRACE=str(trace))
+        subprocess.run([*LEASE, "status", "--json"], cwd=clone, capture_output=True, check=True, env=env)
+        trips[name] = sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines())
+    row = {
+        "remembered": remembered,
+        "big": statistics.median(ours),
+        "small": statistics.median(base),
+        "rewritten": mem.stat().st_mtime_ns != before,
+        "entries": len(Memory.parse(mem.read_bytes())),
+        "trips": trips,
+    }
+    log(f"memory {remembered}: status {row['big'] * 1000:.0f} ms vs {row['small'] * 1000:.0f} ms; trips {trips}")
     return row
 
 
@@ -144,6 +206,7 @@ def measure(quick: bool, log) -> dict:
             "parse": parse_row(rounds),
             "store": store_rows(tmp, n, rounds, log),
             "acquire": acquire_row(tmp, rounds, log),
+            "memory": memory_row(tmp, rounds, log),
         }
     finally:
         os.chdir(cwd)
@@ -157,7 +220,7 @@ def rows_of(m: dict) -> list[str]:
     def met(ok: bool) -> str:
         return "**met**" if ok else "**not met**"
 
-    p, s, a = m["parse"], m["store"], m["acquire"]
+    p, s, a, mem = m["parse"], m["store"], m["acquire"], m["memory"]
     n = s["n"]
     lines = [
         f"| parse one 1,000-path lease record (in-process) | {p['parse'] * 1000:.2f} ms CPU | the pairwise "
@@ -170,12 +233,29 @@ def rows_of(m: dict) -> list[str]:
         f"| pre-push of a 1,000-file change against {n:,} leases | {s['hooked']:.2f} s CPU | the push without "
         f"the hook (`--no-verify`) {s['plain']:.2f} s ({s['hooked'] / s['plain']:.1f}x) | at most 1.5x | "
         f"{met(s['hooked'] <= 1.5 * s['plain'])} |",
+        f"| of which the hook cannot avoid | {_floor(s) * 1000:.0f} ms CPU: `python -c pass` "
+        f"{s['floor_python'] * 1000:.0f} ms, its imports {(s['floor_imports'] - s['floor_python']) * 1000:.0f} ms, "
+        f"the store's listing {s['floor_listing'] * 1000:.0f} ms | the push without the hook + these: "
+        f"{(s['plain'] + _floor(s)) / s['plain']:.2f}x; the hook's own work "
+        f"{(s['hooked'] - s['plain'] - _floor(s)) * 1000:.0f} ms | | |",
         f"| `git lease acquire`, one path | {a['acquire'] * 1000:.0f} ms CPU | `python -c pass` "
         f"{a['python'] * 1000:.0f} ms + one `git push` {a['push'] * 1000:.0f} ms: "
         f"+{(a['acquire'] - a['python'] - a['push']) * 1000:.0f} ms over them | under 50 ms over them | "
         f"{met(a['acquire'] - a['python'] - a['push'] < 0.05)} |",
+        f"| `git lease status` (10 leases) with {mem['remembered']:,} more leases in the replay memory | "
+        f"{mem['big'] * 1000:.0f} ms CPU; the memory file rewritten by reads that saw nothing new: "
+        f"{'yes' if mem['rewritten'] else 'no'} | the same store from a clone remembering only its 10 leases "
+        f"{mem['small'] * 1000:.0f} ms (+{(mem['big'] - mem['small']) * 1000:.1f} ms) | constant-time lookup; "
+        f"written only when it changes | {met(not mem['rewritten'] and mem['entries'] > mem['remembered'])} |",
+        f"| `git ls-remote` calls of one `git lease status` | {mem['trips']['unsigned']} | | one | "
+        f"{met(mem['trips']['unsigned'] == 1)} |",
     ]
     return lines
+
+
+def _floor(s: dict) -> float:
+    """CPU any pre-push hook in Python that reads the whole listing pays: interpreter, imports, ``ls-remote``."""
+    return s["floor_imports"] + s["floor_listing"]
 
 
 LAST: dict = {}

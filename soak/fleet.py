@@ -1,13 +1,14 @@
 """The fleet soak: the queue runner ``git lease work`` (docs/work.md) end to end, with injected faults, judged by
 an independent checker that reads only the bare remote and the fake agents' own ledgers.
 
-    python -m soak.fleet [--tasks 24] [--workers 3] [--ttl 6] [--transport file|daemon|file,daemon] [--no-kill]
+    python -m soak.fleet [--tasks 24] [--workers 3] [--ttl 6] [--transport file|daemon|http|file,daemon,http] [--no-kill]
                          [--no-server-restart] [--stop] [--control] [--seed N] [--json] [--write docs/reliability.md]
 
 Set-up: a generated repository (``pkgK/modJ.py`` files and a few shared files) pushed to a bare remote with the
 server hook (``git lease install-hooks --server``) and ``core.logAllRefUpdates=always``, reached over file://
-or through a real ``git daemon`` (``--transport daemon``: testing.servers.GitDaemon, receive-pack enabled, the
-server hook running in its receive-pack); two clones, each running a real ``git lease work`` process (a
+through a real ``git daemon`` (``--transport daemon``: testing.servers.GitDaemon, receive-pack enabled, the
+server hook running in its receive-pack) or a real smart-HTTP server (``--transport http``:
+testing.servers.SmartHTTPServer, ``git http-backend`` per request, the hook in its receive-pack); two clones, each running a real ``git lease work`` process (a
 subprocess of the CLI) with ``--workers`` workers, ``--land main``, ``--granularity file``, a short ``--ttl``.
 A queue of tasks over disjoint and overlapping paths (several tasks touch one shared file). The fake agent
 (``AGENT``) edits exactly its task's files, appends one line to its own ledger file (task, attempt, paths,
@@ -26,8 +27,8 @@ Faults, each on its own task:
 * ``midpush``: a wrapper around the server's pre-receive holds the landing push of that task for 3 s (a flag
   file ``state/slow-push``, used once; it marks ``state/pushing-<task>``) and the harness ``kill -9``s the
   runner landing it meanwhile (restarted as above): the task must land exactly once, or run again;
-* server restart (``--transport daemon``): once a third of the tasks are done, the daemon's whole process
-  group is killed, and restarted on the same port a second later; the runners must ride through.
+* server restart (``--transport daemon`` or ``http``): once a third of the tasks are done, the server's whole
+  process group is killed, and restarted on the same port a second later; the runners must ride through.
 * ``--stop``: SIGSTOP of the other runner until its leases have expired, then SIGCONT.
 
 The checker (``check``) trusts no runner: it reads the remote's ``main`` (which paths each commit touched), its
@@ -67,7 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from testing.servers import GitDaemon, make_bare  # noqa: E402
+from testing.servers import GitDaemon, SmartHTTPServer, make_bare  # noqa: E402
 
 # The fake agent. The task (JSON on stdin) carries "ledger" (a directory), "work" (seconds spent between the
 # first write and the commit) and the faults: "stray" (also edit that path). It appends one JSON line to its
@@ -134,13 +135,14 @@ class Fleet:
     ) -> None:
         self.root, self.ttl, self.workers, self.transport = Path(root), ttl, workers, transport
         self.rng = random.Random(seed)
-        self.daemon: GitDaemon | None = None
-        if transport == "daemon":
-            # a real `git daemon` (receive-pack enabled) serving the bare remote; the server hook runs in its
-            # receive-pack, so its PATH must reach the git-lease executable
-            self.daemon = GitDaemon(self.root / "srv", env={"PATH": cli_env()["PATH"]}).start()
-            self.remote = self.daemon.make_bare("remote.git")
-            self.url = self.daemon.url_for("remote.git")
+        self.server: GitDaemon | SmartHTTPServer | None = None
+        if transport in ("daemon", "http"):
+            # a real `git daemon` (receive-pack enabled) or smart-HTTP server serving the bare remote; the server
+            # hook runs in its receive-pack, so its PATH must reach the git-lease executable
+            kind = GitDaemon if transport == "daemon" else SmartHTTPServer
+            self.server = kind(self.root / "srv", env={"PATH": cli_env()["PATH"]}).start()
+            self.remote = self.server.make_bare("remote.git")
+            self.url = self.server.url_for("remote.git")
         else:
             self.remote = make_bare(self.root / "remote.git")
             self.url = str(self.remote)
@@ -250,8 +252,8 @@ printf '%s\\n' "$input" | "${{0%/*}}/pre-receive.fleet-real" "$@"
         return path
 
     def close(self) -> None:
-        if self.daemon is not None:
-            self.daemon.stop()
+        if self.server is not None:
+            self.server.stop()
 
     def runner(self, clone: Path, log: Path) -> subprocess.Popen:
         """A real ``git lease work`` process on the queue."""
@@ -321,8 +323,8 @@ def leased_run(
 ) -> dict:
     """Two runners, and the faults: kill -9 the one running the slow task mid-task; kill -9 the one landing
     the mid-push task while its landing push is held in the server's pre-receive (a flag file); each killed
-    runner restarted once its leases have expired (polled on the remote). Over git daemon, the server is
-    killed and restarted once a third of the tasks are done. With ``stop``, then SIGSTOP the other runner
+    runner restarted once its leases have expired (polled on the remote). Over git daemon or HTTP, the server
+    is killed and restarted once a third of the tasks are done. With ``stop``, then SIGSTOP the other runner
     until every lease it holds has expired (plus the skew), and SIGCONT it."""
     a, b = fleet.clone("a"), fleet.clone("b")
     logs = {"a": fleet.root / "runner-a.log", "b": fleet.root / "runner-b.log"}
@@ -381,13 +383,13 @@ def leased_run(
             del pending[name]
             faults["lease_wait_s"] = round(float(faults.get("lease_wait_s", 0)) + time.monotonic() - since, 1)  # type: ignore[arg-type]
             faults["restarts"] = int(faults.get("restarts", 0)) + 1  # type: ignore[call-overload]
-        if restart_server and fleet.daemon is not None and "server_restart" not in faults:
+        if restart_server and fleet.server is not None and "server_restart" not in faults:
             done = sum(text(n).count(": done ") for n in logs)
             if done >= max(1, len(fleet.tasks) // 3):
                 t0 = time.monotonic()
-                fleet.daemon.kill()  # the whole group at once: connections in flight die with it
+                fleet.server.kill()  # the whole group at once: connections in flight die with it
                 time.sleep(1.0)  # the server is down for a second
-                fleet.daemon.start()
+                fleet.server.start()
                 faults["server_restart"] = {"after_done": done, "down_s": round(time.monotonic() - t0, 1)}
         if stop and faults.get("restarts") and "stop" not in faults:
             killed = faults["kill"]["runner"] if isinstance(faults.get("kill"), dict) else "a"  # type: ignore[index]
@@ -633,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttl", type=int, default=6)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument(
-        "--transport", default="file", help="file, daemon, or both comma-separated (one run each, same seed)"
+        "--transport", default="file", help="file, daemon, http, or several comma-separated (one run each, same seed)"
     )
     ap.add_argument("--control", action="store_true", help="the negative control: the same agents without leases")
     ap.add_argument("--no-kill", action="store_true", help="no kill -9 of a runner (mid-task nor mid-push)")
@@ -644,8 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", help="write the figures into this markdown file (a section of its own)")
     args = ap.parse_args(argv)
     transports = [t.strip() for t in args.transport.split(",") if t.strip()]
-    if not transports or any(t not in ("file", "daemon") for t in transports):
-        ap.error("--transport: file, daemon or file,daemon")
+    if not transports or any(t not in ("file", "daemon", "http") for t in transports):
+        ap.error("--transport: file, daemon, http, or several comma-separated")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     results = []
     for transport in transports:
@@ -714,7 +716,8 @@ def write_doc(path: Path, results: list[dict], control: dict | None, argv: list[
             f"| {f.get('dead_leases', 0)} | {f.get('pruned', 0)} | **{len(res['anomalies'])}** | {res['seconds']} s |"
         )
     table = "\n".join(rows)
-    transports = " and ".join("file://" if r["transport"] == "file" else "`git daemon` (git://)" for r in results)
+    names = {"file": "file://", "daemon": "`git daemon` (git://)", "http": "smart HTTP (`git http-backend`)"}
+    transports = ", ".join(names[r["transport"]] for r in results)
     text = f"""{BEGIN}
 ## Fleet soak: `git lease work` (`make fleet-soak`)
 
@@ -753,7 +756,7 @@ What each fault showed:
   it had started goes on without it; its atomic push carries the commit, the lease's renewal and the task's
   `done` outcome together, so either all landed (the task is done, never run again) or nothing did (the task
   ran again once the lease expired); the checker found it on `main` exactly once.
-- **Server restart** (git daemon only): the daemon's whole process group killed, down for a second, started
+- **Server restart** (git daemon and HTTP): the server's whole process group killed, down for a second, started
   again on the same port. Fetches, reads of the store and pushes in flight failed; the runners said so and
   tried again; a task whose landing or release failed was re-planned once its lease was released or swept
   (the runner's own sweeper, every 30 s); every task still landed once or failed with its work kept.

@@ -41,12 +41,14 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
 
 
 @pytest.mark.slow
-def test_over_git_daemon_with_a_server_restart_the_checker_finds_nothing(tmp_path):
-    """The same run over a real ``git daemon`` (receive-pack, the server hook in it), with the daemon killed
-    and restarted mid-run on top of the other faults (about a minute: ``make test-slow``)."""
-    # TTL 12: the heartbeat's push timeout is a sixth of the TTL, and at TTL 6 (1 s) renewals over git daemon
-    # on a loaded machine outlast it, land after the client gave up, and the lease is lost (docs/reliability.md)
-    res = fleet.run(12, 2, 12, 7, keep=str(tmp_path / "run"), transport="daemon")
+@pytest.mark.parametrize("transport", ["daemon", "http"])
+def test_over_a_real_server_with_a_server_restart_the_checker_finds_nothing(tmp_path, transport):
+    """The same run over a real ``git daemon`` or smart-HTTP server (receive-pack, the server hook in it), with
+    the server killed and restarted mid-run on top of the other faults (about a minute each: ``make
+    test-slow``)."""
+    # TTL 12: the heartbeat's push timeout is a sixth of the TTL; at TTL 6 (1 s) a renewal push outlasting it on
+    # a loaded machine used to lose the lease (docs/reliability.md)
+    res = fleet.run(12, 2, 12, 7, keep=str(tmp_path / "run"), transport=transport)
     report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
     assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
     faults = res["faults"]

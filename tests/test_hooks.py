@@ -438,8 +438,11 @@ def test_pre_push_of_a_new_branch_judges_only_what_the_remotes_default_branch_la
     for k, store in enumerate(("origin", str(bare))):  # the push remote itself; the same store by its path
         git(r, "config", "lease.remote", store)
         assert commit(r, f"free/{k}", extra=("--no-verify",)).returncode == 0
-        res = run(r, "push", "-q", "origin", f"HEAD:refs/heads/topic{k}")
+        trace = r.parent / f"trace{k}"
+        res = run(r, "push", "-q", "origin", f"HEAD:refs/heads/topic{k}", env={"GIT_TRACE": str(trace)})
         assert res.returncode == 0, (store, res.stderr)
+        calls = sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines())
+        assert calls == (1 if store == "origin" else 2), calls  # the store's listing answered HEAD too
         assert commit(r, f"shared/new{k}", extra=("--no-verify",)).returncode == 0
         res = run(r, "push", "-q", "origin", f"HEAD:refs/heads/more{k}")
         assert res.returncode == 1 and "1 path inside leases held by others" in res.stderr, (store, res.stderr)

@@ -563,25 +563,27 @@ def test_ssh_agent_key_signs_like_the_key_file(tmp_path, remote_file, ssh_agent,
 def test_damaged_replay_memory_forgets_and_never_crashes(signed):
     import marshal
 
-    from gitlease.identity.replay import Seen, entry
+    from gitlease.identity.replay import Seen
 
     a, c = signed.agent("a"), signed.agent("c")
     got = a.acquire(["svc"])
     assert c.status().find(got.lease_id).valid
     path = Seen(c.repo.shared_dir(), c.store.name).path
+    tag = "gitlease-seen-1"
     damaged = [
         b"not marshal",
         b"",
         marshal.dumps([1, 2]),
-        marshal.dumps({got.lease_id: {"v": "x", "oid": 1, "exp": 0}}),
-        marshal.dumps({got.lease_id: {"v": True, "oid": "0" * 40, "exp": 0.0}}),  # a bool is not a version
-        marshal.dumps({got.lease_id: 7, 3: {"v": 1}}),
+        marshal.dumps({got.lease_id: {"v": 1}}),  # the JSON form's shape: not this format
+        marshal.dumps((tag, {got.lease_id: ("x", 1, 0)}, {})),
+        marshal.dumps((tag, {got.lease_id: (True, "0" * 40, 0.0)}, {})),  # a bool is not a version
+        marshal.dumps((tag, {got.lease_id: 7, 3: (1,)}, {got.lease_id: "soon"})),
+        marshal.dumps((tag, [], {})),
     ]
     for junk in damaged:
         Path(path).write_bytes(junk)
         assert c.status().find(got.lease_id).valid
-        mem = Seen(c.repo.shared_dir(), c.store.name).load()
-        assert entry(mem, got.lease_id)["v"] == 1  # rewritten whole from what the read saw
+        assert Seen(c.repo.shared_dir(), c.store.name).load().get(got.lease_id)["v"] == 1  # rewritten from the read
 
 
 def test_a_replay_memory_written_by_an_older_gitlease_still_catches_a_rollback(signed):

@@ -196,7 +196,7 @@ def test_replay_memory_is_written_only_when_it_changes(tmp_path, remote_file):
     fleet.clock.advance(10)
     a.renew(got.lease_id)
     c.status()
-    assert seen.load()[got.lease_id]["v"] == 2  # a change is written (and read back)
+    assert seen.load().get(got.lease_id)["v"] == 2  # a change is written (and read back)
 
 
 # ---------------------------------------------------------------------------------- batched sweep

@@ -443,6 +443,19 @@ def test_the_python_api_with_a_task_callback_and_an_injected_clock(world):
     assert sorted(world.landed()) == ["task p1", "task p2"]
 
 
+def test_work_status_reads_leases_and_outcomes_from_one_listing(world):
+    """``work --status`` (like each planning step of a runner) takes the outcomes from the listing the lease
+    snapshot came from (Snapshot.listing): one ``ls-remote``, and it sees the landed task's outcome."""
+    a = world.clone("a")
+    q = world.queue([{"id": "p1", "paths": ["src/a/x.py"]}])
+    assert work(a, str(q), "--land", "main", "--", *world.command).returncode == 0
+    trace = world.root / "trace"
+    res = cli(a, "work", "--status", str(q), "--json", env={"GIT_TRACE": str(trace)})
+    assert res.returncode == 0, res.stderr
+    assert [t["state"] for t in json.loads(res.stdout)["result"]["tasks"]] == ["done"]
+    assert sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines()) == 1
+
+
 def test_a_claim_goes_with_its_lease_when_swept_also_left_alone(world):
     """The claim of a runner that died: swept with its expired lease (audited); one left without its lease (a
     half-deleted lease) is reclaimed on its own once that lease has expired. Time is the injected clock's."""

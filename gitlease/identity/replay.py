@@ -5,10 +5,11 @@ cannot see this: every old version verifies).
 
 One file per store in the common git dir (``cache/seen-<hash>.marshal``), shared by every worktree and
 process of the clone; read once per process and again only when another process rewrote it, written (one
-rename, under a lock) only when a read saw something new. The file is a ``marshal``-ed dict, loaded in one C
-call whatever its size; each entry is checked where it is used, so a damaged file or entry forgets (as if never
-seen), never crashes and never refuses. A memory written by an older gitlease (``seen-<hash>.json``) is read
-until the first read after the upgrade rewrites it in this format.
+rename, under a lock) only when a read saw something new. The file is ``marshal``-ed: the leases still
+present apart from those seen gone, so a read compares the listing with the first only, and loads both in one
+C call whatever their size. Each entry is checked where it is used, so a damaged file or entry forgets (as if
+never seen), never crashes and never refuses. A memory written by an older gitlease (``seen-<hash>.json``) is
+read until the first read after the upgrade rewrites it in this format.
 """
 
 from __future__ import annotations
@@ -16,27 +17,74 @@ from __future__ import annotations
 import json
 import marshal
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from gitlease.core.fsutil import atomic_write, cache_path, lock_file
 
-Entry = Mapping[str, object]  # {"v": version, "oid": commit, "exp": expiry, "gone": bool (optional)}
+_TAG = "gitlease-seen-1"
+_LOADED: dict[str, tuple[tuple[int, int, int], Memory]] = {}  # Seen.load, per process
 
-_LOADED: dict[str, tuple[tuple[int, int, int], dict[str, object]]] = {}  # Seen.load, per process
 
+class Memory:
+    """What a ``Seen`` file holds: ``live`` {lease id: (version, oid, expires)} of leases last seen present,
+    ``gone`` {lease id: expires} of leases seen disappear. Shared once loaded: read it, never change it."""
 
-def entry(memory: Mapping[str, object], lease_id: str) -> Entry | None:
-    """The well-formed entry of ``lease_id`` in a loaded memory, or None (never seen, or damaged: forgotten)."""
-    v = memory.get(lease_id)
-    if (
-        isinstance(v, dict)
-        and type(v.get("v")) is int
-        and isinstance(v.get("oid"), str)
-        and isinstance(v.get("exp"), (int, float))
-        and isinstance(v.get("gone", False), bool)
-    ):
-        return v
-    return None
+    __slots__ = ("live", "gone")
+
+    def __init__(self, live: dict[str, object] | None = None, gone: dict[str, object] | None = None) -> None:
+        self.live: dict[str, object] = live if live is not None else {}
+        self.gone: dict[str, object] = gone if gone is not None else {}
+
+    def get(self, lease_id: str) -> dict[str, object] | None:
+        """{"v", "oid", "exp"[, "gone": True]} of a lease, or None: never seen, or its entry damaged (forgotten)."""
+        exp = self.gone.get(lease_id)
+        if isinstance(exp, (int, float)) and not isinstance(exp, bool):
+            return {"v": 0, "oid": "", "exp": exp, "gone": True}
+        v = self.live.get(lease_id)
+        if (
+            type(v) is tuple
+            and len(v) == 3
+            and type(v[0]) is int
+            and isinstance(v[1], str)
+            and isinstance(v[2], (int, float))
+            and not isinstance(v[2], bool)
+        ):
+            return {"v": v[0], "oid": v[1], "exp": v[2]}
+        return None
+
+    def __len__(self) -> int:
+        return len(self.live) + len(self.gone)
+
+    def dump(self) -> bytes:
+        return marshal.dumps((_TAG, self.live, self.gone))
+
+    @classmethod
+    def parse(cls, data: bytes) -> Memory:
+        try:
+            doc = marshal.loads(data)
+        except (ValueError, EOFError, TypeError):
+            return cls()
+        if type(doc) is tuple and len(doc) == 3 and doc[0] == _TAG and type(doc[1]) is dict and type(doc[2]) is dict:
+            return cls(doc[1], doc[2])
+        return cls()
+
+    @classmethod
+    def from_legacy(cls, doc: object) -> Memory:
+        """The earlier JSON form: {lease id: {"v", "oid", "exp"[, "gone"]}}."""
+        out = cls()
+        if not isinstance(doc, dict):
+            return out
+        for k, v in doc.items():
+            if not isinstance(v, dict):
+                continue
+            ver, oid, exp, gone = v.get("v"), v.get("oid"), v.get("exp"), v.get("gone", False)
+            if type(ver) is not int or not isinstance(oid, str) or type(exp) not in (int, float):
+                continue
+            if gone is True:
+                out.gone[str(k)] = exp
+            elif gone is False:
+                out.live[str(k)] = (ver, oid, exp)
+        return out
 
 
 class Seen:
@@ -49,13 +97,12 @@ class Seen:
     KEEP = 7 * 86400  # forget leases this long after their last known expiry
 
     def __init__(self, folder: str, store_name: str) -> None:
-        self.path = cache_path(folder, "seen", store_name)[: -len(".json")] + ".marshal"
         self._legacy = cache_path(folder, "seen", store_name)
+        self.path = self._legacy[: -len(".json")] + ".marshal"
 
-    def load(self) -> Mapping[str, object]:
-        """The memory as a mapping of lease id to entry; read entries with ``entry`` (a damaged one forgets).
-        Read once per process: again only when the file changed since (another process wrote it). The mapping
-        returned is shared: read it, never change it."""
+    def load(self) -> Memory:
+        """The memory. Read once per process: again only when the file changed since (another process wrote
+        it). The memory returned is shared: read it, never change it."""
         try:
             st = os.stat(self.path)
         except OSError:
@@ -66,24 +113,22 @@ class Seen:
             return got[1]
         try:
             with open(self.path, "rb") as fh:
-                doc = marshal.loads(fh.read())
-        except (OSError, ValueError, EOFError, TypeError):
-            doc = {}
-        out = doc if isinstance(doc, dict) else {}
+                out = Memory.parse(fh.read())
+        except OSError:
+            out = Memory()
         _LOADED[self.path] = (sig, out)
         return out
 
-    def _read_legacy(self) -> dict[str, object]:
+    def _read_legacy(self) -> Memory:
         try:
             with open(self._legacy, encoding="utf-8") as fh:
-                doc = json.load(fh)
+                return Memory.from_legacy(json.load(fh))
         except (OSError, ValueError):
-            return {}
-        return doc if isinstance(doc, dict) else {}
+            return Memory()
 
     @staticmethod
-    def replay_problem(before: Mapping[str, object], lease_id: str, version: int, oid: str) -> str | None:
-        prev = entry(before, lease_id)
+    def replay_problem(before: Memory, lease_id: str, version: int, oid: str) -> str | None:
+        prev = before.get(lease_id)
         if not prev:
             return None
         if prev.get("gone"):
@@ -99,12 +144,12 @@ class Seen:
         return None
 
     def update(
-        self, before: Mapping[str, object], listed: Iterable[tuple[str, int, str, float]], present: set[str], now: float
+        self, before: Memory, listed: Iterable[tuple[str, int, str, float]], present: set[str], now: float
     ) -> None:
         """Merge what one complete listing saw: (lease id, version, oid, expires) of each valid lease, and the
-        set of every lease id present. A lease remembered *before* the listing began and absent from it is
-        marked gone (one first seen by a later read is not: our listing may predate it). Entries past their
-        expiry by ``KEEP`` are dropped when the file is written."""
+        set of every lease id present. A lease remembered present *before* the listing began and absent from
+        it is marked gone (one first seen by a later read is not: our listing may predate it). Entries past
+        their expiry by ``KEEP`` are dropped when the file is written."""
         listed = list(listed)
         try:
             lock = lock_file(self.path + ".lock")
@@ -112,39 +157,48 @@ class Seen:
             return  # a memory that cannot be written only forgets
         with lock:
             seen = self.load()
-            changes: dict[str, dict[str, object]] = {}
+            live: dict[str, tuple[int, str, float]] = {}
+            gone: dict[str, float] = {}
             for lease_id, version, oid, expires in listed:
-                cur = entry(seen, lease_id)
+                cur = seen.get(lease_id)
                 if cur and cur.get("gone"):
                     continue
                 if cur is None or cur["v"] < version:  # type: ignore[operator]
-                    changes[lease_id] = {"v": version, "oid": oid, "exp": expires}
-            for lease_id in before.keys() - present:
-                cur = entry(seen, lease_id)
-                if cur is not None and entry(before, lease_id) is not None and not cur.get("gone"):
-                    changes[lease_id] = dict(changes.get(lease_id, cur), gone=True)
-            if not changes and os.path.exists(self.path):
+                    live[lease_id] = (version, oid, expires)
+            for lease_id in before.live.keys() - present:
+                cur = seen.get(lease_id)
+                if cur is not None and before.get(lease_id) is not None and not cur.get("gone"):
+                    gone[lease_id] = cur["exp"]  # type: ignore[assignment]
+            if not live and not gone and os.path.exists(self.path):
                 return  # nothing new: the file stays as it is (and no other process re-reads it)
             cutoff = now - self.KEEP
-            out: dict[str, object] = {}
-            for k in seen:
-                e = entry(seen, k) if isinstance(k, str) else None
-                if e is not None and e["exp"] >= cutoff:  # type: ignore[operator]
-                    out[k] = e
-            for k, v in changes.items():
-                if v["exp"] >= cutoff:  # type: ignore[operator]
-                    out[k] = v
+            out = Memory()
+            for k in seen.live:
+                e = seen.get(k) if isinstance(k, str) and k not in gone else None
+                if e is not None and not e.get("gone") and e["exp"] >= cutoff:  # type: ignore[operator]
+                    out.live[k] = (e["v"], e["oid"], e["exp"])
+            for k, exp in seen.gone.items():
+                if isinstance(k, str) and type(exp) in (int, float) and exp >= cutoff:  # type: ignore[operator]
+                    out.gone[k] = exp
+            for k, (version, oid, expires) in live.items():
+                if expires >= cutoff:
+                    out.live[k] = (version, oid, expires)
+            for k, exp in gone.items():
+                out.live.pop(k, None)
+                if exp >= cutoff:
+                    out.gone[k] = exp
             try:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                atomic_write(self.path, marshal.dumps(out))
+                atomic_write(self.path, out.dump())
                 st = os.stat(self.path)
             except OSError:
                 return  # a memory that cannot be written only forgets
             _LOADED[self.path] = ((st.st_ino, st.st_mtime_ns, st.st_size), out)
-            try:
-                os.unlink(self._legacy)  # read until now: what it held is in the new file
-            except OSError:
-                pass
+            for old in (self._legacy, self._legacy + ".lock"):  # read until now: what it held is in the new file
+                try:
+                    os.unlink(old)
+                except OSError:
+                    pass
 
 
-__all__ = ["Seen", "entry"]
+__all__ = ["Seen", "Memory"]

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -62,6 +62,7 @@ from gitlease.service.views import (
 )
 
 if TYPE_CHECKING:  # verification and the audit log are imported where used: not on every command's start-up
+    from gitlease.identity.replay import Memory
     from gitlease.identity.trust import Trust
     from gitlease.service.audit import Appended, AuditLog
     from gitlease.service.recordcache import RecordCache
@@ -1102,6 +1103,7 @@ class LeaseService:
                     trust=trust.describe(),
                     signed_store=trust.signed,
                     foreign=foreign_refs(refs),
+                    listing=refs,
                 )
         finally:
             kept.close()
@@ -1127,6 +1129,7 @@ class LeaseService:
             signed_store=trust.signed,
             foreign=foreign_refs(refs),
             restricted_to=tuple(paths) if paths is not None else None,
+            listing=refs,
         )
 
     def _restrict(
@@ -1161,9 +1164,7 @@ class LeaseService:
         got.update(new)
         return {o: b for o, (b, _) in got.items()}, {o: p for o, (_, p) in got.items()}
 
-    def _verify(
-        self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: Mapping[str, object]
-    ) -> None:
+    def _verify(self, views: list[LeaseView], blobs: dict[str, Blob], trust: Trust, before: Memory) -> None:
         """Check each lease's whole history (trust.Trust.check_chain) and this machine's replay memory; every
         problem makes the view invalid, so its scope stays blocked (fail closed)."""
         from gitlease.identity.trust import MEMO
@@ -1184,7 +1185,7 @@ class LeaseService:
         views: list[LeaseView],
         blobs: dict[str, Blob],
         trust: Trust,
-        before: Mapping[str, object],
+        before: Memory,
         heads: set[str],
         now: float,
     ) -> None:

@@ -108,6 +108,8 @@ class Snapshot:
     signed_store: bool = False
     foreign: list[str] = field(default_factory=list)  # refs under refs/leases/ that are not gitlease's (faults)
     restricted_to: tuple[str, ...] | None = None  # only the leases bearing on these paths (snapshot(paths=...))
+    # every ref the read listed under refs/leases/ (outcome refs too): more of the same listing, no second read
+    listing: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     _index: tuple[int, int, PathIndex[int, None]] | None = field(default=None, init=False, repr=False, compare=False)
 

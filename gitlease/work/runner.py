@@ -441,9 +441,8 @@ class Runner:
         if self._unreleased:
             self._retry_releases()
             snap = svc.snapshot(use_cache=False)
-        refs = svc.store.list_refs()
-        with self._lock:
-            outs = self._outcomes.read(refs)
+        with self._lock:  # the outcomes as the same listing had them: one read of the store per step
+            outs = self._outcomes.read(snap.listing)
             self.last_outcomes = outs
             self.last_tasks = [t.id for t in tasks]
         now = self.clock.now()
@@ -1135,7 +1134,7 @@ def queue_status(repo: str, tasks, *, granularity: str | None = None, remote: st
     source = make_source(repo, tasks, granularity=granularity, remote=remote)
     svc = open_service(repo, remote=remote, clock=clock)
     snap = svc.snapshot(use_cache=False)
-    outs = Outcomes(svc).read(svc.store.list_refs())
+    outs = Outcomes(svc).read(snap.listing)
     now = clock.now()
     claims: dict[str, Any] = {}
     for lv in snap.leases:
