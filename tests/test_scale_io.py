@@ -49,6 +49,20 @@ def test_a_read_is_one_ls_remote(tmp_path, remote_file, monkeypatch, signed_stor
     assert _ls_remotes(trace) == 2  # trust already read by this service: HEAD is not asked for again
 
 
+def test_a_signed_read_looks_for_the_trust_files_commit_once(signed, tmp_path, monkeypatch):
+    """The trust file's commit (the listing's HEAD) is fetched with the lease objects; reading the trust file
+    then does not ask git again whether that commit is here."""
+    got = signed.agent("a").acquire(["svc"], ttl=60)
+    c = signed.agent("c")
+    c.status()  # fetches everything
+    trace = tmp_path / "trace"
+    monkeypatch.setenv("GIT_TRACE", str(trace))
+    d = signed.agent("c")  # a new service on the same clone, as a new process
+    assert d.status().find(got.lease_id).verification == "verified"
+    checks = [ln for ln in trace.read_text().splitlines() if "built-in: git cat-file" in ln and "batch-check" in ln]
+    assert len(checks) == 1, checks  # the lease objects and HEAD's commit, in one look
+
+
 def test_without_a_trust_file_to_read_head_is_not_asked_for(tmp_path, remote_file, monkeypatch):
     fleet = Fleet(tmp_path, remote_file.url)
     fleet.agent("a").acquire(["svc"], ttl=60)

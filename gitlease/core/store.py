@@ -202,6 +202,7 @@ class RemoteStore(Store):
         super().__init__(repo_dir, timeout=timeout)
         self.remote = remote
         self._head: tuple[tuple[str, str] | None, bool] | None = None  # HEAD as the last listing saw it
+        self._head_here: str | None = None  # that HEAD's commit, once ensure_objects made it readable here
 
     @property
     def name(self) -> str:
@@ -261,6 +262,7 @@ class RemoteStore(Store):
                 refs[ref] = left
         if head:
             self._head = ((branch or "HEAD", oid) if oid else None, True)
+            self._head_here = None
         return refs
 
     def _ls_remote(self, argv: list[str], timeout: float | None) -> gitcmd.Result:
@@ -298,13 +300,17 @@ class RemoteStore(Store):
             got = (branch or "HEAD", oid) if oid else None
         if got is None:
             return None
-        self.ensure_objects([got[1]], timeout=timeout)
+        if got[1] != self._head_here:  # fetched with the lease objects since the listing: no second look
+            self.ensure_objects([got[1]], timeout=timeout)
         return got
 
     def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
         oids = list(oids)
         present = _batch_check(self.repo_dir, oids)
         missing = [o for o in oids if o not in present]
+        listed = self._head[0][1] if self._head is not None and self._head[0] is not None else None
+        if listed is not None and listed in present:
+            self._head_here = listed
         if not missing:
             return
         try:
