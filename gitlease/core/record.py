@@ -384,6 +384,12 @@ def from_json(obj: Any) -> Record:
 
 
 _new = object.__new__
+
+
+def _all_str(items: tuple[Any, ...]) -> bool:
+    return all(type(x) is str for x in items)
+
+
 _OWNER_FIELDS = ("task_id", "agent_id", "host", "pid", "pid_start", "key")
 _PROGRESS_FIELDS = ("note", "counter", "at")
 
@@ -421,7 +427,7 @@ def from_fields(t: tuple[Any, ...]) -> Record:
     if not isinstance(t, tuple) or len(t) != 19 or not isinstance(t[4], tuple) or len(t[4]) != 6:
         raise ValueError("not a kept record")
     paths, pr = t[2], t[13]
-    if type(paths) is not tuple or not paths or not all(type(x) is str for x in paths):
+    if type(paths) is not tuple or not paths or not (type(paths[0]) is str if len(paths) == 1 else _all_str(paths)):
         raise ValueError("not a kept record")
     if pr is not None and (not isinstance(pr, tuple) or len(pr) != 3):
         raise ValueError("not a kept record")
