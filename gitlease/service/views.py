@@ -23,7 +23,6 @@ from gitlease.core.refnames import (
     SCOPE_REF,
     TASK_PREFIX,
     decode_segment,
-    id_ref,
     path_of_scope_ref,
 )
 from gitlease.core.store import Blob
@@ -71,9 +70,10 @@ class LeaseView:
 
     def refs(self) -> dict[str, str]:
         out = dict(self.scope_refs)
-        out.update(self.task_refs)
+        if self.task_refs:
+            out.update(self.task_refs)
         if self.current_oid:
-            out[id_ref(self.lease_id)] = self.current_oid
+            out[ID_PREFIX + self.lease_id] = self.current_oid  # id_ref
         return out
 
     def to_json(self, now: float, skew: int) -> dict[str, object]:
