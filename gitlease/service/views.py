@@ -261,10 +261,16 @@ def build_views(
     scope_dir = SCOPE_REF + "/"
     cut = len(scope_dir)
     view: LeaseView | None  # None for a grant whose lease has no id ref (yet)
+    id_refs: list[tuple[str, str]] = []  # read after every scope ref, in the listing's order
+    task_refs: dict[str, str] = {}
     for ref, oid in refs.items():
         if not ref.startswith(scope_dir):
+            if ref.startswith(ID_PREFIX):
+                id_refs.append((ref, oid))
+            elif ref.startswith(TASK_PREFIX):
+                task_refs[ref] = oid
             if ref != SCOPE_REF:
-                continue  # id refs are read below; foreign refs (foreign_refs) block nothing
+                continue  # foreign refs (foreign_refs) block nothing
         # The common case without decoding: the ref spells, in letters, digits, '-', '_' and '/' only, a path of
         # the record it points at (parsed: normalised and checked), which is what path_of_scope_ref answers.
         suffix = ref[cut:]
@@ -286,11 +292,10 @@ def build_views(
             )
             continue
         by_grant.setdefault(oid, {})[ref] = path
-    for ref, oid in refs.items():
-        if not ref.startswith(ID_PREFIX):
-            continue
-        lease_id = ref[len(ID_PREFIX) :]
-        rec, problem = parse_oid(oid)
+    skip = len(ID_PREFIX)
+    for ref, oid in id_refs:
+        lease_id = ref[skip:]
+        rec, problem = parsed.get(oid) or parse_oid(oid)
         view = LeaseView(
             lease_id=lease_id,
             paths=rec.paths if rec else (),
@@ -304,7 +309,7 @@ def build_views(
             view.problems.append(f"record names lease {rec.lease_id}, not {lease_id}")
         views[lease_id] = view
     for grant, refmap in by_grant.items():
-        grec, problem = parse_oid(grant)
+        grec, problem = parsed.get(grant) or parse_oid(grant)
         paths = tuple(refmap.values()) if len(refmap) == 1 else tuple(sorted(refmap.values()))
         if grec is None:
             bad.append(
@@ -341,7 +346,7 @@ def build_views(
         if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
-    _attach_task_refs(refs, parse_oid, views)
+    _attach_task_refs(task_refs, parse_oid, views)
     for view in views.values():
         if view.grant_oid is None and view.record is not None and not view.problems:
             view.problems.append(HALF_DELETED)
