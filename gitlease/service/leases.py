@@ -1193,11 +1193,15 @@ class LeaseService:
         if missing:
             blobs = dict(blobs)
             blobs.update(self.store.read(missing, fetch=False))
-        known = {
-            at: v.record
-            for v in views
-            if v.record is not None and not v.problems and (at := v.current_oid or v.grant_oid)
-        }
+        known = (
+            {  # records parsed already, for the versions a walk reads (none when every head was verified)
+                at: v.record
+                for v in views
+                if v.record is not None and not v.problems and (at := v.current_oid or v.grant_oid)
+            }
+            if walk
+            else {}
+        )
         from gitlease.identity.trust import Seen
 
         check_chain, replay_problem = trust.check_chain, Seen.replay_problem
