@@ -4,9 +4,10 @@
     .venv/bin/python bench/scale.py --write docs/performance.md      # also (re)write its section there
 
 Rows: ``git lease status`` at several lease counts against ``git ls-remote`` of the same store (the cost each
-adds per lease, 10 to the largest count); ``sweep-stale`` of 10 / 100 / 1,000 expired leases (pushes counted on
-the server by a reference-transaction hook, soak/serverlog.py) against one ``git push --atomic`` deleting the same
-refs; the rows of bench/scale_cpu.py (the CPU half of the issue) when that module is there. Every figure is the
+adds per lease, 10 to the largest count), and beside them a floor: a minimal Python program that runs the same
+``ls-remote`` and prints each lease's id and commit as JSON (what Python alone adds per lease, no record read or
+checked); ``sweep-stale`` of 10 / 100 / 1,000 expired leases (pushes counted on the server by a
+reference-transaction hook, soak/serverlog.py) against one ``git push --atomic`` deleting the same refs; the rows of bench/scale_cpu.py (the CPU half of the issue) when that module is there. Every figure is the
 CPU time of the whole process tree (user + system of the waited-for children), the median of interleaved runs.
 A curve of status, sweep and pre-push CPU against the lease count is written as an SVG next to the doc (stdlib only).
 The section sits between ``<!-- scale:begin -->`` and ``<!-- scale:end -->``; bench/run.py keeps it.
@@ -231,18 +232,45 @@ def prepush_setup(client: Path, url: str, files: int = 100) -> tuple[str, str]:
     return parent, tree
 
 
+# The floor: the least a Python reader of the store can cost. It runs the same ``git ls-remote`` as a status, splits
+# its lines into a dict and prints each lease's id and commit as JSON: no record, no check, no cache.
+FLOOR = """\
+import json, subprocess, sys
+out = subprocess.run(["git", "ls-remote", sys.argv[1], "refs/leases/*"], capture_output=True, check=True).stdout
+refs = {}
+for line in out.decode().splitlines():
+    oid, _, ref = line.partition("\\t")
+    refs[ref] = oid
+cut = len("refs/leases/id/")
+leases = [{"leaseId": ref[cut:], "oid": oid} for ref, oid in refs.items() if ref.startswith("refs/leases/id/")]
+print(json.dumps({"leases": leases}, sort_keys=True))
+"""
+
+
+def floor_program(tmp: Path) -> list[str]:
+    """The argv of the floor program (FLOOR), run by the interpreter gitlease runs under."""
+    path = tmp / "floor.py"
+    path.write_text(FLOOR, encoding="utf-8")
+    return [sys.executable, str(path)]
+
+
 def status_rows(tmp: Path, counts: list[int], rounds: int, log) -> list[dict]:
     rows = []
+    floor = floor_program(tmp)
     for n in counts:
         bare, client, url = new_store(tmp, f"status{n}")
         populate(bare, n, expired=False, tag="s")
         git("pack-refs", "--all", cwd=bare)
         first = cpu_of([*LEASE, "status", "--json"], client)  # fetches the objects, fills the record cache
         push_base, tree = prepush_setup(client, url)
-        ours, base, hooked, plain = [], [], [], []
+        listed = json.loads(subprocess.run([*floor, url], cwd=client, capture_output=True, check=True).stdout)
+        if len(listed["leases"]) != n:
+            raise RuntimeError(f"the floor program lists {len(listed['leases'])} leases, not {n}")
+        ours, base, least, hooked, plain = [], [], [], [], []
         for k in range(rounds if n < 10_000 else min(rounds, 2)):  # interleaved (a large store: fewer rounds)
             ours.append(cpu_of([*LEASE, "status", "--json"], client))
             base.append(cpu_of(["git", "ls-remote", url, "refs/leases/*"], client))
+            least.append(cpu_of([*floor, url], client))
             c1 = git("commit-tree", tree, "-p", push_base, "-m", f"h{k} {time.time_ns()}", cwd=client).strip()
             c2 = git("commit-tree", tree, "-p", push_base, "-m", f"p{k} {time.time_ns()}", cwd=client).strip()
             hooked.append(cpu_of(["git", "push", "-q", url, f"{c1}:refs/heads/h{k}"], client))
@@ -251,12 +279,16 @@ def status_rows(tmp: Path, counts: list[int], rounds: int, log) -> list[dict]:
             "n": n,
             "status": statistics.median(ours),
             "ls_remote": statistics.median(base),
+            "floor": statistics.median(least),
             "first": first,
             "hooked": statistics.median(hooked),
             "plain": statistics.median(plain),
         }
         rows.append(row)
-        log(f"status n={n}: {row['status'] * 1000:.0f} ms CPU, ls-remote {row['ls_remote'] * 1000:.1f} ms")
+        log(
+            f"status n={n}: {row['status'] * 1000:.0f} ms CPU, ls-remote {row['ls_remote'] * 1000:.1f} ms, "
+            f"floor {row['floor'] * 1000:.1f} ms"
+        )
     return rows
 
 
@@ -390,6 +422,14 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
             f"| status: added cost per lease, {lo['n']:,} to {hi['n']:,} | {ours * 1e6:.0f} us | ls-remote "
             f"{theirs * 1e6:.1f} us ({ours / theirs:.1f}x) | at most 3x | {met(ours <= 3 * theirs)} |"
         )
+        if "floor" in lo and "floor" in hi:
+            least = (hi["floor"] - lo["floor"]) / dn
+            lines.append(
+                f"| floor: a minimal Python reader's added cost per lease, {lo['n']:,} to {hi['n']:,} (no record, "
+                f"no check: the same `ls-remote`, its lines split into a dict, each lease's id and commit printed as "
+                f"JSON; {lo['floor'] * 1000:.0f} / {hi['floor'] * 1000:.0f} ms CPU) | {least * 1e6:.1f} us | "
+                f"ls-remote {theirs * 1e6:.1f} us ({least / theirs:.1f}x) | | |"
+            )
         if hi["n"] >= 10_000:
             lines.append(
                 f"| status at {hi['n']:,} leases | {hi['status']:.2f} s CPU | | under 1 s | {met(hi['status'] < 1)} |"
@@ -418,6 +458,9 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
                 f"{met(r['ours'] <= 1.2 * r['base'])} |"
             )
     lines += cpu_rows
+    floor = _floor_note(status)
+    if floor:
+        lines += ["", floor]
     if any("**not met**" in ln for ln in lines if "status" in ln):
         lines += [
             "",
@@ -441,6 +484,25 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         "",
     ]
     return "\n".join(lines)
+
+
+def _floor_note(status: list[dict]) -> str:
+    """What the floor row says of the status target, in words, from this run's figures."""
+    if len(status) < 2 or "floor" not in status[0] or "floor" not in status[-1]:
+        return ""
+    lo, hi = status[0], status[-1]
+    dn = hi["n"] - lo["n"]
+    theirs = max((hi["ls_remote"] - lo["ls_remote"]) / dn, 1e-9)
+    least = (hi["floor"] - lo["floor"]) / dn
+    ours = (hi["status"] - lo["status"]) / dn
+    return (
+        f"The floor row is a program that only reads the listing and prints it: {least * 1e6:.1f} us a lease, "
+        f"{least / theirs:.1f}x what `ls-remote` adds (which includes that `ls-remote`), so Python alone (reading "
+        f"git's output, one dict entry and one JSON object a lease) uses {least / (3 * theirs):.0%} of "
+        f"the 3x budget before any record is read or checked. `status` adds {ours * 1e6:.0f} us a lease, "
+        f"{max(ours - least, 0) * 1e6:.0f} us over the floor: its records, history and replay checks, and the "
+        "fuller JSON of each lease."
+    )
 
 
 def cpu_half_rows(quick: bool, log) -> list[str]:

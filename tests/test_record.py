@@ -208,7 +208,12 @@ def test_a_record_kept_as_fields_comes_back_equal_with_its_timestamps():
     )
     rec = rec.next_version(now=1_700_000_010.0, ttl=90, progress=records.Progress("half", 3, "2023-11-14T22:13:30Z"))
     back = records.from_fields(records.to_fields(rec))
-    assert back == rec and records.canonical(back.to_json()) == rec.canonical()
+    assert back == rec and records.canonical(back.to_json()) == rec.canonical() and hash(back) == hash(rec)
+    import dataclasses
+
+    for kept, made in ((back, rec), (back.owner, rec.owner), (back.progress, rec.progress)):
+        names = {f.name for f in dataclasses.fields(made)}
+        assert names <= set(vars(kept)) and {k: vars(kept)[k] for k in names} == {k: vars(made)[k] for k in names}
     assert (back.expires, back.renewed, back.stop_deadline) == (rec.expires, rec.renewed, rec.stop_deadline)
     import marshal
 

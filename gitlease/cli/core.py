@@ -335,6 +335,12 @@ def _signature_text(h: dict) -> str:
     return who
 
 
+def _with_held(doc: dict, here: bool) -> dict:
+    """A lease's JSON (a fresh dict from LeaseView.to_json) with ``heldHere``, without copying it."""
+    doc["heldHere"] = here
+    return doc
+
+
 @command("status")
 def status(
     mine: Annotated[bool, typer.Option("--mine", help="Only the leases this worktree holds.")] = False,
@@ -364,7 +370,7 @@ def status(
         "error": snap.error,
         "trust": snap.trust,
         "signed": snap.signed_store,
-        "leases": [dict(v.to_json(now, skew), heldHere=v.lease_id in held) for v in snap.leases],
+        "leases": [_with_held(v.to_json(now, skew), v.lease_id in held) for v in snap.leases],
         "foreign": snap.foreign,
     }
     lines = []  # --json prints the result only

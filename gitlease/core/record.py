@@ -117,6 +117,11 @@ class Record:
         """``stopBy``, or ``expiresAt`` for a record without one."""
         return parse_iso(self.stop_by) if self.stop_by is not None else self.expires
 
+    @cached_property
+    def path_set(self) -> frozenset[str]:
+        """``paths`` as a set (membership in a wide scope)."""
+        return frozenset(self.paths)
+
     @property
     def stop_after(self) -> int:
         """Seconds from a renewal to its stop deadline (what each renewal carries over)."""
@@ -378,6 +383,17 @@ def from_json(obj: Any) -> Record:
 # ------------------------------------------------------------ a parsed record, kept
 
 
+_new = object.__new__
+
+
+def _all_str(items: tuple[Any, ...]) -> bool:
+    return all(type(x) is str for x in items)
+
+
+_OWNER_FIELDS = ("task_id", "agent_id", "host", "pid", "pid_start", "key")
+_PROGRESS_FIELDS = ("note", "counter", "at")
+
+
 def to_fields(rec: Record) -> tuple[Any, ...]:
     """A record as plain values (``marshal`` can write them): what ``from_fields`` rebuilds, its parsed
     timestamps included. For a cache of records already parsed and validated (service/recordcache.py)."""
@@ -411,16 +427,27 @@ def from_fields(t: tuple[Any, ...]) -> Record:
     if not isinstance(t, tuple) or len(t) != 19 or not isinstance(t[4], tuple) or len(t[4]) != 6:
         raise ValueError("not a kept record")
     paths, pr = t[2], t[13]
-    if type(paths) is not tuple or not paths or not all(type(x) is str for x in paths):
+    if type(paths) is not tuple or not paths or not (type(paths[0]) is str if len(paths) == 1 else _all_str(paths)):
         raise ValueError("not a kept record")
     if pr is not None and (not isinstance(pr, tuple) or len(pr) != 3):
         raise ValueError("not a kept record")
-    rec = Record(
+    if type(t[16]) is not float or type(t[17]) is not float or type(t[18]) is not float:
+        raise ValueError("not a kept record")
+    # Built as the dataclasses' own __init__ would (fields into __dict__, the cached timestamps beside them),
+    # without a frozen __setattr__ call per field: this runs once per lease on every read.
+    owner = _new(Owner)
+    owner.__dict__.update(zip(_OWNER_FIELDS, t[4]))
+    progress = None
+    if pr is not None:
+        progress = _new(Progress)
+        progress.__dict__.update(zip(_PROGRESS_FIELDS, pr))
+    rec = _new(Record)
+    rec.__dict__.update(
         lease_id=t[0],
         repo=t[1],
         paths=paths,
         workspace_id=t[3],
-        owner=Owner(*t[4]),
+        owner=owner,
         version=t[5],
         acquired_at=t[6],
         renewed_at=t[7],
@@ -429,14 +456,13 @@ def from_fields(t: tuple[Any, ...]) -> Record:
         nonce=t[10],
         status=t[11],
         renew_every=t[12],
-        progress=Progress(*pr) if pr is not None else None,
+        progress=progress,
         schema=t[14],
         stop_by=t[15],
+        renewed=t[16],
+        expires=t[17],
+        stop_deadline=t[18],
     )
-    if type(t[16]) is not float or type(t[17]) is not float or type(t[18]) is not float:
-        raise ValueError("not a kept record")
-    cache = rec.__dict__
-    cache["renewed"], cache["expires"], cache["stop_deadline"] = t[16], t[17], t[18]
     return rec
 
 

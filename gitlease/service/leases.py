@@ -1202,25 +1202,30 @@ class LeaseService:
         if missing:
             blobs = dict(blobs)
             blobs.update(self.store.read(missing, fetch=False))
-        known = {
-            at: v.record
-            for v in views
-            if v.record is not None and not v.problems and (at := v.current_oid or v.grant_oid)
-        }
+        known = (
+            {  # records parsed already, for the versions a walk reads (none when every head was verified)
+                at: v.record
+                for v in views
+                if v.record is not None and not v.problems and (at := v.current_oid or v.grant_oid)
+            }
+            if walk
+            else {}
+        )
+        from gitlease.identity.replay import Seen
+
+        check_chain, replay_problem = trust.check_chain, Seen.replay_problem
         for v in views:
-            head = v.current_oid or v.grant_oid
+            current = v.current_oid
+            head = current or v.grant_oid
             if v.record is None or head is None:
                 v.verification = INVALID
                 continue
-            chk = trust.check_chain(
-                v.lease_id, head, v.grant_oid if v.current_oid else None, parents, blobs, now, known, memo=MEMO
-            )
+            chk = check_chain(v.lease_id, head, v.grant_oid if current else None, parents, blobs, now, known, memo=MEMO)
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
-            v.problems.extend(p for p in chk.problems if p not in v.problems)
-            if v.current_oid:
-                from gitlease.identity.replay import Seen
-
-                replay = Seen.replay_problem(before, v.lease_id, v.record.version, v.current_oid)
+            if chk.problems:
+                v.problems.extend(p for p in chk.problems if p not in v.problems)
+            if current:
+                replay = replay_problem(before, v.lease_id, v.record.version, current)
                 if replay:
                     v.problems.append(replay)
 
