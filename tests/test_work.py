@@ -456,6 +456,46 @@ def test_work_status_reads_leases_and_outcomes_from_one_listing(world):
     assert sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines()) == 1
 
 
+def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_goes_through(world):
+    """The release after a landing fails (the server refuses it once, as when it is down): the worktree its lease
+    still binds is kept out of the pool, and given back when a later planning step's retry releases the lease;
+    nothing is left bound to the runner (seen over smart HTTP with a server restart in the fleet soak)."""
+    import gitlease
+    from gitlease import open_service
+    from gitlease.core.clock import FakeClock
+    from gitlease.worktree.manager import WorktreeManager
+
+    hooks = world.remote / "hooks"
+    (hooks / "pre-receive").rename(hooks / "pre-receive.real")
+    flag = world.root / "refuse-release"
+    flag.write_text("")
+    wrapper = hooks / "pre-receive"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "input=$(cat)\n"
+        f"if [ -f '{flag}' ] && printf '%s\\n' \"$input\" | grep -q ' 0\\{{40\\}} refs/leases/id/'; then\n"
+        f"  rm -f '{flag}'; echo 'release refused once' >&2; exit 1\n"
+        "fi\n"
+        f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    a = world.clone("a")
+    events = []
+    summary = gitlease.work(
+        [{"id": "r1", "paths": ["src/a/x.py"]}, {"id": "r2", "paths": ["src/b/y.py"]}],
+        repo=str(a),
+        command=world.command,
+        land="main",
+        clock=FakeClock(time.time()),
+        on_event=events.append,
+    )
+    assert summary.done == ["r1", "r2"], [e.line() for e in events]
+    assert not flag.exists()  # one release was refused, and retried
+    assert world.lease_refs() == []
+    states = [w.meta.state for w in WorktreeManager(open_service(str(a))).managed()]
+    assert states and all(s == "free" for s in states), states
+
+
 def test_a_claim_goes_with_its_lease_when_swept_also_left_alone(world):
     """The claim of a runner that died: swept with its expired lease (audited); one left without its lease (a
     half-deleted lease) is reclaimed on its own once that lease has expired. Time is the injected clock's."""

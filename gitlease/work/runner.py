@@ -229,6 +229,8 @@ class Runner:
         self._inflight: set[str] = set()
         self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
         self._unreleased: dict[str, LeaseService] = {}  # leases whose release failed: the store unreachable
+        # worktrees such a lease still binds: given back once its release goes through (_retry_releases)
+        self._pending_back: dict[str, tuple[Any, str]] = {}
         self.stats: dict[str, TaskStats] = {}
         self.lease_waits = 0
         self._waited: set[tuple[str, str]] = set()
@@ -739,11 +741,28 @@ class Runner:
         self._release(wsvc, lease_id)
         with contextlib.suppress(GitLeaseError):
             self._fetch_base()
-        with contextlib.suppress(GitLeaseError):
-            state, ref = manager.give_back(att.id)
-            if state == "quarantined":
-                self.emit("quarantined", n, task.id, ref=ref)
+        self._give_back(n, task.id, manager, att.id, lease_id, say=True)
         self.emit("done", n, task.id, attempt=attempt)
+
+    def _give_back(self, n: int, task_id: str, manager: Any, wt: str, lease_id: str, *, say: bool = False) -> None:
+        """The task's worktree back to the pool (quarantined when it holds work: said when ``say``). One its
+        lease still binds because the release failed (the store unreachable) is given back when the release
+        goes through (_retry_releases), not left bound to this live runner, which no prune would free."""
+        try:
+            state, ref = manager.give_back(wt)
+        except GitLeaseError:
+            return
+        if state == "quarantined" and say:
+            self.emit("quarantined", n, task_id, ref=ref)
+        if state != "kept":
+            return
+        with self._lock:
+            pending = lease_id in self._unreleased
+            if pending:
+                self._pending_back[lease_id] = (manager, wt)
+        if not pending:  # released meanwhile by another worker's retry: free now
+            with contextlib.suppress(GitLeaseError):
+                manager.give_back(wt)
 
     def _failed(self, n, task, prev, attempt, lease_id, wsvc, manager, att, exc: _Fail, st: TaskStats) -> None:
         ref = None
@@ -781,8 +800,7 @@ class Runner:
             st.state = state
         self._release(wsvc, lease_id)
         if att is not None:
-            with contextlib.suppress(GitLeaseError):
-                manager.give_back(att.id)
+            self._give_back(n, task.id, manager, att.id, lease_id)
         if exc.interrupted:
             self.emit("interrupted", n, task.id, quarantine=ref)
         elif state == "failed":
@@ -845,6 +863,10 @@ class Runner:
                 continue
             with self._lock:
                 self._unreleased.pop(lease_id, None)
+                back = self._pending_back.pop(lease_id, None)
+            if back is not None:
+                with contextlib.suppress(GitLeaseError):
+                    back[0].give_back(back[1])
 
     def _progress(self, n: int, task: str, note: str, beats: list[Any]) -> None:
         """A progress note from the task's command: sent with the lease's next renewal, shown in the view."""
