@@ -770,6 +770,11 @@ Found by this soak:
   match; git names admin dirs itself, so one worktree's admin name can equal another worktree's id, and a
   worker's `give_back` quarantined the worktree another worker had just attached (nothing lost). `find` now
   answers an id first (tests/test_worktree.py::test_find_prefers_a_worktrees_id_over_another_ones_git_admin_name).
+- Over smart HTTP with the server restart, a release after a landing failed while the server was down; the
+  runner retried the release at its next planning step, but the worktree that lease had bound stayed bound
+  to the live runner, which no prune frees, and was left on a task branch at the end (its work had landed:
+  nothing lost). The worktree is now given back when the retried release goes through
+  (tests/test_work.py::test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_goes_through).
 - A runner killed with -9 left its task worktrees bound to dead leases, and a restarted runner did not prune
   them (the harness used to count them apart as a known gap). The runner now prunes them
   (tests/test_work.py::test_a_runner_killed_with_9_leaves_its_worktree_to_a_restarted_runner_which_keeps_its_work),
@@ -803,10 +808,10 @@ pull, run the agent and push to `main` with `--no-verify`, no leases, file://): 
 anomalies, e.g. {ctl_first}. tests/test_fleet_soak.py asserts the control fails (a stray path landed,
 overlapping writes).
 
-Not covered yet: smart HTTP remotes (the lease soak above covers them for leases, not for `git lease work`).
-A task whose landing failed because the server was down keeps its lease (the release failed too) until it
-expires and a sweeper reclaims it: the runner's own sweeper runs every 30 s, so such a task waits up to that
-long before it runs again.
+Not covered: SIGSTOP runs only here, not in the short test (tests/test_fleet_soak.py, file://; its `slow`
+versions run over git daemon and smart HTTP); the work in a worktree pruned from a runner that is gone stays
+quarantined in its clone (a failed attempt's work is also parked on the store). A release that fails while
+the server is down is retried at each planning step, and the worktree it bound goes back to the pool then.
 {END}"""
     write_section(path, text, BEGIN, END, title="# Reliability")
 
