@@ -14,39 +14,17 @@ import sys
 import pytest
 from conftest import cli, git
 from test_identity import Signed, _current, _forge
+from test_scale_io import _signed_lease, new_process, signed, verify_calls  # noqa: F401 - fixtures shared
 
 from gitlease.core import errors
 from gitlease.core.config import resolve
 from gitlease.core.refnames import id_ref
 from gitlease.core.repo import Repo
 from gitlease.core.store import RefUpdate
-from gitlease.identity import sshsig, trust
+from gitlease.identity import trust
 from gitlease.identity.signer import KeySigner
 from gitlease.service.factory import signer_for
 from gitlease.service.leases import LeaseService
-
-
-@pytest.fixture
-def signed(tmp_path, remote_file):
-    return Signed(tmp_path, remote_file.url)
-
-
-@pytest.fixture
-def new_process(monkeypatch):
-    def fresh():
-        memo = trust.ChainMemo(persist=True)
-        monkeypatch.setattr(trust, "MEMO", memo)
-        return memo
-
-    return fresh
-
-
-@pytest.fixture
-def verify_calls(monkeypatch):
-    calls = []
-    real = sshsig.verify
-    monkeypatch.setattr(sshsig, "verify", lambda *args: calls.append(1) or real(*args))
-    return calls
 
 
 def _lazy(signed: Signed, name: str, key_path: str) -> LeaseService:
@@ -255,15 +233,10 @@ def test_the_cached_trust_of_another_commit_or_path_is_not_used(signed, trust_re
 
 
 def _cached_lease(signed, new_process, renewals=3):
-    a = signed.agent("a")
-    got = a.acquire(["svc"], ttl=600)
-    oids = [got.oid]
-    for _ in range(renewals):
-        signed.clock.advance(10)
-        oids.append(a.renew(got.lease_id).oid)
+    a, lease_id, oids = _signed_lease(signed, renewals)
     new_process()
-    assert _current(signed.agent("c"), got.lease_id).valid  # every version verified and cached
-    return a, got.lease_id, oids
+    assert _current(signed.agent("c"), lease_id).valid  # every version verified and cached
+    return a, lease_id, oids
 
 
 @pytest.mark.parametrize("how", ["grant-fields", "skips-a-version"])

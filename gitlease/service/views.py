@@ -200,13 +200,7 @@ def _any_nested(paths: Iterable[str]) -> bool:
         seen.add(p)
     if scopes.ROOT in seen:
         return len(seen) > 1
-    for p in seen:
-        i = p.find("/")
-        while i >= 0:
-            if p[:i] in seen:
-                return True
-            i = p.find("/", i + 1)
-    return False
+    return any(_proper_ancestor_in(p, seen) for p in seen)
 
 
 @dataclass(frozen=True)
@@ -442,8 +436,11 @@ def restrict_refs(
 
 def _any_ancestor_in_set(path: str, others: set[str]) -> bool:
     """True when one of ``others`` contains ``path`` (``path`` itself included)."""
-    if path in others:
-        return True
+    return path in others or _proper_ancestor_in(path, others)
+
+
+def _proper_ancestor_in(path: str, others: set[str]) -> bool:
+    """True when one of ``others`` is a folder above ``path``."""
     i = path.find("/")
     while i >= 0:
         if path[:i] in others:
