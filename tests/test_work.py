@@ -456,10 +456,13 @@ def test_work_status_reads_leases_and_outcomes_from_one_listing(world):
     assert sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines()) == 1
 
 
-def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_goes_through(world):
-    """The release after a landing fails (the server refuses it once, as when it is down): the worktree its lease
-    still binds is kept out of the pool, and given back when a later planning step's retry releases the lease;
-    nothing is left bound to the runner (seen over smart HTTP with a server restart in the fleet soak)."""
+@pytest.mark.parametrize("refused", ["once", "until swept"])
+def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_goes_through(world, refused):
+    """The release after a landing fails (the server refuses it, as when it is down): the worktree its lease
+    still binds is kept out of the pool, and given back when a later planning step's retry releases the lease
+    ("once"), or, when every release is refused, after the runner's final sweep has waited out the lease and
+    reclaimed it ("until swept": the injected clock's time); nothing is left bound to the runner (seen over
+    smart HTTP with a server restart in the fleet soak)."""
     import gitlease
     from gitlease import open_service
     from gitlease.core.clock import FakeClock
@@ -469,12 +472,14 @@ def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_
     (hooks / "pre-receive").rename(hooks / "pre-receive.real")
     flag = world.root / "refuse-release"
     flag.write_text("")
+    once = f"rm -f '{flag}'; " if refused == "once" else ""
     wrapper = hooks / "pre-receive"
-    wrapper.write_text(
+    wrapper.write_text(  # a holder's release: its audit entry says "release ..." (a sweep's says otherwise)
         "#!/bin/sh\n"
         "input=$(cat)\n"
-        f"if [ -f '{flag}' ] && printf '%s\\n' \"$input\" | grep -q ' 0\\{{40\\}} refs/leases/id/'; then\n"
-        f"  rm -f '{flag}'; echo 'release refused once' >&2; exit 1\n"
+        "audit=$(printf '%s\\n' \"$input\" | awk '$3 ~ /^refs\\/leases-audit\\// {print $2}')\n"
+        f"if [ -f '{flag}' ] && [ -n \"$audit\" ] && git log -1 --format=%s $audit | grep -q '^release '; then\n"
+        f"  {once}echo 'release refused' >&2; exit 1\n"
         "fi\n"
         f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
     )
@@ -490,7 +495,7 @@ def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_
         on_event=events.append,
     )
     assert summary.done == ["r1", "r2"], [e.line() for e in events]
-    assert not flag.exists()  # one release was refused, and retried
+    assert flag.exists() == (refused != "once")  # one release was refused, and retried; or all were
     assert world.lease_refs() == []
     states = [w.meta.state for w in WorktreeManager(open_service(str(a))).managed()]
     assert states and all(s == "free" for s in states), states

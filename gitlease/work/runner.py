@@ -361,6 +361,11 @@ class Runner:
                     self._handle_signals()
             self._handle_signals()
             self._final_sweep()
+            with self._lock:  # worktrees whose lease's release never went through: free once it expired
+                pending, self._pending_back = list(self._pending_back.values()), {}
+            for manager, wt in pending:
+                with contextlib.suppress(GitLeaseError):
+                    manager.give_back(wt)
             self._prune_dead(-1)  # what a dead runner's command still ran in at the start is free by now
         finally:
             if previous is not None:
