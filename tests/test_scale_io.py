@@ -63,6 +63,21 @@ def test_a_signed_read_looks_for_the_trust_files_commit_once(signed, tmp_path, m
     assert len(checks) == 1, checks  # the lease objects and HEAD's commit, in one look
 
 
+def test_a_snapshot_of_an_earlier_listing_is_judged_by_the_replay_memory_from_before_it(tmp_path, remote_file):
+    """``snapshot(listing=...)`` (the pre-push hook's: HEAD wanted before the read) judges the listing against the
+    replay memory as it was before that listing began: a newer version another read recorded meanwhile is not
+    taken for a roll-back of the older one listed."""
+    fleet = Fleet(tmp_path, remote_file.url)
+    a, c = fleet.agent("a"), fleet.agent("c")
+    got = a.acquire(["svc"], ttl=60)
+    listing = c.listing()  # v1
+    fleet.clock.advance(10)
+    a.renew(got.lease_id)
+    assert fleet.agent("c").status().find(got.lease_id).record.version == 2  # recorded in c's clone's memory
+    view = c.snapshot(use_cache=False, paths=["svc/x"], listing=listing).find(got.lease_id)
+    assert view.valid and view.record.version == 1, view.problems
+
+
 def test_without_a_trust_file_to_read_head_is_not_asked_for(tmp_path, remote_file, monkeypatch):
     fleet = Fleet(tmp_path, remote_file.url)
     fleet.agent("a").acquire(["svc"], ttl=60)

@@ -119,8 +119,8 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     try:
         listing, head = None, None
         if getattr(svc.store, "remote", None) in (remote, url):  # a push to the lease store itself: one
-            listing = svc.store.list_refs(head=True)  # ls-remote answers its HEAD and the lease refs
-            head = _Listed(svc.store.listed_head())
+            listing = svc.listing()  # ls-remote answers its HEAD and the lease refs
+            head = _Listed(listing.head)
         paths = paths_gained(repo.cwd, remote, updates, listed_head=head)
         if not paths:
             return True, [], 0

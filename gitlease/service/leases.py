@@ -115,6 +115,16 @@ class Busy(GitLeaseError):
 
 
 @dataclass(frozen=True)
+class Listing:
+    """The store's refs from one ``ls-remote`` that also answered the remote's HEAD (``LeaseService.listing``),
+    with the replay memory as it was before that listing began: what a snapshot of it is judged against."""
+
+    refs: dict[str, str]
+    head: str | None  # the commit of the remote's HEAD, or None
+    before: Memory
+
+
+@dataclass(frozen=True)
 class Released:
     """What ``release`` did (always true as a value). ``already``: the lease was gone before this call (released
     earlier, or reclaimed), and ``note`` says how; ``piggybacked``: the ``piggyback`` updates landed in the same
@@ -1054,7 +1064,7 @@ class LeaseService:
         use_cache: bool = True,
         paths: Sequence[str] | None = None,
         keep: Iterable[str] = (),
-        listing: dict[str, str] | None = None,
+        listing: Listing | None = None,
     ) -> Snapshot:
         """Every lease on the store, each verified (signatures, trust, owner binding, replay: trust.py).
         When the store cannot be read and ``use_cache``, the last listing fetched (its objects are local) is
@@ -1065,19 +1075,18 @@ class LeaseService:
         (views.restrict_refs), without building the others (for the hooks and ``can-start``; the snapshot's
         ``restricted_to`` says so). Such a read answers from the store or fails: never from the last listing.
 
-        ``listing``: the store's refs just listed by the caller (``store.list_refs(head=True)``), read instead of
-        listing again."""
+        ``listing``: the store as the caller just listed it (``listing()``), read instead of listing again."""
         from gitlease.identity.replay import Seen
         from gitlease.service.recordcache import RecordCache
 
         cache = _RefsCache(self.repo.shared_dir(), self.store.name)
         seen = Seen(self.repo.shared_dir(), self.store.name)
-        before = seen.load()  # before listing: see Seen
+        before = listing.before if listing is not None else seen.load()  # before listing: see Seen
         kept = RecordCache(self.repo.shared_dir())
         present: set[str] | None = None
         try:
             try:
-                refs = listing if listing is not None else self.store.list_refs(head=self._needs_trust_file())
+                refs = listing.refs if listing is not None else self.store.list_refs(head=self._needs_trust_file())
                 fetched_at = self.clock.now()
                 head = self.store.listed_head()  # the trust file's commit, fetched with the lease objects
                 used = refs
@@ -1131,6 +1140,16 @@ class LeaseService:
             restricted_to=tuple(paths) if paths is not None else None,
             listing=refs,
         )
+
+    def listing(self) -> Listing:
+        """The store's refs and its HEAD by one ``ls-remote``, for a caller that needs HEAD before it reads the
+        store (the pre-push hook, when the push goes to the lease store) and then ``snapshot(listing=...)``.
+        The replay memory is loaded first, as ``snapshot`` does: see Seen."""
+        from gitlease.identity.replay import Seen
+
+        before = Seen(self.repo.shared_dir(), self.store.name).load()
+        refs = self.store.list_refs(head=True)
+        return Listing(refs, self.store.listed_head(), before)
 
     def _restrict(
         self, kept: RecordCache, refs: dict[str, str], paths: Sequence[str], keep: Iterable[str]
@@ -1361,6 +1380,7 @@ __all__ = [
     "PreparedRenewal",
     "Busy",
     "Released",
+    "Listing",
     "HistoryEntry",
     "id_ref",
     "scope_ref",
