@@ -7,7 +7,8 @@ Rows: ``git lease status`` at several lease counts against ``git ls-remote`` of 
 adds per lease, 10 to the largest count), and beside them a floor: a minimal Python program that runs the same
 ``ls-remote`` and prints each lease's id and commit as JSON (what Python alone adds per lease, no record read or
 checked); ``sweep-stale`` of 10 / 100 / 1,000 expired leases (pushes counted on the server by a
-reference-transaction hook, soak/serverlog.py) against one ``git push --atomic`` deleting the same refs; the rows of bench/scale_cpu.py (the CPU half of the issue) when that module is there. Every figure is the
+reference-transaction hook, soak/serverlog.py) against one ``git push --atomic`` deleting the same refs; the rows
+of bench/scale_cpu.py (the CPU half of the issue) when that module is there. Every figure is the
 CPU time of the whole process tree (user + system of the waited-for children), the median of interleaved runs.
 A curve of status, sweep and pre-push CPU against the lease count is written as an SVG next to the doc (stdlib only).
 The section sits between ``<!-- scale:begin -->`` and ``<!-- scale:end -->``; bench/run.py keeps it.
@@ -250,10 +251,10 @@ print(json.dumps({"leases": leases}, sort_keys=True))
 
 
 def floor_program(tmp: Path) -> list[str]:
-    """The argv of the floor program (FLOOR), run by the interpreter gitlease runs under."""
+    """The argv of the floor program (FLOOR), run by the interpreter gitlease runs under (PYTHON)."""
     path = tmp / "floor.py"
     path.write_text(FLOOR, encoding="utf-8")
-    return [sys.executable, str(path)]
+    return [PYTHON, str(path)]
 
 
 def status_rows(tmp: Path, counts: list[int], rounds: int, log) -> list[dict]:

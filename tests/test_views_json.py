@@ -1,5 +1,6 @@
-"""A lease's JSON (LeaseView.to_json, what status --json prints) and the kept-record rebuild answer exactly as the
-plain definitions they shortcut (issue 22: fewer calls a lease, same bytes). Behaviour only, never timings."""
+"""A lease's JSON (LeaseView.to_json, what status --json prints: an interface scripts depend on) pinned to its
+definition, field by field, and the kept-record rebuild and the nesting check answering as the plain definitions
+they shortcut (issue 22). Behaviour only, never timings."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ NOW = 1_800_000_000.0
 
 
 def reference_json(v: LeaseView, now: float, skew: int) -> dict[str, object]:
-    """LeaseView.to_json as it was written before it was inlined: through state(), valid, refs(), to_json()."""
+    """LeaseView.to_json as status --json documents it: through state(), valid, refs(), to_json()."""
     rec = v.record
     refs = dict(v.scope_refs)
     refs.update(v.task_refs)

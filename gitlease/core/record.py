@@ -117,11 +117,6 @@ class Record:
         """``stopBy``, or ``expiresAt`` for a record without one."""
         return parse_iso(self.stop_by) if self.stop_by is not None else self.expires
 
-    @cached_property
-    def path_set(self) -> frozenset[str]:
-        """``paths`` as a set (membership in a wide scope)."""
-        return frozenset(self.paths)
-
     @property
     def stop_after(self) -> int:
         """Seconds from a renewal to its stop deadline (what each renewal carries over)."""
@@ -392,77 +387,68 @@ def _all_str(items: tuple[Any, ...]) -> bool:
 
 _OWNER_FIELDS = ("task_id", "agent_id", "host", "pid", "pid_start", "key")
 _PROGRESS_FIELDS = ("note", "counter", "at")
+# A kept record's values, in order: the Record's fields (owner and progress as tuples of theirs), then the
+# timestamps parsed from them (``renewed``, ``expires``, ``stop_deadline``), kept so they are not parsed again.
+_RECORD_FIELDS = (
+    "lease_id",
+    "repo",
+    "paths",
+    "workspace_id",
+    "owner",
+    "version",
+    "acquired_at",
+    "renewed_at",
+    "expires_at",
+    "ttl",
+    "nonce",
+    "status",
+    "renew_every",
+    "progress",
+    "schema",
+    "stop_by",
+    "renewed",
+    "expires",
+    "stop_deadline",
+)
+_PATHS, _OWNER, _PROGRESS = (_RECORD_FIELDS.index(f) for f in ("paths", "owner", "progress"))
+_PARSED = slice(_RECORD_FIELDS.index("renewed"), None)
 
 
 def to_fields(rec: Record) -> tuple[Any, ...]:
     """A record as plain values (``marshal`` can write them): what ``from_fields`` rebuilds, its parsed
     timestamps included. For a cache of records already parsed and validated (service/recordcache.py)."""
-    o, p = rec.owner, rec.progress
-    return (
-        rec.lease_id,
-        rec.repo,
-        rec.paths,
-        rec.workspace_id,
-        (o.task_id, o.agent_id, o.host, o.pid, o.pid_start, o.key),
-        rec.version,
-        rec.acquired_at,
-        rec.renewed_at,
-        rec.expires_at,
-        rec.ttl,
-        rec.nonce,
-        rec.status,
-        rec.renew_every,
-        (p.note, p.counter, p.at) if p is not None else None,
-        rec.schema,
-        rec.stop_by,
-        rec.renewed,
-        rec.expires,
-        rec.stop_deadline,
-    )
+    out = [getattr(rec, f) for f in _RECORD_FIELDS]
+    out[_OWNER] = tuple(getattr(rec.owner, f) for f in _OWNER_FIELDS)
+    p = rec.progress
+    out[_PROGRESS] = tuple(getattr(p, f) for f in _PROGRESS_FIELDS) if p is not None else None
+    return tuple(out)
 
 
 def from_fields(t: tuple[Any, ...]) -> Record:
     """The record ``to_fields`` wrote, without checking it again (it was checked when parsed). Anything not of
     that shape raises ValueError, never builds a record."""
-    if not isinstance(t, tuple) or len(t) != 19 or not isinstance(t[4], tuple) or len(t[4]) != 6:
+    if not isinstance(t, tuple) or len(t) != len(_RECORD_FIELDS):
         raise ValueError("not a kept record")
-    paths, pr = t[2], t[13]
+    ow, paths, pr = t[_OWNER], t[_PATHS], t[_PROGRESS]
+    if not isinstance(ow, tuple) or len(ow) != len(_OWNER_FIELDS):
+        raise ValueError("not a kept record")
     if type(paths) is not tuple or not paths or not (type(paths[0]) is str if len(paths) == 1 else _all_str(paths)):
         raise ValueError("not a kept record")
-    if pr is not None and (not isinstance(pr, tuple) or len(pr) != 3):
+    if pr is not None and (not isinstance(pr, tuple) or len(pr) != len(_PROGRESS_FIELDS)):
         raise ValueError("not a kept record")
-    if type(t[16]) is not float or type(t[17]) is not float or type(t[18]) is not float:
+    if any(type(x) is not float for x in t[_PARSED]):
         raise ValueError("not a kept record")
     # Built as the dataclasses' own __init__ would (fields into __dict__, the cached timestamps beside them),
     # without a frozen __setattr__ call per field: this runs once per lease on every read.
     owner = _new(Owner)
-    owner.__dict__.update(zip(_OWNER_FIELDS, t[4]))
+    owner.__dict__.update(zip(_OWNER_FIELDS, ow))
     progress = None
     if pr is not None:
         progress = _new(Progress)
         progress.__dict__.update(zip(_PROGRESS_FIELDS, pr))
     rec = _new(Record)
-    rec.__dict__.update(
-        lease_id=t[0],
-        repo=t[1],
-        paths=paths,
-        workspace_id=t[3],
-        owner=owner,
-        version=t[5],
-        acquired_at=t[6],
-        renewed_at=t[7],
-        expires_at=t[8],
-        ttl=t[9],
-        nonce=t[10],
-        status=t[11],
-        renew_every=t[12],
-        progress=progress,
-        schema=t[14],
-        stop_by=t[15],
-        renewed=t[16],
-        expires=t[17],
-        stop_deadline=t[18],
-    )
+    rec.__dict__.update(zip(_RECORD_FIELDS, t))
+    rec.__dict__.update(owner=owner, progress=progress)
     return rec
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
 from gitlease.enforce import rules as enforce
-from gitlease.service.leases import LeaseService
+from gitlease.service.leases import LeaseService, Listing
 from gitlease.service.views import Snapshot
 
 ZERO_RE = re.compile(r"^0+$")
@@ -117,11 +117,10 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     if not updates:
         return True, [], 0
     try:
-        listing, head = None, None
+        listing = None
         if getattr(svc.store, "remote", None) in (remote, url):  # a push to the lease store itself: one
             listing = svc.listing()  # ls-remote answers its HEAD and the lease refs
-            head = _Listed(listing.head)
-        paths = paths_gained(repo.cwd, remote, updates, listed_head=head)
+        paths = paths_gained(repo.cwd, remote, updates, listing=listing)
         if not paths:
             return True, [], 0
         # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
@@ -142,38 +141,31 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     return warn, lines, enforce.exit_code(violations)
 
 
-@dataclass(frozen=True)
-class _Listed:
-    """The remote's HEAD commit as a listing already answered it (None: the remote has no HEAD)."""
-
-    oid: str | None
-
-
 def paths_gained(
-    cwd: str, remote: str, updates: list[tuple[str, str, str]], *, listed_head: _Listed | None = None
+    cwd: str, remote: str, updates: list[tuple[str, str, str]], *, listing: Listing | None = None
 ) -> list[str]:
     """Every path of the commits each updated ref gains: those its new value has and its value on the remote
     has not; a new ref (or an old value that cannot be fetched): those the remote's default branch has not
     (fetched when missing here); with neither, those the remote's remote-tracking refs here do not have. Not
     "those no remote ref has": a branch pushed before a lease was taken is judged again when it moves onto
-    another branch. ``listed_head``: the remote's HEAD as a listing of it just said (no second ``ls-remote``)."""
+    another branch. ``listing``: the remote listed just now, HEAD included (no second ``ls-remote``)."""
     head: list[str | None] = []
     paths: set[str] = set()
     for local_oid, _remote_ref, remote_oid in updates:
         base = remote_oid if not ZERO_RE.match(remote_oid) and _have(cwd, remote, remote_oid) else None
         if base is None:  # a new ref, or an old value that cannot be had: against the default branch
             if not head:
-                head.append(_remote_head(cwd, remote, listed_head))
+                head.append(_remote_head(cwd, remote, listing))
             base = head[0]
         # with neither: against what the remote is known to have (its remote-tracking refs here)
         paths.update(touched_paths(cwd, [local_oid], [base] if base else [f"--remotes={remote}"]))
     return sorted(paths)
 
 
-def _remote_head(cwd: str, remote: str, listed: _Listed | None = None) -> str | None:
+def _remote_head(cwd: str, remote: str, listing: Listing | None = None) -> str | None:
     """The commit of ``remote``'s default branch (local when possible), or None."""
-    if listed is not None:
-        oid = listed.oid or ""
+    if listing is not None:
+        oid = listing.head or ""
     else:
         res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
         oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""

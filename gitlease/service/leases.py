@@ -1232,19 +1232,19 @@ class LeaseService:
         )
         from gitlease.identity.replay import Seen
 
-        check_chain, replay_problem = trust.check_chain, Seen.replay_problem
         for v in views:
             current = v.current_oid
             head = current or v.grant_oid
             if v.record is None or head is None:
                 v.verification = INVALID
                 continue
-            chk = check_chain(v.lease_id, head, v.grant_oid if current else None, parents, blobs, now, known, memo=MEMO)
+            chk = trust.check_chain(
+                v.lease_id, head, v.grant_oid if current else None, parents, blobs, now, known, memo=MEMO
+            )
             v.chain, v.verification, v.signer = chk, chk.status, chk.signer
-            if chk.problems:
-                v.problems.extend(p for p in chk.problems if p not in v.problems)
+            v.problems.extend(p for p in chk.problems if p not in v.problems)
             if current:
-                replay = replay_problem(before, v.lease_id, v.record.version, current)
+                replay = Seen.replay_problem(before, v.lease_id, v.record.version, current)
                 if replay:
                     v.problems.append(replay)
 

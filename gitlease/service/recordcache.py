@@ -78,10 +78,9 @@ class RecordCache(SqliteFile):
                         ordered[i : i + 500],
                     )
                 ]
-            decode = _decode
             for oid, data in rows:
                 if oid in wanted:
-                    got = decode(data)
+                    got = _decode(data)
                     if got is not None:
                         out[oid] = got
         except sqlite3.Error:
@@ -150,14 +149,6 @@ def _decode(data: Any) -> tuple[Blob, Parsed] | None:
         raw, sig, blob_problem, fields, problem = marshal.loads(data)
     except (ValueError, TypeError, EOFError):
         return None
-    # the common row first (a record read and parsed, unsigned or signed, no problem): two type checks
-    if problem is None and blob_problem is None and type(raw) is bytes and (sig is None or type(sig) is bytes):
-        if fields is None:
-            return None
-        try:
-            return Blob(raw, sig, None), (records.from_fields(fields), None)
-        except (ValueError, TypeError):
-            return None
     if raw is not None and type(raw) is not bytes or sig is not None and type(sig) is not bytes:
         return None
     if blob_problem is not None and type(blob_problem) is not str or problem is not None and type(problem) is not str:

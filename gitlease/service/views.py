@@ -22,6 +22,7 @@ from gitlease.core.refnames import (
     SCOPE_REF,
     TASK_PREFIX,
     decode_segment,
+    id_ref,
     path_of_scope_ref,
 )
 from gitlease.core.store import Blob
@@ -69,63 +70,30 @@ class LeaseView:
 
     def refs(self) -> dict[str, str]:
         out = dict(self.scope_refs)
-        if self.task_refs:
-            out.update(self.task_refs)
+        out.update(self.task_refs)
         if self.current_oid:
-            out[ID_PREFIX + self.lease_id] = self.current_oid  # id_ref
+            out[id_ref(self.lease_id)] = self.current_oid
         return out
 
     def to_json(self, now: float, skew: int) -> dict[str, object]:
         rec = self.record
-        if rec is None:  # never valid
-            return {
-                "leaseId": self.lease_id,
-                "paths": list(self.paths),
-                "state": "invalid",
-                "valid": False,
-                "problems": list(self.problems),
-                "signed": self.signed,
-                "verification": INVALID,
-                "signer": self.signer,
-                "version": None,
-                "owner": None,
-                "workspaceId": None,
-                "expiresAt": None,
-                "secondsLeft": None,
-                "renewedAt": None,
-                "stopBy": None,
-                "progress": None,
-                "refs": self.refs(),
-            }
-        exp = rec.expires
-        valid = not self.problems
-        # self.state and self.valid, inlined: this runs once per lease on every status --json
-        state = ("active" if now < exp else "grace" if now <= exp + skew else "expired") if valid else "invalid"
-        o, pr = rec.owner, rec.progress
         return {
             "leaseId": self.lease_id,
             "paths": list(self.paths),
-            "state": state,
-            "valid": valid,
+            "state": self.state(now, skew),
+            "valid": self.valid,
             "problems": list(self.problems),
             "signed": self.signed,
-            "verification": self.verification if valid else INVALID,
+            "verification": self.verification if self.valid else INVALID,
             "signer": self.signer,
-            "version": rec.version,
-            "owner": {  # Owner.to_json
-                "taskId": o.task_id,
-                "agentId": o.agent_id,
-                "host": o.host,
-                "pid": o.pid,
-                "pidStart": o.pid_start,
-                "key": o.key,
-            },
-            "workspaceId": rec.workspace_id,
-            "expiresAt": rec.expires_at,
-            "secondsLeft": int(exp - now),
-            "renewedAt": rec.renewed_at,
-            "stopBy": rec.stop_by or rec.expires_at,  # the holder's stop deadline
-            "progress": {"note": pr.note, "counter": pr.counter, "at": pr.at} if pr else None,  # Progress.to_json
+            "version": rec.version if rec else None,
+            "owner": rec.owner.to_json() if rec else None,
+            "workspaceId": rec.workspace_id if rec else None,
+            "expiresAt": rec.expires_at if rec else None,
+            "secondsLeft": int(rec.expires - now) if rec else None,
+            "renewedAt": rec.renewed_at if rec else None,
+            "stopBy": (rec.stop_by or rec.expires_at) if rec else None,  # the holder's stop deadline
+            "progress": rec.progress.to_json() if rec and rec.progress else None,  # {note, counter, at}
             "refs": self.refs(),
         }
 
@@ -171,11 +139,7 @@ class Snapshot:
         (git's directory/file rule makes a correct store refuse the second). Each pair (earlier, later) in the
         snapshot's order, by the earlier one, then the later one; found in a trie of the live leases, so a
         store without faults costs one lookup a lease."""
-        live = [  # valid and state() != "expired", inlined
-            v
-            for v in self.leases
-            if (r := v.record) is not None and not v.problems and (now < r.expires or now <= r.expires + skew)
-        ]
+        live = [v for v in self.leases if v.valid and v.state(now, skew) != "expired"]
         if not _any_nested(p for v in live for p in v.paths):
             return []  # no scope contains another: no pair overlaps (the common case, checked by one sort)
         index: PathIndex[int, None] = PathIndex()
@@ -254,7 +218,6 @@ def build_views(
     by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
     bad: list[LeaseView] = []
     scope_dir = SCOPE_REF + "/"
-    cut = len(scope_dir)
     view: LeaseView | None  # None for a grant whose lease has no id ref (yet)
     id_refs: list[tuple[str, str]] = []  # read after every scope ref, in the listing's order
     task_refs: dict[str, str] = {}
@@ -266,14 +229,6 @@ def build_views(
                 task_refs[ref] = oid
             if ref != SCOPE_REF:
                 continue  # foreign refs (foreign_refs) block nothing
-        # The common case without decoding: the ref spells, in letters, digits, '-', '_' and '/' only, a path of
-        # the record it points at (parsed: normalised and checked), which is what path_of_scope_ref answers.
-        suffix = ref[cut:]
-        rec = parse_oid(oid)[0] if suffix else None
-        if rec is not None and suffix in (rec.paths if len(rec.paths) < 8 else rec.path_set):
-            if scopes.PLAIN_NAME.fullmatch(suffix):
-                by_grant.setdefault(oid, {})[ref] = suffix
-                continue
         try:
             path = path_of_scope_ref(ref)
         except ValueError:
@@ -290,7 +245,7 @@ def build_views(
     skip = len(ID_PREFIX)
     for ref, oid in id_refs:
         lease_id = ref[skip:]
-        rec, problem = parsed.get(oid) or parse_oid(oid)
+        rec, problem = parse_oid(oid)
         view = LeaseView(
             lease_id=lease_id,
             paths=rec.paths if rec else (),
@@ -304,8 +259,8 @@ def build_views(
             view.problems.append(f"record names lease {rec.lease_id}, not {lease_id}")
         views[lease_id] = view
     for grant, refmap in by_grant.items():
-        grec, problem = parsed.get(grant) or parse_oid(grant)
-        paths = tuple(refmap.values()) if len(refmap) == 1 else tuple(sorted(refmap.values()))
+        grec, problem = parse_oid(grant)
+        paths = tuple(sorted(refmap.values()))
         if grec is None:
             bad.append(
                 LeaseView(
@@ -334,10 +289,6 @@ def build_views(
         # path the current version does not hold (a torn read of such a transaction, or a forgery) makes the
         # lease invalid; its path stays blocked either way (``view.paths`` is the union).
         holds = view.record.paths if view.record is not None else grec.paths
-        if len(paths) == 1 and view.paths == paths:  # the common case (one path, held), without the sets
-            if paths[0] not in holds:
-                view.problems.append("a scope ref names a path the lease does not hold")
-            continue
         if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
