@@ -116,7 +116,7 @@ def test_commit_after_expiry_refused(repo):
     res = commit(repo, "services/x.py")
     assert res.returncode == 1
     assert (
-        f"  services/x.py: scope services, this worktree's lease {got.lease_id} expired at "
+        f"  services/x.py: scope services, this worktree's lease {got.lease_id} passed its stop deadline "
         f"{got.record.expires_at} (local clock)"
     ) in res.stderr.splitlines()
 
@@ -497,7 +497,7 @@ def test_mirrored_layouts_agree_with_the_library(tmp_path):
             store="origin",
             current="c" * 40,
             grant="g" * 40,
-            record="{}",
+            record='{"expiresAt":"2030-01-01T00:00:00Z","stopBy":"2029-12-31T23:59:00Z"}',
             paths=["a", "b/c"],
             expires_at="2030-01-01T00:00:00Z",
             version=3,
@@ -506,9 +506,13 @@ def test_mirrored_layouts_agree_with_the_library(tmp_path):
     assert (m.lease_id, m.paths, m.expires_at, m.grant) == (
         "lease_abcdefgh",
         ("a", "b/c"),
-        "2030-01-01T00:00:00Z",
+        "2029-12-31T23:59:00Z",  # the writer stops at the record's stop deadline, not its expiry
         "g" * 40,
     )
+    with st_.locked() as held:
+        held["lease_abcdefgh"].record = "{}"
+    (m,) = enforce.load_held(st_.path)
+    assert enforce.expired(m.expires_at, 0)  # no readable deadline: counts as passed (fail closed)
     assert enforce.refs_cache_path(str(tmp_path), "origin") == _RefsCache(str(tmp_path / "gitlease"), "origin").path
 
 

@@ -80,13 +80,21 @@ def zsplit(data: bytes) -> list[str]:
 class Mine:
     """A lease the checker holds (from held.json, or named to ``verify``), as far as it is known."""
 
-    __slots__ = ("lease_id", "paths", "expires_at", "grant", "problem")
+    __slots__ = ("lease_id", "paths", "expires_at", "grant", "problem", "ungranted")
 
     def __init__(
-        self, lease_id: str, paths, expires_at: str, grant: str | None = None, problem: str | None = None
+        self,
+        lease_id: str,
+        paths,
+        expires_at: str,
+        grant: str | None = None,
+        problem: str | None = None,
+        ungranted=(),
     ) -> None:
+        # expires_at: the moment its holder must have stopped writing (the record's stopBy, else its expiry)
         self.lease_id, self.paths, self.expires_at, self.grant = lease_id, tuple(paths), expires_at, grant
         self.problem = problem  # why it no longer counts (lost on the remote, ...), None if fine
+        self.ungranted = tuple(ungranted)  # paths the local state lists that the store does not grant it
 
     def usable(self, now: float) -> bool:
         return self.problem is None and not expired(self.expires_at, now)
@@ -192,6 +200,17 @@ def check(paths, mine, mode: str, now: float, others, who: str = "this worktree"
             if h is not None:
                 out.append(Violation(p, h.scope, h.describe(), h))
                 continue
+            forged = next((m for m in mine if covering(m.ungranted, p) is not None), None)
+            if forged is not None:
+                out.append(
+                    Violation(
+                        p,
+                        covering(forged.ungranted, p) or p,
+                        f"{who}'s lease {forged.lease_id} does not hold it on the lease store (only the "
+                        "local held.json lists it: changed outside gitlease?)",
+                    )
+                )
+                continue
             stale = next((m for m in mine if covering(m.paths, p) is not None), None)
             if stale is not None:
                 s = covering(stale.paths, p) or p
@@ -199,7 +218,9 @@ def check(paths, mine, mode: str, now: float, others, who: str = "this worktree"
                     out.append(Violation(p, s, f"{who}'s lease {stale.lease_id} {stale.problem}", code=6))
                 else:
                     out.append(
-                        Violation(p, s, f"{who}'s lease {stale.lease_id} expired at {stale.expires_at} (local clock)")
+                        Violation(
+                            p, s, f"{who}'s lease {stale.lease_id} passed its stop deadline {stale.expires_at} (local clock)"
+                        )
                     )
                 continue
             out.append(Violation(p, suggest_scope(p), f"not leased by {who}"))
@@ -313,13 +334,27 @@ def load_held(path: str) -> list[Mine]:
             paths = h["paths"]
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
                 raise ValueError("paths")
-            out.append(Mine(str(h["lease_id"]), paths, str(h["expires_at"]), str(h["grant"])))
+            out.append(Mine(str(h["lease_id"]), paths, _stop_by(h), str(h["grant"])))
         return out
     except (ValueError, TypeError, AttributeError, KeyError, UnicodeDecodeError):
         raise InvalidRecord(
             f"local lease state {path} is corrupt (move it aside; the leases on the remote "
             "are unaffected and expire on their own)"
         ) from None
+
+
+def _stop_by(h) -> str:
+    """The moment a held lease's writer must stop: the stop deadline its current record carries (``stopBy``,
+    earlier than the expiry when its holder promised to stop sooner, so that sweepers may reclaim it then),
+    else its expiry. Held state without a readable record counts as expired (fail closed)."""
+    try:
+        rec = loads(h["record"])
+        stop = rec.get("stopBy") or rec["expiresAt"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return ""
+    if not isinstance(stop, str):
+        return ""
+    return min(stop, str(h["expires_at"]))
 
 
 def common_dir(git_dir: str) -> str:

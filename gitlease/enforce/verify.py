@@ -72,19 +72,33 @@ def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
 
 
 def _mine_from_held(svc: LeaseService, snap: Snapshot) -> list[enforce.Mine]:
+    """This worktree's leases as the store has them. ``held.json`` says which leases are ours and may only
+    narrow what they hold: the paths come from the lease's record on the store (verified with the snapshot on
+    a signed store) and its scope refs (``LeaseView.granted``), the deadline from that record's stop deadline.
+    A path the local file lists that the store does not grant is refused, and the refusal says so."""
     out = []
     for h in svc.held_here().values():
         view = snap.find(h.lease_id)
         problem = None
+        paths: tuple[str, ...] = ()
+        ungranted: tuple[str, ...] = ()
+        deadline = h.expires_at
         if h.store != svc.store.name:
             problem = f"is on store {h.store!r}, not the configured {svc.store.name!r}"
         elif view is None:
             problem = "is gone from the lease store (released, or cleared and lost)"
-        elif not view.valid:
+        elif not view.valid or view.record is None:
             problem = "is invalid on the lease store: " + "; ".join(view.problems)
         elif view.current_oid not in (h.current, h.pending):
             problem = "was replaced on the lease store (lost)"
-        out.append(enforce.Mine(h.lease_id, h.paths, h.expires_at, h.grant, problem))
+        else:
+            granted = view.granted()
+            paths = tuple(p for p in h.paths if enforce.covering(granted, p) is not None)
+            ungranted = tuple(p for p in h.paths if enforce.covering(granted, p) is None)
+            deadline = view.record.stop_by or view.record.expires_at
+        if problem is not None:
+            paths = tuple(h.paths)  # named in the refusal ("this worktree's lease ... is gone")
+        out.append(enforce.Mine(h.lease_id, paths, deadline, h.grant, problem, ungranted))
     return out
 
 

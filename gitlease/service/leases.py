@@ -34,7 +34,7 @@ from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.procs import process_start
 from gitlease.core.progress import next_progress
 from gitlease.core.record import Owner, Record
-from gitlease.core.refnames import id_ref, scope_ref, task_ref
+from gitlease.core.refnames import id_ref, path_of_scope_ref, scope_ref, task_ref
 from gitlease.core.repo import Repo
 from gitlease.core.state import Held, HeldState
 from gitlease.core.store import (
@@ -951,15 +951,24 @@ class LeaseService:
         with self._renewing(lease_id):
             return self._release(lease_id, list(piggyback))
 
-    def _release(self, lease_id: str, piggyback: list[RefUpdate]) -> Released:
+    def _release(self, lease_id: str, piggyback: list[RefUpdate], listed: dict[str, str] | None = None) -> Released:
+        """``listed``: the store's refs, read after a release built from the held state was refused while the
+        lease was still at the version this worktree wrote: the refs of the lease are then taken from the store
+        (every scope and task ref at its grant), not from the local state, which may only narrow them."""
         h = self.held_lease(lease_id)
         rec = records.parse(h.record.encode("utf-8"))
         self._require_owner_key(rec, "release")
         if h.pending:
             h = self._settle_pending(h)
             rec = records.parse(h.record.encode("utf-8"))
+        if listed is None:
+            refs_of_lease = [scope_ref(p) for p in h.paths] + _task_refs(h)
+            paths = list(h.paths)
+        else:
+            refs_of_lease = sorted(r for r, o in listed.items() if o == h.grant and r != id_ref(lease_id))
+            paths = [p for r in refs_of_lease if (p := _scope_path(r)) is not None]
         updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
-            RefUpdate(ref, None, h.grant) for ref in [scope_ref(p) for p in h.paths] + _task_refs(h)
+            RefUpdate(ref, None, h.grant) for ref in refs_of_lease
         ]
         fields = {
             "action": "release",
@@ -971,7 +980,7 @@ class LeaseService:
             "oid": h.current,
             "grant": h.grant,
             "refs": {u.ref: u.old for u in updates},
-            "paths": list(h.paths),
+            "paths": paths,
             "owner": rec.owner.to_json(),
             "expiresAt": rec.expires_at,
             "valid": True,
@@ -986,6 +995,10 @@ class LeaseService:
         if got.status == "failed":
             raise GitLeaseError(f"release of {lease_id} refused by the store: {got.message}", leaseId=lease_id)
         refs = got.refs
+        if listed is None and refs.get(id_ref(lease_id)) == h.current:
+            # still ours, at the version this worktree wrote: its refs differ from the local state's (held.json
+            # changed outside gitlease, or an extend or narrow whose answer was lost): release what the store has
+            return self._release(lease_id, [], listed=refs)
         ours = [u for u in updates if refs.get(u.ref) == u.old]
         if not ours:
             self.forget(lease_id)
@@ -1290,6 +1303,13 @@ class LeaseService:
 
 
 # ------------------------------------------------------------------------- view building
+
+
+def _scope_path(ref: str) -> str | None:
+    try:
+        return path_of_scope_ref(ref)
+    except ValueError:
+        return None
 
 
 def _task_refs(h: Held) -> list[str]:

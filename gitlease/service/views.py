@@ -68,6 +68,15 @@ class LeaseView:
             return "active"
         return "grace" if now <= exp + skew else "expired"
 
+    def granted(self) -> tuple[str, ...]:
+        """What the store guarantees this lease holds: each path its current record names AND a scope ref of
+        it holds (git's directory/file rule keeps those exclusive). A writer's own decisions (what it may push
+        or land) take their paths from here, never from a local copy: a local file may only narrow this."""
+        if self.record is None:
+            return ()
+        held = {path_of_scope_ref(r) for r in self.scope_refs}  # decodable: build_views put the others apart
+        return tuple(p for p in self.record.paths if p in held)
+
     def refs(self) -> dict[str, str]:
         out = dict(self.scope_refs)
         out.update(self.task_refs)
