@@ -31,9 +31,11 @@ from gitlease.core import gitcmd
 from gitlease.core.errors import ConfigError, UsageError
 from gitlease.core.fsutil import atomic_write
 
-ENTRY = "import sys; sys.path.append(sys.argv.pop(1)); from gitlease.enforce.entry import main; main()"
-MARKERS = ("gitlease.enforce.entry", "git-lease-hook ")
-ACTIONS = ("pre-edit", "post-shell")
+MARKERS = ("gitlease.enforce.entry", "gitlease/enforce/hookmain.py", "git-lease-hook ")
+ACTIONS = ("pre-edit", "pre-shell", "post-shell")
+# The agents' hook timeout (seconds): far above what the guard takes, and above its own deadline (entry.py:
+# DEADLINE), so that the guard, never the agent's timer, decides (a timed-out hook lets the call through).
+TIMEOUT = 120
 
 
 @dataclass(frozen=True)
@@ -52,30 +54,43 @@ AGENTS: dict[str, Format] = {
     "claude": Format(
         "claude",
         "Claude Code",
+        ".claude/settings.local.json",  # the project's local settings: personal, not committed
         ".claude/settings.json",
-        ".claude/settings.json",
-        (("PreToolUse", "Edit|Write|MultiEdit|NotebookEdit", "pre-edit"), ("PostToolUse", "Bash", "post-shell")),
-        timeout=30,
+        (
+            ("PreToolUse", "Edit|Write|MultiEdit|NotebookEdit", "pre-edit"),
+            ("PreToolUse", "Bash", "pre-shell"),
+            ("PostToolUse", "Bash", "post-shell"),
+        ),
+        timeout=TIMEOUT,
     ),
     "codex": Format(
         "codex",
         "Codex CLI",
         ".codex/hooks.json",
         ".codex/hooks.json",
-        (("PreToolUse", "apply_patch|Edit|Write", "pre-edit"), ("PostToolUse", "Bash", "post-shell")),
-        timeout=30,
-        note="Codex runs a new or changed hook only once you trust it: review it in codex's /hooks "
-        "(a project's .codex/ is read only in a trusted project)",
+        (
+            ("PreToolUse", "apply_patch|Edit|Write", "pre-edit"),
+            ("PreToolUse", "Bash", "pre-shell"),
+            ("PostToolUse", "Bash", "post-shell"),
+        ),
+        timeout=TIMEOUT,
+        note="Codex runs project hooks only in a trusted project, and each hook only once you trust it (codex's "
+        "/hooks); git lease agent-hooks status codex says whether they will run",
     ),
     "gemini": Format(
         "gemini",
         "Gemini CLI",
         ".gemini/settings.json",
         ".gemini/settings.json",
-        (("BeforeTool", "write_file|replace", "pre-edit"), ("AfterTool", "run_shell_command", "post-shell")),
-        timeout=30000,
+        (
+            ("BeforeTool", "write_file|replace", "pre-edit"),
+            ("BeforeTool", "run_shell_command", "pre-shell"),
+            ("AfterTool", "run_shell_command", "post-shell"),
+        ),
+        timeout=TIMEOUT * 1000,
         named=True,
-        note="if the hooks system is off in your Gemini CLI, turn it on in /settings (Enable Hooks System)",
+        note="Gemini CLI loads a project's hooks only in a trusted folder, never with --skip-trust; "
+        "git lease agent-hooks status gemini says whether they will run",
     ),
 }
 
@@ -95,21 +110,20 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def hook_command(action: str, *, portable: bool = False, python: str | None = None, root: str | None = None) -> str:
+def hook_command(
+    action: str, agent: str = "", *, portable: bool = False, python: str | None = None, root: str | None = None
+) -> str:
     """The shell command an agent runs. Default: this Python, without site packages (``-S``), on the hooks'
-    entry, failing closed (exit 2) if that Python is gone. ``portable``: ``git-lease-hook ACTION`` from PATH,
-    for a settings file shared by people whose Python lives elsewhere (it pays the site start-up, and an
-    agent whose PATH lacks it runs no guard)."""
+    script; a refusing hook that cannot start (that Python gone) still refuses (``|| exit 2``: any other code
+    lets the call through). ``portable``: ``git-lease-hook ACTION`` from PATH, for a settings file shared by
+    people whose Python lives elsewhere (it pays the site start-up)."""
+    tail = f"{action} {agent}".strip()
     if portable:
-        return f"git-lease-hook {action}"
-    py = shlex.quote(python or sys.executable)
-    gone = shlex.quote(
-        f"gitlease: the guard's Python ({python or sys.executable}) is gone; run git lease agent-hooks install again"
-    )
-    return (
-        f"test -x {py} || {{ echo {gone} >&2; exit 2; }}; "
-        f"exec {py} -S -c {shlex.quote(ENTRY)} {shlex.quote(root or package_root())} {action}"
-    )
+        cmd = f"git-lease-hook {tail}"
+    else:
+        script = os.path.join(root or package_root(), "gitlease", "enforce", "hookmain.py")
+        cmd = f"{shlex.quote(python or sys.executable)} -S {shlex.quote(script)} {tail}"
+    return cmd if action == "post-shell" else f"{cmd} || exit 2"
 
 
 def is_ours(hook: object) -> bool:
@@ -199,17 +213,46 @@ def install(agent: str, *, user: bool = False, cwd: str = ".", portable: bool = 
     hooks = dict(doc.get("hooks") or {})
     had = _strip(hooks)
     for event, matcher, action in fmt.events:
-        entry: dict[str, object] = {"type": "command", "command": hook_command(action, portable=portable)}
+        entry: dict[str, object] = {"type": "command", "command": hook_command(action, agent, portable=portable)}
         if fmt.named:
             entry = {"name": f"gitlease-{action}", **entry, "description": f"gitlease: git-lease-hook {action}"}
         entry["timeout"] = fmt.timeout
         groups = hooks.get(event)
         hooks[event] = (groups if isinstance(groups, list) else []) + [{"matcher": matcher, "hooks": [entry]}]
     doc["hooks"] = hooks
+    note = fmt.note if user else "; ".join(n for n in (fmt.note, keep_out_of_git(path, cwd)) if n)
     if json.dumps(doc, sort_keys=True) == before:
-        return Change(agent, path, "unchanged", fmt.note)
+        return Change(agent, path, "unchanged", note)
     _write(path, doc)
-    return Change(agent, path, "updated" if existed and had else "installed", fmt.note)
+    return Change(agent, path, "updated" if existed and had else "installed", note)
+
+
+EXCLUDE_MARK = "# git lease agent-hooks: the agents' hook settings stay out of commits"
+
+
+def keep_out_of_git(path: str, cwd: str) -> str:
+    """Keep a project settings file the install wrote out of ``git status`` and ``git add -A``: a line in the
+    repository's ``info/exclude`` (shared by its worktrees). A file git already tracks cannot be excluded:
+    the returned note says so."""
+    top = os.path.dirname(os.path.dirname(path))
+    rel = os.path.relpath(path, top).replace(os.sep, "/")
+    tracked = gitcmd.run(["ls-files", "--error-unmatch", "--", rel], cwd=top, check=False).returncode == 0
+    if tracked:
+        return f"{rel} is tracked by git: your change to it shows in git status (commit it, or use --user)"
+    common = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=top).out.strip()
+    exclude = os.path.join(common, "info", "exclude")
+    try:
+        with open(exclude, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        text = ""
+    line = "/" + rel
+    if line in text.splitlines():
+        return ""
+    os.makedirs(os.path.dirname(exclude), exist_ok=True)
+    with open(exclude, "a", encoding="utf-8") as fh:
+        fh.write(("" if not text or text.endswith("\n") else "\n") + f"{EXCLUDE_MARK}\n{line}\n")
+    return ""
 
 
 def uninstall(agent: str, *, user: bool = False, cwd: str = ".") -> Change:

@@ -336,14 +336,20 @@ USAGE = (
 AGENT_HOOKS = ("pre-edit", "pre-shell", "post-shell")  # exit 2: the one code agents' hook runners take as "block"
 
 
+DEADLINE = 90  # seconds: an agent hook answers before this, under the agents' own timeout (agenthooks.TIMEOUT)
+
+
 def agent_hook(name: str) -> int:
     """``pre-edit`` / ``pre-shell`` / ``post-shell``: the payload on stdin; fail closed with exit 2 (any other
     code lets the agent's tool call through), unless the repository's lease.enforce is warn or off (decided in
-    the guard). What goes to the model: stderr (a refusal), or JSON on stdout (post-shell's report)."""
+    the guard), also when the check outlives DEADLINE (an agent lets a timed-out hook's call through). What
+    goes to the model: stderr (a refusal), or JSON on stdout (post-shell's report: never in place of the
+    command's output, so post-shell's own failures are reported there too, with exit 0)."""
     import time
 
     from gitlease.enforce import guard
 
+    _deadline(name)
     try:
         data = sys.stdin.buffer.read()
         if name == "pre-edit":
@@ -355,17 +361,40 @@ def agent_hook(name: str) -> int:
     except KeyboardInterrupt:
         return 130
     except GitLeaseError as exc:
-        _say([f"gitlease: {name} refused: {exc.message}"])
-        return guard.REFUSE
+        return _hook_failed(name, exc.message)
     except Exception as exc:  # a bug: fail closed, one line, no traceback
         if os.environ.get("GITLEASE_DEBUG"):
             raise
-        _say([f"gitlease: {name} refused: internal error: {type(exc).__name__}: {exc}"])
-        return guard.REFUSE
+        return _hook_failed(name, f"internal error: {type(exc).__name__}: {exc}")
     _say(got.lines)
     if got.stdout:
         sys.stdout.write(got.stdout + "\n")
     return got.code
+
+
+def _hook_failed(name: str, message: str) -> int:
+    if name == "post-shell":
+        from gitlease.enforce.shell import context_json
+
+        sys.stdout.write(context_json("PostToolUse", f"gitlease: the command's changes were not checked: {message}"))
+        sys.stdout.write("\n")
+        return 0
+    _say([f"gitlease: {name} refused: {message}"])
+    return 2
+
+
+def _deadline(name: str) -> None:
+    """Past DEADLINE seconds, a pre-tool hook refuses (exit 2) and post-shell stops quietly."""
+    import _signal
+
+    def expired(signum, frame):
+        if name != "post-shell":
+            _say([f"gitlease: {name} refused: the check took over {DEADLINE} s (is git hanging?)"])
+        sys.stderr.flush()
+        os._exit(0 if name == "post-shell" else 2)
+
+    _signal.signal(_signal.SIGALRM, expired)
+    _signal.alarm(DEADLINE)
 
 
 def check_path(paths: list[str]) -> int:
