@@ -385,7 +385,7 @@ def _hook_failed(name: str, message: str) -> int:
 
 def _deadline(name: str) -> None:
     """Past DEADLINE seconds, a pre-tool hook refuses (exit 2) and post-shell stops quietly."""
-    import _signal
+    import _signal  # type: ignore[import-not-found]  (the C module under signal: no enum import)
 
     def expired(signum, frame):
         if name != "post-shell":
