@@ -384,8 +384,9 @@ def _hook_failed(name: str, message: str) -> int:
 
 
 def _deadline(name: str) -> None:
-    """Past DEADLINE seconds, a pre-tool hook refuses (exit 2) and post-shell stops quietly."""
-    import _signal  # type: ignore[import-not-found]  (the C module under signal: no enum import)
+    """Past DEADLINE seconds, a pre-tool hook refuses (exit 2) and post-shell stops quietly. ``_signal``: the C
+    module under ``signal``, which imports enum (the hook stays cheap)."""
+    import _signal  # type: ignore[import-not-found]
 
     def expired(signum, frame):
         if name != "post-shell":
