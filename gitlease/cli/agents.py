@@ -124,18 +124,11 @@ def mcp_cmd(
     ] = "release",
 ):
     """Serve the Model Context Protocol over stdio (for an MCP client: Claude Code, Codex CLI, Cursor, Gemini
-    CLI, an orchestrator): lease tools and a resource with this worktree's leases. Needs the mcp extra:
-    pip install 'gitlease[mcp]'."""
+    CLI, an orchestrator): lease tools and a resource with this worktree's leases."""
     import sys
 
     from gitlease.cli.common import echo
     from gitlease.core import errors
-
-    try:
-        import mcp  # noqa: F401  (only to say clearly what is missing)
-    except ImportError:
-        echo("git-lease: git lease mcp needs the MCP SDK: pip install 'gitlease[mcp]'", err=True)
-        raise SystemExit(errors.ERROR) from None
     from gitlease.mcp.server import serve
 
     try:
