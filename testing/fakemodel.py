@@ -54,14 +54,17 @@ class FakeModel:
 
     # ------------------------------------------------------------------------ the script
 
-    def next_step(self, offered: set[str]) -> Step | None | bool:
+    def next_step(self, offered: set[str], body: dict[str, Any] | None = None) -> Step | None | bool:
         """The step to answer with; None when the script is done; False when this request offers none of the
-        script's tools (a side request)."""
+        script's tools (a side request). A tool the client loads on demand (Claude Code's deferred MCP tools,
+        fetched with ToolSearch) counts as offered once the request names it anywhere."""
         with self.lock:
             if not self.steps:
                 return None if offered else False
             step = self.steps[0]
             hit = next((n for n in step.names if n in offered), None)
+            if hit is None and offered and body is not None and step.tool.startswith("mcp__"):
+                hit = step.tool if step.tool in json.dumps(body) else None
             if hit is None:
                 return False
             self.steps.pop(0)
@@ -157,7 +160,7 @@ def anthropic(h, model: FakeModel, body: dict[str, Any]) -> None:
     last = messages[-1] if messages else {}
     if last.get("role") == "user" and isinstance(last.get("content"), list):
         model.record([_text_of(b.get("content")) for b in last["content"] if b.get("type") == "tool_result"])
-    step = model.next_step(offered)
+    step = model.next_step(offered, body)
     mid = f"msg_{int(time.time() * 1000)}_{model.calls}"
     if isinstance(step, Step):
         block = {"type": "tool_use", "id": f"toolu_{model.calls:04d}", "name": step.tool, "input": step.args}
@@ -223,8 +226,8 @@ def responses(h, model: FakeModel, body: dict[str, Any]) -> None:
         text = model.final if step is None else "ok"
         item = {"type": "message", "id": f"msg_{model.calls}", "role": "assistant", "status": "completed",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
-    usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
-             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
+    usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+    usage.update(input_tokens_details={"cached_tokens": 0}, output_tokens_details={"reasoning_tokens": 0})
     resp = {"id": rid, "object": "response", "status": "completed", "model": body.get("model"), "output": [item]}
     h.sse(
         [

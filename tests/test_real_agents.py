@@ -62,7 +62,9 @@ def agent(request, make_repo, isolated_git):
     if name == "gemini":  # the folder trusted, an API key as the auth method: what a user sets up once
         (home / ".gemini").mkdir(exist_ok=True)
         (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(repo): "TRUST_FOLDER"}))
-        (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        (home / ".gemini" / "settings.json").write_text(
+            json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+        )
     return name, repo, lease, home
 
 
@@ -89,7 +91,9 @@ def test_a_shell_command_outside_is_reported_and_its_output_kept(agent):
     name, repo, lease, _ = agent
     (repo / "stray.txt").write_text("there before the command\n")
     c = CLIENT[name]
-    fm = drive(agent, [c["shell"]("echo hello-from-the-command; git status --short"), c["shell"]("echo made > notes.txt")])
+    fm = drive(
+        agent, [c["shell"]("echo hello-from-the-command; git status --short"), c["shell"]("echo made > notes.txt")]
+    )
     first, second = fm.seen
     assert "hello-from-the-command" in first and "gitlease" not in first  # nothing this command changed
     assert "notes.txt (changed) is outside this worktree's leases" in second and "stray.txt" not in second
@@ -102,13 +106,22 @@ def test_the_fence_cannot_be_deleted(agent):
     settings = repo / c["settings"]
     before = settings.read_bytes()
     fm = drive(agent, [c["shell"](f"rm {c['settings']} && echo removed"), c["write"](repo, "docs/b.md")])
-    assert "gitlease put it back as it was" in fm.seen[0] and "removed" in fm.seen[0]
+    # gitlease puts it back (Claude Code refuses the command itself: it guards its own settings in -p runs)
+    put_back = "gitlease put it back as it was" in fm.seen[0] and "removed" in fm.seen[0]
+    assert put_back or (name == "claude" and "requested permissions" in fm.seen[0]), fm.seen[0]
     assert settings.read_bytes() == before
     assert "edit refused: docs/b.md" in fm.seen[1] and not (repo / "docs" / "b.md").exists()
     c2 = CLIENT[name]["write"](repo, c["settings"])
     if name != "codex":  # codex edits by patch in a shell command: covered by the shell case above
-        fm = drive(agent, [c2])
+        read = [Step("Read", {"file_path": str(settings)})] if name == "claude" else []  # Claude Code: read first
+        fm = drive(agent, [*read, c2])
+        fm.seen = fm.seen[len(read) :]
         assert "is an agent's hook settings" in fm.seen[0] and settings.read_bytes() == before
+
+
+def first_json(text):
+    """The JSON a tool returned (the client may append its own reminders after it)."""
+    return json.JSONDecoder().raw_decode(text.lstrip())[0]
 
 
 def test_mcp_tools_end_to_end_in_claude_code(make_repo, isolated_git, tmp_path):
@@ -118,7 +131,9 @@ def test_mcp_tools_end_to_end_in_claude_code(make_repo, isolated_git, tmp_path):
     config = tmp_path / "mcp.json"
     git_lease = os.path.join(os.path.dirname(sys.executable), "git-lease")
     config.write_text(json.dumps({"mcpServers": {"gitlease": {"command": git_lease, "args": ["mcp"]}}}))
+    names = ",".join(f"mcp__gitlease__lease_{n}" for n in ("acquire", "check_paths", "status"))
     steps = [
+        Step("ToolSearch", {"query": f"select:{names}"}),  # Claude Code defers MCP tools: the model loads them
         Step("mcp__gitlease__lease_acquire", {"paths": ["src"], "ttl": 600}),
         Step("mcp__gitlease__lease_check_paths", {"paths": ["src/a.py", "docs/b.md"]}),
         Step("mcp__gitlease__lease_acquire", {"paths": ["src"], "ttl": 10**12}),
@@ -126,10 +141,11 @@ def test_mcp_tools_end_to_end_in_claude_code(make_repo, isolated_git, tmp_path):
     ]
     with FakeModel(steps) as fm:
         res = RUN["claude"](repo, isolated_git, fm, "--mcp-config", str(config), "--strict-mcp-config")
-    assert res.returncode == 0 and fm.calls == 4, (fm.seen, res.stderr[-2000:])
-    got = json.loads(fm.seen[0])
+    assert res.returncode == 0 and fm.calls == 5, (fm.seen, res.stderr[-2000:])
+    fm.seen.pop(0)  # the schemas ToolSearch loaded
+    got = first_json(fm.seen[0])
     assert got["paths"] == ["src"] and got["leaseId"].startswith("lease_")
-    rows = {r["path"]: r["status"] for r in json.loads(fm.seen[1])["paths"]}
+    rows = {r["path"]: r["status"] for r in first_json(fm.seen[1])["paths"]}
     assert rows == {"src/a.py": "yours", "docs/b.md": "free"}
     assert "ttl" in fm.seen[2] and "at most" in fm.seen[2]  # validated at the boundary: a clear error
     assert "bogus" in fm.seen[3]  # unknown arguments refused
