@@ -153,3 +153,32 @@ def test_what_install_writes_stays_out_of_git(make_repo):
     git(tracked, "commit", "-q", "-m", "team settings")
     res = cli(tracked, "agent-hooks", "install", "gemini")
     assert res.returncode == 0 and ".gemini/settings.json is tracked by git" in res.stdout
+
+
+def test_status_says_whether_the_hooks_will_run(make_repo, isolated_git):
+    from gitlease.enforce.agenthooks import unfenced
+
+    repo = make_repo("w")
+    assert cli(repo, "agent-hooks", "status", "claude").returncode == 1  # not installed
+    assert cli(repo, "agent-hooks", "install", "claude").returncode == 0
+    res = cli(repo, "agent-hooks", "status", "claude")
+    assert res.returncode == 0 and res.stdout.startswith("claude: active")
+    (repo / ".claude" / "settings.json").write_text('{"disableAllHooks": true}')
+    res = cli(repo, "agent-hooks", "status", "claude")
+    assert res.returncode == 1 and "sets disableAllHooks" in res.stdout
+    assert cli(repo, "agent-hooks", "install", "codex").returncode == 0
+    res = cli(repo, "agent-hooks", "status", "codex")
+    assert res.returncode == 1 and "Codex does not trust the project" in res.stdout
+    hooks = str(repo / ".codex" / "hooks.json")
+    states = "".join(
+        f'[hooks.state."{hooks}:{event}:{g}:0"]\ntrusted_hash = "sha256:x"\n'
+        for event, g in (("pre_tool_use", 0), ("pre_tool_use", 1), ("post_tool_use", 0))
+    )
+    (isolated_git / ".codex").mkdir()
+    (isolated_git / ".codex" / "config.toml").write_text(f'[projects."{repo}"]\ntrust_level = "trusted"\n{states}')
+    assert cli(repo, "agent-hooks", "status", "codex").returncode == 0
+    assert cli(repo, "agent-hooks", "install", "gemini").returncode == 0
+    res = cli(repo, "agent-hooks", "status", "gemini")
+    assert res.returncode == 1 and "Gemini CLI does not trust the folder" in res.stdout
+    assert "--skip-trust runs without the project's hooks" in unfenced(["gemini", "--skip-trust", "-p", "x"], str(repo))
+    assert unfenced(["codex", "exec", "x"], str(repo)) is None and unfenced(["./agent.sh"], str(repo)) is None

@@ -273,3 +273,152 @@ def uninstall(agent: str, *, user: bool = False, cwd: str = ".") -> Change:
 
 
 __all__ = ["AGENTS", "Change", "hook_command", "install", "uninstall", "settings_path", "is_ours"]
+
+
+# ------------------------------------------------------------------------------ status
+
+# Flags of each client's launcher that drop the hooks of a project install (docs/agents.md).
+DROPPING_FLAGS = {
+    "claude": ("--bare", "--safe-mode", "--setting-sources"),
+    "codex": (),
+    "gemini": ("--skip-trust",),
+}
+
+
+@dataclass(frozen=True)
+class Status:
+    agent: str
+    active: bool
+    where: str  # the settings file holding gitlease's hooks, or ""
+    problems: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"agent": self.agent, "active": self.active, "where": self.where, "problems": list(self.problems)}
+
+
+def _ours_in(path: str, fmt: Format) -> list[tuple[str, int, int, dict]]:
+    """(event, group index, hook index, hook) of each gitlease hook in the settings file at ``path``."""
+    try:
+        doc = _load(path) or {}
+    except ConfigError:
+        return []
+    out = []
+    for event, groups in (doc.get("hooks") or {}).items():
+        for gi, group in enumerate(groups if isinstance(groups, list) else []):
+            for hi, hook in enumerate(group.get("hooks", []) if isinstance(group, dict) else []):
+                if is_ours(hook):
+                    out.append((event, gi, hi, hook))
+    return out
+
+
+def status(agent: str, *, cwd: str = ".") -> Status:
+    """Whether gitlease's hooks will run for ``agent`` started in ``cwd``: installed (project or user), current
+    (this install's command), and not switched off by the client's own trust gates or settings."""
+    fmt = agent_format(agent)
+    user = os.path.join(os.path.expanduser("~"), fmt.user)
+    try:
+        project = settings_path(agent, user=False, cwd=cwd)
+    except UsageError:
+        project = ""
+    found = [(p, _ours_in(p, fmt)) for p in (project, user) if p]
+    found = [(p, hooks) for p, hooks in found if hooks]
+    if not found:
+        return Status(agent, False, "", (f"not installed: git lease agent-hooks install {agent} (or --user)",))
+    where, hooks = found[0]
+    problems = []
+    actions = {h["command"].split(" || ")[0].split()[-2] for _, _, _, h in hooks if h.get("command")}
+    missing = [a for _, _, a in fmt.events if a not in actions]
+    if missing:
+        problems.append(f"{where} lacks {', '.join(missing)}: git lease agent-hooks install {agent} again")
+    for _, _, _, h in hooks:
+        cmd = str(h.get("command", "")).split(" || ")[0]
+        if not cmd.startswith("git-lease-hook ") and not os.path.exists(shlex.split(cmd)[0]):
+            problems.append(f"the hook's Python is gone ({shlex.split(cmd)[0]}): install the hooks again")
+            break
+    problems += GATES[agent](where, hooks, where != user)
+    return Status(agent, not problems, where, tuple(problems))
+
+
+def _claude_gates(where: str, hooks, project: bool) -> list[str]:
+    home = os.path.join(os.path.expanduser("~"), ".claude")
+    top = os.path.dirname(os.path.dirname(where)) if project else ""
+    files = [os.path.join(home, "settings.json")]
+    if top:
+        files += [os.path.join(top, ".claude", n) for n in ("settings.json", "settings.local.json")]
+    for f in files:
+        try:
+            if (_load(f) or {}).get("disableAllHooks") is True:
+                return [f"{f} sets disableAllHooks: Claude Code runs no hook"]
+        except ConfigError:
+            continue
+    return []
+
+
+def _codex_gates(where: str, hooks, project: bool) -> list[str]:
+    import tomllib
+
+    home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    try:
+        with open(os.path.join(home, "config.toml"), "rb") as fh:
+            cfg = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        cfg = {}
+    problems = []
+    top = os.path.dirname(os.path.dirname(where))
+    projects = cfg.get("projects") or {}
+    if project and (projects.get(top) or {}).get("trust_level") != "trusted":
+        problems.append(f"Codex does not trust the project {top}: run codex there and trust it (or codex exec --trust)")
+    states = ((cfg.get("hooks") or {}).get("state") or {}) if isinstance(cfg.get("hooks"), dict) else {}
+    snake = {"PreToolUse": "pre_tool_use", "PostToolUse": "post_tool_use"}
+    for event, gi, hi, _ in hooks:
+        key = f"{where}:{snake.get(event, event)}:{gi}:{hi}"
+        if not (states.get(key) or {}).get("trusted_hash"):
+            problems.append(f"Codex has not trusted the hooks in {where}: review and trust them in codex's /hooks")
+            break
+    return problems
+
+
+def _gemini_gates(where: str, hooks, project: bool) -> list[str]:
+    home = os.path.join(os.path.expanduser("~"), ".gemini")
+    try:
+        user = _load(os.path.join(home, "settings.json")) or {}
+    except ConfigError:
+        user = {}
+    if (user.get("hooksConfig") or {}).get("enabled") is False:
+        return ["Gemini CLI's hooks are off (hooksConfig.enabled: false in ~/.gemini/settings.json)"]
+    if not project:
+        return []
+    top = os.path.dirname(os.path.dirname(where))
+    try:
+        with open(os.path.join(home, "trustedFolders.json"), encoding="utf-8") as fh:
+            trusted = json.load(fh)
+    except (OSError, ValueError):
+        trusted = {}
+    ok = any(
+        (v == "TRUST_FOLDER" and top == k)
+        or (v == "TRUST_PARENT" and top.startswith(k.rstrip("/") + "/"))
+        or (v == "TRUST_FOLDER" and top.startswith(k.rstrip("/") + "/"))
+        for k, v in (trusted.items() if isinstance(trusted, dict) else [])
+    )
+    if not ok:
+        return [f"Gemini CLI does not trust the folder {top}: trust it when gemini asks (never --skip-trust)"]
+    return []
+
+
+GATES = {"claude": _claude_gates, "codex": _codex_gates, "gemini": _gemini_gates}
+
+
+def unfenced(argv: list[str], cwd: str = ".") -> str | None:
+    """Why the agent command ``argv`` would run without gitlease's hooks (a known client whose hooks are not
+    active, or a flag of its launcher that drops them), with the one-line fix; None when it is fenced or not a
+    client gitlease knows."""
+    if not argv:
+        return None
+    name = os.path.basename(argv[0])
+    if name not in AGENTS:
+        return None
+    for flag in DROPPING_FLAGS[name]:
+        if any(a == flag or a.startswith(flag + "=") for a in argv[1:]):
+            return f"{name} {flag} runs without the project's hooks: drop {flag}, or install with --user"
+    st = status(name, cwd=cwd)
+    return None if st.active else f"{name} would run unfenced: {st.problems[0]}"
