@@ -23,14 +23,9 @@ from gitlease.core.errors import GitLeaseError
 from gitlease.enforce import guard
 from gitlease.enforce import rules as enforce
 
-HOME_FENCE = (
-    ".claude/settings.json",
-    ".claude/settings.local.json",
-    ".codex/hooks.json",
-    ".codex/config.toml",
-    ".gemini/settings.json",
-    ".cursor/hooks.json",
-)
+# the fence's files, relative to a worktree's top and to the home folder (the system-wide ones are not written
+# by an agent's shell command: root only)
+HOME_FENCE = tuple(sorted(f for f in guard.FENCE_FILES if f.startswith(".")))
 WATCHED_CONFIG = ("lease.enforce", "core.hookspath")
 LIMIT = 50
 
