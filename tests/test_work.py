@@ -39,7 +39,7 @@ if log:
 if task.get("progress"):  # report progress, then wait (bounded) for a renewal to carry it to the store
     got = subprocess.run(["git", "lease", "progress", task["progress"]], capture_output=True, text=True)
     seen = False
-    for _ in range(300):
+    for _ in range(900):
         oid = subprocess.run(["git", "-C", task["remote"], "rev-parse", "-q", "--verify",
                               "refs/leases/id/" + os.environ["GITLEASE_LEASE"]], capture_output=True, text=True)
         rec = subprocess.run(["git", "-C", task["remote"], "cat-file", "-p", oid.stdout.strip() + ":lease.json"],
@@ -593,12 +593,13 @@ def test_on_a_terminal_a_live_view_shows_each_worker_its_task_and_scope(world):
 
 def test_a_tasks_command_reports_progress_through_the_runners_heartbeat(world):
     """``git lease progress`` from a task's command goes to the runner's heartbeat (no second writer of the
-    lease), which carries it to the store with the next renewal (a short TTL: a renewal every 2 s)."""
+    lease), which carries it to the store with the next renewal (TTL 30: a renewal every 10 s; a shorter TTL
+    misses its deadlines on a loaded machine, which is what the lease protocol is for, not this test)."""
     a = world.clone("a")
     report = world.root / "progress.json"
     q = world.queue([{"id": "p", "paths": ["src/a/x.py"], "progress": "tests 4/10", "remote": str(world.remote),
                       "report": str(report)}])  # fmt: skip
-    res = work(a, str(q), "--land", "main", "--ttl", "6", "--", *world.command)
+    res = work(a, str(q), "--land", "main", "--ttl", "30", "--", *world.command, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     got = json.loads(report.read_text())
     assert got["rc"] == 0 and "sent with the next renewal" in got["out"], got

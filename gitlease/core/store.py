@@ -124,6 +124,10 @@ class Store:
     def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
         """Make the objects of these commits readable locally."""
 
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        """Every ref under ``prefix`` on the store (refs outside ``refs/leases/``: parked work)."""
+        raise NotImplementedError
+
     # --- shared ----------------------------------------------------------------------------------
     def read(self, oids: Iterable[str], *, timeout: float | None = None, fetch: bool = True) -> dict[str, Blob]:
         """Lease record and signature bytes of each commit oid (fetching what is missing, unless
@@ -282,6 +286,16 @@ class RemoteStore(Store):
             self._head = ((branch or "HEAD", oid) if oid else None, True)
             self._head_here = None
         return refs
+
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        """Every ref under ``prefix`` (``refs/leases-quarantine/``: parked work) on the store."""
+        res = self._ls_remote(["ls-remote", "--refs", self.remote, f"{prefix.rstrip('/')}/*"], timeout)
+        out = {}
+        for line in res.out.splitlines():
+            left, _, ref = line.partition("\t")
+            if ref.startswith(prefix):
+                out[ref] = left.strip()
+        return out
 
     def _ls_remote(self, argv: list[str], timeout: float | None) -> gitcmd.Result:
         try:
@@ -510,6 +524,15 @@ class LocalStore(Store):
             ["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"], cwd=common, check=False
         ).out.strip()
         return (ref or "HEAD", head) if head else None
+
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        """Every ref under ``prefix`` in this repository."""
+        res = gitcmd.run(
+            ["for-each-ref", "--format=%(objectname) %(refname)", prefix],
+            cwd=self.repo_dir,
+            timeout=timeout or self.timeout,
+        )
+        return {ref: oid for oid, _, ref in (line.partition(" ") for line in res.out.splitlines()) if ref}
 
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         res = gitcmd.run(

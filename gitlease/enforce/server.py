@@ -234,6 +234,7 @@ class _Push:
                     pass
         self._scope_changes()
         self._pair_creates()
+        self._check_parked()
         self._check_deletes()
         return self.problems
 
@@ -294,24 +295,56 @@ class _Push:
         self.task_creates.setdefault(new, set()).add(decode_segment(ref[len(TASK_PREFIX) :]))
 
     def _write_outcome(self, old: str, new: str, ref: str) -> None:
-        """A queued task's outcome (gitlease.service.outcomes): a commit holding only its canonical record,
-        naming that task, whose first parent is the outcome it replaces (none for the first)."""
-        from gitlease.service.outcomes import FILE, check_record
+        """A queued task's outcome (gitlease.service.outcomes): a commit holding only its canonical record (and,
+        signed, its signature), naming that task, whose first parent is the outcome it replaces (none for the
+        first); signed by a key trusted for its writer on a signed store; moving only forward (a final outcome
+        reopened only by a rerun); and, for a task done, naming a landed commit that the branch it names holds
+        (after this push)."""
+        from gitlease.service.outcomes import FILE, SIG_FILE, move_problem, parse_record
 
-        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}"])
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}", f"{new}:{SIG_FILE}", f"{old}:{FILE}"])
         kind, body = got.get(new, (None, b""))
         parents = tuple(ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent "))
         kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
+        sig = got.get(f"{new}:{SIG_FILE}", (None, None))[1]
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
-        problem = None
-        if kind != "commit" or kind_f != "blob" or _tree_names(tree) != [FILE]:
-            problem = f"a commit holding only {FILE}"
+        task = decode_segment(ref[len(OUTCOME_PREFIX) :])
+        problem, doc = None, None
+        if kind != "commit" or kind_f != "blob" or sorted(_tree_names(tree) or ()) not in ([FILE], [FILE, SIG_FILE]):
+            problem = f"a commit holding only {FILE} (and, signed, {SIG_FILE})"
         elif parents != (() if ZERO.match(old) else (old,)):
             problem = "its parent must be exactly the outcome it replaces"
         else:
-            problem = check_record(data, decode_segment(ref[len(OUTCOME_PREFIX) :]))
+            doc, problem = parse_record(data, task)
+        if doc is not None:
+            from gitlease.identity.trust import check_outcome
+
+            previous = None if ZERO.match(old) else parse_record(got.get(f"{old}:{FILE}", (None, b""))[1], task)[0]
+            problem = (
+                check_outcome(_server_trust(), doc, data, sig)
+                or move_problem(previous, doc)
+                or self._landed_problem(doc)
+            )
         if problem:
             self.problems.append(f"{ref}: not a gitlease task outcome ({problem})")
+
+    def _landed_problem(self, doc: dict) -> str | None:
+        """A ``done`` outcome naming a commit: that commit must be on the branch it names, as this push leaves
+        that branch."""
+        landed, branch = doc.get("landed"), doc.get("branch")
+        if doc.get("state") != "done" or landed is None or branch is None:
+            return None
+        if not isinstance(branch, str) or not branch.startswith("refs/heads/"):
+            return f"the branch it landed on must be a branch, not {branch!r}"
+        tip = next((n for _o, n, r in self.updates if r == branch), None)
+        if tip is None:
+            tip = _read(["rev-parse", "--verify", "--quiet", branch], check=False).out.strip()
+        if not tip or ZERO.match(tip):
+            return f"it names {branch}, which this repository does not have"
+        res = _read(["merge-base", "--is-ancestor", str(landed), tip], check=False)
+        if res.returncode != 0:
+            return f"the commit it says landed ({str(landed)[:12]}) is not on {branch}"
+        return None
 
     def _write_probe(self, old: str, new: str, ref: str) -> None:
         got = _cat([new, f"{new}^{{tree}}", f"{new}:{PROBE_FILE}"])
@@ -337,7 +370,7 @@ class _Push:
         holding only the canonical entry (and, signed, its signature) whose first parent is the entry before it
         and, for the writer's first entry, at most the reclaimed version as its one parent; writer, prev and seq
         continue the log from ``old``. Every entry of the chain is judged and recorded."""
-        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, SCHEMA, canonical
+        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, MAX_ENTRY_BYTES, SCHEMA, canonical
 
         where = f"{ref}: not a gitlease audit entry"
         writer = ref[len(AUDIT_PREFIX) :]
@@ -371,7 +404,7 @@ class _Push:
             if (
                 kind != "commit"
                 or kind_e != "blob"
-                or len(data) > 64 * 1024
+                or len(data) > MAX_ENTRY_BYTES
                 or sorted(_tree_names(tree) or ()) != expect
             ):
                 self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
@@ -464,6 +497,23 @@ class _Push:
                 self.problems.append(
                     f"task refs {', '.join(sorted(tasks))}: created only with the lease of that task, at its "
                     "version 1, in the same push"
+                )
+
+    def _check_parked(self) -> None:
+        """Task outcomes and parked work only move forward: an outcome ref, or a quarantine ref (created once,
+        never overwritten), is deleted only by a prune that an audit entry of the same push records
+        (``git lease work --prune``): otherwise deleting a done task's outcome would let it land again."""
+        pruned = {r for d in self.audit if d.get("action") == "prune" for r in (d.get("refs") or {})}
+        for old, new, ref in self.updates:
+            if not (shape(ref) == "outcome" or parked(ref)) or ZERO.match(old):
+                continue
+            if not ZERO.match(new):
+                if parked(ref):
+                    self.problems.append(f"{ref}: parked work is never overwritten")
+            elif ref not in pruned:
+                self.problems.append(
+                    f"{ref}: outcomes and parked work are deleted only by a recorded prune "
+                    "(git lease work --prune AGE), never by a plain delete"
                 )
 
     def _check_deletes(self) -> None:
@@ -589,7 +639,7 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
     """Problems with the updates of one push under refs/leases/ and refs/leases-audit/ (``(old, new, ref)``,
     zero oids for none): anything that is not gitlease's own record shapes (``_Push``)."""
     push = _Push(updates)
-    if not push.ours:
+    if not push.ours and not any(parked(r) for _o, _n, r in updates):
         return []
     return push.check()
 

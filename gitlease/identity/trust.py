@@ -749,6 +749,35 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
     return None
 
 
+def check_outcome(trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None) -> str | None:
+    """The problem with one task outcome's signature (gitlease.service.outcomes; None: fine). As an audit
+    entry's: the SSHSIG (namespace gitlease) must verify over the exact ``outcome.json`` bytes by the key the
+    outcome names; on a signed store that key must be trusted for its writer (``by``) when it was written."""
+    if sig is None:
+        if doc.get("key"):
+            return "the outcome names a key but carries no signature"
+        if trust.signed:
+            return f"the outcome is unsigned, but this store is signed ({trust.source})"
+        return None
+    try:
+        key = sshsig.verify(sig, data, NAMESPACE)
+    except InvalidRecord as exc:
+        return f"signature: {exc}"
+    fp = sshsig.fingerprint_of(key)
+    named = doc.get("key")
+    if _key_words(named if isinstance(named, str) else None) != key:
+        return f"signed by key {fp}, not by the key the outcome names (forged or replaced)"
+    if not trust.signed:
+        return None
+    try:
+        when = parse_iso(str(doc.get("at")))
+    except ValueError:
+        return f"unreadable time {doc.get('at')!r}"
+    if not trust.trusted_for(str(doc.get("by")), key, when) and not trust.admin_principals(key, when):
+        return f"key {fp} is not trusted for writer {doc.get('by')!r} ({trust.source})"
+    return None
+
+
 # --------------------------------------------------------------------------------------------- loading
 
 

@@ -39,11 +39,13 @@ BACKOFF_CAP = 300.0
 
 class _Fail(Exception):
     """An attempt that did not land: ``final`` fails the task at once (a scope violation, a refusal by a
-    gitlease check, a command that cannot run); ``interrupted`` re-queues it under the same number."""
+    gitlease check, a command that cannot run); ``interrupted`` re-queues it under the same number at once;
+    not ``counted`` (the store unreachable) re-queues it under the same number after the backoff."""
 
-    def __init__(self, reason: str, *, final: bool = False, interrupted: bool = False) -> None:
+    def __init__(self, reason: str, *, final: bool = False, interrupted: bool = False, counted: bool = True) -> None:
         super().__init__(reason)
         self.reason, self.final, self.interrupted = reason, final, interrupted
+        self.counted = counted and not interrupted
 
 
 class TaskAttempt:
@@ -54,6 +56,7 @@ class TaskAttempt:
         self.r, self.n, self.task, self.prev = runner, n, task, prev
         self.number = (prev.attempts if prev else 0) + 1
         self.holding: Holding | None = None
+        self.outcome: str | None = None  # this attempt's ``running`` outcome, once claimed
         self.manager: Any = None
         self.att: Any = None
         with runner._lock:
@@ -69,11 +72,18 @@ class TaskAttempt:
 
     # ------------------------------------------------------------------------------ claim
     def run(self, svc: LeaseService) -> None:
-        r = self.r
-        tsvc = r._task_service(svc, self.task)
+        """Claim the task, its scope and its ``running`` outcome (this attempt counted on the store) in one
+        atomic push, then work on it. An outcome that moved since the runner read it (another runner) gives the
+        claim back at once, unrun."""
+        r, task = self.r, self.task
+        tsvc = r._task_service(svc, task)
         options = HoldOptions(ttl=r.ttl, release=True)
+        parent = self._parent()
+        running, _ = r._outcomes.make(task.id, "running", self.number, parent=parent, digest=task.digest)
         try:
-            self.holding = Holding.acquire(tsvc, self.task.scope, options, task=self.task.id)
+            self.holding = Holding.acquire(
+                tsvc, task.scope, options, task=task.id, piggyback=[r._outcomes.update(task.id, running, parent)]
+            )
         except HeldError as exc:
             with r._lock:
                 r.lease_waits += 1
@@ -81,21 +91,25 @@ class TaskAttempt:
             return
         except RemoteUnavailable:
             raise
-        except GitLeaseError as exc:  # claimed by another runner at another scope, a hook refused
-            self.emit("refused", message=exc.message)
-            r._pause(r.opts.poll)
+        except GitLeaseError as exc:  # claimed by another runner meanwhile; else the claim itself fails
+            if self._claimed_elsewhere(tsvc):
+                self.emit("refused", message=exc.message)
+                r._pause(r.opts.poll)
+            else:  # a stray claim ref, a refusal by the store: counted like any failed attempt, never a loop
+                self._claim_failed(exc)
             return
         with r._lock:
             r.ran += 1
             r._granted.add(self.lease_id)
         rec = self.holding.record
         self.emit("claimed", lease=self.lease_id, scope=" ".join(rec.paths), attempt=self.number)
+        if not self.holding.piggybacked:  # its outcome moved meanwhile: finished or re-queued by another runner
+            self._release()
+            self.emit("released", message="another runner finished it meanwhile")
+            return
+        self.outcome = running  # the outcome this attempt's next one replaces
         started = r.clock.monotonic()
         try:
-            if self._finished_elsewhere(tsvc):
-                self._release()
-                self.emit("released", message="another runner finished it meanwhile")
-                return
             self._work()
         finally:
             spent = r.clock.monotonic() - started
@@ -103,13 +117,49 @@ class TaskAttempt:
                 r.busy += spent
                 self.st.busy += spent
 
-    def _finished_elsewhere(self, tsvc: LeaseService) -> bool:
-        """Finished (or re-queued) by another runner between our read and our claim."""
-        refs = tsvc.store.list_refs()
+    def _parent(self) -> str | None:
+        """The outcome this attempt's first outcome replaces: the one read, or one the runner ignored (its
+        signature did not verify: replaced, never taken for the task's state)."""
+        if self.prev is not None:
+            return self.prev.oid
         with self.r._lock:
-            fresh = self.r._outcomes.read(refs).get(self.task.id)
-        prev = self.prev
-        return fresh is not None and (fresh.final or (prev is None or fresh.oid != prev.oid))
+            return self.r._outcomes.listed.get(self.task.id)
+
+    def _claimed_elsewhere(self, tsvc: LeaseService) -> bool:
+        """Whether a live lease of someone else claims this task now."""
+        from gitlease.core.refnames import task_ref
+
+        try:
+            snap = tsvc.snapshot(use_cache=False, paths=self.task.scope)
+        except GitLeaseError:
+            return True  # cannot tell: not the task's fault
+        ref = task_ref(self.task.id)
+        now, skew = self.r.clock.now(), tsvc.settings.skew
+        return any(ref in v.task_refs and v.state(now, skew) in ("active", "grace") for v in snap.leases)
+
+    def _claim_failed(self, exc: GitLeaseError) -> None:
+        """The claim push refused for a reason of the task's own (a stray claim ref, a server hook's refusal):
+        the attempt is counted on the store (pinned to the outcome the runner read), with its backoff."""
+        r, number = self.r, self.number
+        final = number >= r.opts.attempts
+        state = "failed" if final else "retrying"
+        not_before = 0.0 if final else r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** (number - 1))
+        reason = f"the claim was refused: {exc.message}"
+        parent = self._parent()
+        got = r._outcomes.write(
+            self.task.id, state, number, parent=parent, reason=reason, not_before=not_before, digest=self.task.digest
+        )
+        self.st.attempts, self.st.reason = number, reason
+        if got is None:
+            self.emit("error", message=f"outcome not recorded: {reason}")
+            return
+        self.st.state = state
+        if final:
+            self.emit("failed", message=f"{reason} (attempt {number})")
+        else:
+            with r._lock:
+                r.retries += 1
+            self.emit("retry", message=f"{reason} (attempt {number} of {r.opts.attempts})")
 
     # ------------------------------------------------------------------------------ work
     def _work(self) -> None:
@@ -142,6 +192,14 @@ class TaskAttempt:
         except _Fail as exc:
             holding.stop()
             self._failed(exc)
+            return
+        except RemoteUnavailable as exc:  # the store or the base went away: not the task's fault, not counted
+            holding.stop()
+            self._failed(_Fail(exc.message, counted=False))
+            return
+        except GitLeaseError as exc:  # anything else ends this attempt, counted (a broken worktree, a git error)
+            holding.stop()
+            self._failed(_Fail(exc.message))
             return
         except BaseException:
             holding.stop()
@@ -275,32 +333,37 @@ class TaskAttempt:
     def _failed(self, exc: _Fail) -> None:
         r, task, number = self.r, self.task, self.number
         ref = None
+        if self.att is not None and self.manager.repair(self.att.path):
+            self.emit("error", message=f"the command deleted its worktree's .git file; repaired ({self.att.path})")
         if self.att is not None:
             try:
                 _state, ref = self.manager.give_back(self.att.id, quarantine_only=True)
             except GitLeaseError as err:
                 self.emit("error", message=f"could not quarantine the worktree: {err.message}")
         if ref:
-            if not exc.interrupted:  # an interrupted attempt runs again under the same number: kept here only
+            if exc.counted:  # one not counted runs again under the same number: its work is kept here only
                 ref = self._park(ref)
             self.emit("quarantined", ref=ref)
+        backoff = r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** (number - 1))
         if exc.interrupted:
             state, attempts, not_before = "retrying", number - 1, 0.0
+        elif not exc.counted:
+            state, attempts, not_before = "retrying", number - 1, backoff
         else:
             final = exc.final or number >= r.opts.attempts
             state, attempts = ("failed" if final else "retrying"), number
-            not_before = 0.0 if final else r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** (number - 1))
+            not_before = 0.0 if final else backoff
         reason = exc.reason
-        prev = self.prev
         try:
             wrote = r._outcomes.write(
                 task.id,
                 state,
                 attempts,
-                parent=prev.oid if prev else None,
+                parent=self.outcome,
                 reason=reason,
                 quarantine=ref,
                 not_before=not_before,
+                digest=task.digest,
             )
         except GitLeaseError as err:
             wrote = None
@@ -392,7 +455,9 @@ class TaskAttempt:
 
 def slug(task_id: str) -> str:
     """A task id as a branch and file name component (readable, and unique enough with a short hash)."""
-    base = re.sub(r"[^A-Za-z0-9._-]+", "-", task_id).strip(".-")[:60] or "task"
+    base = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]+", "-", task_id)).strip(".-")[:60] or "task"
+    if base.endswith(".lock"):
+        base = base[: -len(".lock")] + "-lock"
     if base == task_id:
         return base
     return f"{base}-{hashlib.sha1(task_id.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"

@@ -3,7 +3,8 @@ fresh base, then ONE fenced, scope-checked atomic push (gitlease.enforce.push.fe
 lease's renewal and the task's ``done`` outcome, so a task lands exactly once and only under its live lease.
 
 A non-fast-forward (another task landed first) re-fetches, rebases and tries again, up to ``land_retries``
-times. A path outside the lease (ScopeViolation) fails the task at once; a lost lease re-queues it.
+times. A path outside the lease, or outside the task's own scope as the queue gave it (a task that extended its
+lease mid-task; ``--allow-extend`` lets it), fails the task at once (ScopeViolation); a lost lease re-queues it.
 """
 
 from __future__ import annotations
@@ -42,12 +43,16 @@ class Lander:
         assert at.holding is not None
         wsvc = at.holding.svc
         target = r._target(task)
-        parent = at.prev.oid if at.prev else None
+        parent = at.outcome
+        within = None if r.opts.allow_extend else task.scope
         for i in range(r.opts.land_retries + 1):
             _branch_name, fresh = r._fetch_base()
             ahead = gitcmd.run(["rev-list", "--count", f"{fresh}..HEAD"], cwd=path).out.strip()
             if ahead == "0":
-                if r._outcomes.write(task.id, "done", at.number, parent=parent, reason="nothing to land") is None:
+                got = r._outcomes.write(
+                    task.id, "done", at.number, parent=parent, reason="nothing to land", digest=task.digest
+                )
+                if got is None:
                     raise _Fail("the task's outcome changed meanwhile (another runner)")
                 return None
             reb = gitcmd.run(["rebase", "--quiet", fresh], cwd=path, check=False)
@@ -55,9 +60,18 @@ class Lander:
                 gitcmd.run(["rebase", "--abort"], cwd=path, check=False)
                 raise _Fail(f"rebase onto {base_ref} failed: {(reb.err or reb.out).strip().splitlines()[-1:]}")
             head = gitcmd.run(["rev-parse", "HEAD"], cwd=path).out.strip()
-            oid, _ = r._outcomes.make(task.id, "done", at.number, parent=parent, landed=head)
+            oid, _ = r._outcomes.make(
+                task.id, "done", at.number, parent=parent, landed=head, branch=target, digest=task.digest
+            )
             try:
-                fenced_push(wsvc, r.remote, [f"HEAD:{target}"], at.lease_id, also=[f"{oid}:{outcome_ref(task.id)}"])
+                fenced_push(
+                    wsvc,
+                    r.remote,
+                    [f"HEAD:{target}"],
+                    at.lease_id,
+                    also=[f"{oid}:{outcome_ref(task.id)}"],
+                    within=within,
+                )
                 return head
             except ScopeViolation as exc:  # a lease lost meanwhile is LeaseLost (check_landing), not this
                 raise _Fail(exc.message, final=True) from None
