@@ -663,3 +663,185 @@ def test_a_runner_killed_with_9_leaves_its_worktree_to_a_restarted_runner_which_
         if w.meta.branch.startswith("work/") or w.meta.state == "free"
     )
     assert states == ["free", "quarantined"]  # the re-run's worktree back in the pool; the killed one kept
+
+
+def test_a_landing_train_of_ready_tasks_lands_in_one_push(world):
+    """Four tasks verified at the same moment land in ONE atomic push (the branch, four renewals, four outcomes),
+    not four pushes racing each other. The lander is held (a seam: its loop waits) until all four are in its
+    lane."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    paths = ["src/a/x.py", "src/b/y.py", "src/c/z.py", "lib/k.py"]
+    seen = {}
+
+    def hook(runner):
+        lander = runner.lander
+        real = lander._loop
+        full = threading.Event()
+
+        def loop():
+            if not full.is_set():
+                with lander._cond:  # told of each task that enters the lane
+                    lander._cond.wait_for(lambda: len(lander._lane) >= 4, timeout=120)
+                full.set()
+            real()
+
+        lander._loop = loop
+        seen["lander"] = lander
+
+    summary = run_queue(
+        str(a), [{"id": f"t{i}", "paths": [p]} for i, p in enumerate(paths)], command=world.command, land="main",
+        workers=4, runner_hook=hook,
+    )  # fmt: skip
+    assert summary.done == ["t0", "t1", "t2", "t3"] and summary.failed == []
+    assert seen["lander"].rides == 1 and seen["lander"].landed == 4
+    assert sorted(world.landed()) == ["task t0", "task t1", "task t2", "task t3"]
+    assert summary.ran == 4 and summary.land_retries == 0  # each agent ran once
+
+
+def test_a_landing_lost_to_another_pusher_backs_off_and_lands_without_running_the_agent_again(world):
+    from gitlease.work.runner import run_queue
+
+    a, other = world.clone("a"), world.clone("other")
+    bumps = []
+
+    def hook(runner):
+        real = runner._fetch_base
+
+        def fetch():
+            got = real()
+            if len(bumps) < 3 and runner.lander._thread is not None:  # the lander's fetch: someone lands first
+                (other / "README.md").write_text(f"more {len(bumps)}\n")
+                git(other, "add", "-A")
+                git(other, "commit", "-q", "-m", f"bump {len(bumps)}")
+                git(other, "pull", "-q", "--rebase", "origin", "main")
+                git(other, "push", "-q", "origin", "HEAD:main")
+                bumps.append(1)
+            return got
+
+        runner._fetch_base = fetch
+
+    events = []
+    summary = run_queue(
+        str(a), [{"id": "n1", "paths": ["src/a/x.py"]}], command=world.command, land="main", runner_hook=hook,
+        on_event=events.append,
+    )  # fmt: skip
+    assert summary.done == ["n1"] and summary.land_retries == 3, [e.line() for e in events]
+    assert [e.kind for e in events].count("running") == 1  # the agent ran once
+    assert world.landed()[-1] == "task n1"
+
+
+def test_a_landing_the_server_goes_away_for_is_retried_without_running_the_agent_again(tmp_path):
+    """The server goes away during the landing push (stopped, and restarted right after): the train backs off
+    and lands the same verified commit; the agent ran once."""
+    from gitlease.work.runner import run_queue
+    from testing.servers import GitDaemon
+
+    daemon = GitDaemon(tmp_path / "served").start()
+    try:
+        bare = daemon.make_bare("r.git")
+        seed = tmp_path / "seed"
+        git(tmp_path, "init", "-q", "-b", "main", str(seed))
+        (seed / "src").mkdir()
+        (seed / "src" / "x.py").write_text("x\n")
+        git(seed, "add", "-A")
+        git(seed, "commit", "-q", "-m", "init")
+        git(seed, "push", "-q", str(bare), "main")
+        a = tmp_path / "a"
+        git(tmp_path, "clone", "-q", daemon.url_for("r.git"), str(a))
+        git(a, "config", "lease.remote", "origin")
+        agent = tmp_path / "agent.py"
+        agent.write_text(AGENT)
+
+        def hook(runner):
+            real, calls = runner.lander._push, []
+
+            def push(riders, tips):
+                calls.append(1)
+                if len(calls) > 1:
+                    return real(riders, tips)
+                daemon.stop()  # down for the first landing push only
+                try:
+                    return real(riders, tips)
+                finally:
+                    daemon.restart()
+
+            runner.lander._push = push
+
+        events = []
+        summary = run_queue(
+            str(a), [{"id": "s1", "paths": ["src/x.py"]}], command=[sys.executable, str(agent)], land="main",
+            runner_hook=hook, on_event=events.append, backoff=0.0,
+        )  # fmt: skip
+        lines = [e.line() for e in events]
+        assert summary.done == ["s1"] and summary.land_retries >= 1, lines
+        assert [e.kind for e in events].count("running") == 1, lines  # the agent ran once
+        assert git(bare, "log", "--format=%s", "-1", "main").strip() == "task s1"
+    finally:
+        daemon.stop()
+
+
+def test_a_landing_the_server_refuses_keeps_the_verified_work_and_lands_it_without_running_the_agent_again(world):
+    """The server's hook refuses the first landing push: the verified commit is parked on the store, the outcome
+    names it (ready), and the next attempt lands it as it was; the agent ran once."""
+    hooks = world.remote / "hooks"
+    (hooks / "pre-receive").rename(hooks / "pre-receive.real")
+    flag = world.root / "refuse-landing"
+    flag.write_text("")
+    wrapper = hooks / "pre-receive"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "input=$(cat)\n"
+        f"if [ -f '{flag}' ] && printf '%s\\n' \"$input\" | grep -q ' refs/heads/main$'; then\n"
+        f"  rm -f '{flag}'; echo 'landing refused for now' >&2; exit 1\n"
+        "fi\n"
+        f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    a = world.clone("a")
+    q = world.queue([{"id": "p1", "paths": ["src/a/x.py"]}])
+    res = work(a, str(q), "--land", "main", "--backoff", "0", "--json", "--", *world.command)
+    assert res.returncode == 0, res.stdout + res.stderr
+    events = [json.loads(line) for line in res.stdout.splitlines()[:-1]]
+    assert [e["event"] for e in events].count("running") == 1, events  # the agent ran once
+    retry = [e for e in events if e["event"] == "retry"]
+    assert retry and "landing refused for now" in retry[0]["message"] and "only the landing" in retry[0]["message"]
+    assert world.landed() == ["task p1"] and not flag.exists()
+    assert status(a, q)["p1"]["state"] == "done"
+
+
+def test_a_hung_agent_is_stopped_by_the_task_timeout_and_the_queue_ends(world):
+    a = world.clone("a")
+    q = world.queue([{"id": "h1", "paths": ["src/a/x.py"], "hang": True}, {"id": "ok", "paths": ["lib/k.py"]}])
+    res = work(a, str(q), "--land", "main", "--attempts", "1", "--task-timeout", "3s", "--json", "--", *world.command)
+    assert res.returncode == 1, res.stdout + res.stderr
+    events = [json.loads(line) for line in res.stdout.splitlines()[:-1]]
+    failed = [e for e in events if e["event"] == "failed" and e["task"] == "h1"]
+    assert failed and "--task-timeout (3s)" in failed[0]["message"], events
+    assert world.landed() == ["task ok"] and world.lease_refs() == []
+
+
+def test_a_refusal_by_a_gitlease_check_is_not_retried_and_its_reason_is_in_the_event(world):
+    """The agent's commit is refused by the installed pre-commit hook (a stray path outside its lease): the
+    attempt fails at once (retrying changes nothing), and the event says why, not only where the log is."""
+    a = world.clone("a")
+    assert cli(a, "install-hooks").returncode == 0
+    stray = world.root / "stray.py"
+    stray.write_text(
+        "import json, subprocess, sys\n"
+        "task = json.load(sys.stdin)\n"
+        "open('lib/k.py', 'a').write('stray\\n')\n"
+        "subprocess.run(['git', 'add', '-A'], check=True)\n"
+        "sys.exit(subprocess.run(['git', 'commit', '-q', '-m', 'stray']).returncode and 12)\n"
+    )
+    q = world.queue([{"id": "r1", "paths": ["src/a/x.py"]}])
+    res = work(a, str(q), "--land", "main", "--attempts", "3", "--backoff", "0", "--json", "--",
+               sys.executable, str(stray))  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    events = [json.loads(line) for line in res.stdout.splitlines()[:-1]]
+    assert [e["event"] for e in events].count("running") == 1, events  # not retried
+    failed = [e for e in events if e["event"] == "failed"]
+    assert failed and "gitlease: commit refused" in failed[0]["message"], events

@@ -55,6 +55,10 @@ def work(
         list[str] | None,
         typer.Option(help="Run this task again although it is done or failed on the store (recorded); repeatable."),
     ] = None,
+    task_timeout: Annotated[
+        str | None,
+        typer.Option(help="Stop a task's command (and verifier) after this long: 30m (default: lease.taskTimeout)."),
+    ] = None,
     allow_extend: Annotated[
         bool,
         typer.Option("--allow-extend", help="Land what a task's lease was extended to, beyond the task's own scope."),
@@ -62,8 +66,8 @@ def work(
     prune: Annotated[
         str | None,
         typer.Option(
-            help="Delete the outcomes (and parked work) of tasks finished longer ago than this (30d), audited; "
-            "run nothing."
+            help="Delete the outcomes (and parked work) of tasks finished longer ago than this (30d; '' for "
+            "lease.pruneAfter, default 30d), audited; run nothing."
         ),
     ] = None,
     remote: RemoteOpt = None,
@@ -100,6 +104,7 @@ def work(
         backoff=float(seconds("--backoff", backoff)) if backoff is not None else 5.0,
         allow_extend=allow_extend,
         rerun=list(rerun or []),
+        task_timeout=float(seconds("--task-timeout", task_timeout, 1)) if task_timeout is not None else None,
     )
     live = sys.stdout.isatty() and not as_json
     view = _LiveView() if live else None
@@ -138,7 +143,8 @@ def _prune(age: str, remote: str | None):
 
     svc = service(remote)
     svc.require_store()
-    got = prune(svc, float(seconds("--prune", age, 1)), now=svc.clock.now())
+    older = float(seconds("--prune", age, 1)) if age else float(svc.settings.prune_after)
+    got = prune(svc, older, now=svc.clock.now())
     lines = [f"pruned {len(got.tasks)} task outcome{'s' if len(got.tasks) != 1 else ''} ({got.refs} refs)"]
     if got.audit:
         lines.append(f"audited: {got.audit[:12]} in {svc.audit.ref}")

@@ -55,6 +55,8 @@ class Settings:
     store_unset: bool = False  # no lease.remote and no --remote: the local store by default, not by choice
     # lease.worktree.disposable: ignored files a pooled worktree may lose (cleaned before pooling)
     worktree_disposable: tuple[str, ...] = ()
+    task_timeout: int | None = None  # lease.taskTimeout: git lease work stops a task's command after this long
+    prune_after: int = 30 * 86400  # lease.pruneAfter: git lease work --prune's default age of outcomes to delete
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -120,6 +122,8 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
         store_unset=store_unset,
         worktree_disposable=_patterns(pick("worktree_disposable", "lease.worktree.disposable")),
+        task_timeout=_int("lease.taskTimeout", pick("task_timeout", "lease.tasktimeout"), 0, 0, 366 * 86400) or None,
+        prune_after=_int("lease.pruneAfter", pick("prune_after", "lease.pruneafter"), 30 * 86400, 1, 3660 * 86400),
     )
 
 

@@ -2,12 +2,14 @@
 
 ``refs/leases/outcome/<encoded task id>`` points at a commit holding ``outcome.json`` (and, on a store with
 keys, ``outcome.sig``: its SSHSIG by the writer's key): a canonical JSON record ``{"schema", "task", "state",
-"attempts", "reason", "quarantine", "landed", "branch", "digest", "rerun", "at", "by", "host", "key",
+"attempts", "reason", "quarantine", "ready", "landed", "branch", "digest", "rerun", "at", "by", "host", "key",
 "notBefore", "nonce"}``. ``state``:
 
 * ``running``: an attempt is under way (written in the same atomic push as the task's claim): ``attempts``
   counts it, so an attempt whose runner died is counted too;
-* ``retrying``: an attempt failed; the task may run again from ``notBefore`` on;
+* ``retrying``: an attempt failed; the task may run again from ``notBefore`` on. With ``ready``, its work was
+  verified and only its landing failed (a lost lease, the server away): ``ready`` names the ref that parks the
+  verified commit, and the next attempt lands it without running the agent again;
 * ``done`` (landed; ``landed`` names the commit, on ``branch``) and ``failed`` (given up: ``reason``,
   ``quarantine`` names the ref holding the work kept) are final.
 
@@ -52,6 +54,7 @@ FIELDS = (
     "attempts",
     "reason",
     "quarantine",
+    "ready",
     "landed",
     "branch",
     "digest",
@@ -90,7 +93,7 @@ def parse_record(data: bytes, task: str) -> tuple[dict[str, Any] | None, str | N
     attempts = doc.get("attempts")
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
         return None, "attempts must be a count"
-    for name in ("landed", "branch", "digest", "key", "quarantine"):
+    for name in ("landed", "branch", "digest", "key", "quarantine", "ready"):
         if doc.get(name) is not None and not isinstance(doc.get(name), str):
             return None, f"{name} must be a string or null"
     if not isinstance(doc.get("rerun", False), bool):
@@ -135,6 +138,7 @@ class Outcome:
     branch: str | None = None  # done: the branch it landed on
     digest: str | None = None  # the task's content hash when the outcome was written (None: before digests)
     rerun: bool = False  # a final outcome reopened by git lease work --rerun
+    ready: str | None = None  # retrying: the ref parking its verified commit (only its landing is left)
 
     @property
     def final(self) -> bool:
@@ -156,6 +160,7 @@ class Outcome:
             "branch": self.branch,
             "digest": self.digest,
             "rerun": self.rerun,
+            "ready": self.ready,
         }
 
     @classmethod
@@ -176,6 +181,7 @@ class Outcome:
             branch=doc.get("branch") if isinstance(doc.get("branch"), str) else None,
             digest=doc.get("digest") if isinstance(doc.get("digest"), str) else None,
             rerun=doc.get("rerun") is True,
+            ready=doc.get("ready") if isinstance(doc.get("ready"), str) else None,
         )
 
 
@@ -256,6 +262,7 @@ class Outcomes:
             "attempts": attempts,
             "reason": str(fields.get("reason") or "")[:2000],
             "quarantine": fields.get("quarantine"),
+            "ready": fields.get("ready"),
             "landed": fields.get("landed"),
             "branch": fields.get("branch"),
             "digest": fields.get("digest"),

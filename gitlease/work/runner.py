@@ -73,6 +73,7 @@ class WorkOptions:
     grace: float = 5.0  # SIGTERM to SIGKILL when a command is stopped
     land_retries: int = LAND_RETRIES
     allow_extend: bool = False  # land paths a task's lease was extended to beyond the task's own scope
+    task_timeout: float | None = None  # stop a task's command (and verifier) after this long (lease.taskTimeout)
     rerun: Sequence[str] = ()  # tasks to reopen first (a final outcome: done or failed), recorded on the store
 
     def check(self) -> None:
@@ -111,6 +112,7 @@ class Runner:
             )
         self.remote = self.svc.store.remote
         self.ttl = int(options.ttl or self.svc.settings.ttl)
+        self.task_timeout = options.task_timeout or self.svc.settings.task_timeout
         self.stop = threading.Event()  # take no more tasks
         self.kill = threading.Event()  # stop running commands too
         self._lock = threading.RLock()
