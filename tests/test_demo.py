@@ -16,7 +16,7 @@ def test_the_demo_runs_clean_whatever_the_default_branch(isolated_git, tmp_path)
         r"agent=agent-1 \(\d+s left\)\n\(exit 3\)",
         out,
     ), out
-    assert "unsigned: no trust file (.gitlease/allowed_signers not on main" in out
+    assert "unsigned: no trust file (neither .gitlease/allowed_signers nor .gitlease/signers/*.pub on main" in out
     assert out.rstrip().endswith("lease refs left on the remote: none")
     assert "Traceback" not in out + res.stderr
 
