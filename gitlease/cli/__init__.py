@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
     "worktree": ("worktree", "Worktrees bound to leases: add, list, prune, remove."),
     "keygen": ("keys", "Make an Ed25519 signing key for an agent; print its allowed_signers line."),
+    "trust": ("trust", "trust add|remove|list: who may sign leases, one file per signer, pushed with retries."),
     "run": ("run", "Run a command under a lease; stop its process group if the lease is lost (exit 6)."),
     "push": ("run", "Push a branch and renew the lease in one atomic push: nothing lands if it was lost."),
     "plan": ("plan", "Which queued tasks can start now, what blocks the others; --acquire N takes leases."),
