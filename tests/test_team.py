@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 
 import pytest
 from conftest import cli, git
@@ -87,3 +88,74 @@ def test_plan_refuses_too_without_a_store_chosen(tmp_path):
     _bare, work = _clone_without_store(tmp_path)
     res = cli(work, "plan", "-", input='{"id": "t1", "paths": ["src"]}\n')
     assert res.returncode == 2 and "lease.remote is not set" in res.stderr, res.stderr
+
+
+# ------------------------------------------------------------------------------- verify's default range
+
+
+def test_verify_defaults_to_the_current_branch_against_its_upstream(tmp_path):
+    bare, work = _clone_without_store(tmp_path)
+    git(work, "config", "lease.remote", "origin")
+    lease = json.loads(cli(work, "acquire", "--scope", "src", "--json").stdout)["result"]["leaseId"]
+    # a task branch named after its lease, pushed (its upstream is its own copy on origin)
+    git(work, "switch", "-q", "-c", f"task/{lease}")
+    (work / "src").mkdir()
+    (work / "src" / "a.py").write_text("print(1)\n")
+    git(work, "add", "src")
+    git(work, "commit", "-q", "-m", "a")
+    git(work, "push", "-q", "-u", "origin", f"task/{lease}")
+    res = cli(work, "verify")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"verify ok: 1 path in 1 commit (origin/main..task/{lease}), lease {lease} (from branch)\n"
+    # a branch that tracks main: checked against it, here against others' leases only
+    git(work, "switch", "-q", "-c", "fix", "--track", "origin/main")
+    (work / "docs.md").write_text("x\n")
+    git(work, "add", "docs.md")
+    git(work, "commit", "-q", "-m", "docs")
+    res = cli(work, "verify")
+    assert res.returncode == 0 and "(origin/main..fix), no lease named" in res.stdout, res.stdout + res.stderr
+    # detached, no upstream: HEAD against the remote's default branch; --head and --base still win
+    git(work, "switch", "-q", "--detach", f"task/{lease}")
+    assert "(origin/main..HEAD)" in cli(work, "verify", "--lease", lease).stdout
+    res = cli(work, "verify", "--head", "fix", "--base", f"task/{lease}")
+    assert res.returncode == 0 and f"(task/{lease}..fix)" in res.stdout, res.stderr
+
+
+def test_verify_and_the_server_hook_say_in_one_line_how_to_sign_an_unsigned_commit(tmp_path):
+    bare, work = _clone_without_store(tmp_path)
+    assert cli(bare, "install-hooks", "--server").returncode == 0
+    res = cli(work, "init", "--remote", "origin", "--agent", "agent-1", "--signer", "box-1", "--yes")
+    assert res.returncode == 0 and "signing: set:" in res.stdout, res.stdout
+    git(work, "pull", "-q", "--ff-only")
+    git(work, "config", "commit.gpgSign", "false")  # a clone whose commits are not signed
+    lease = json.loads(cli(work, "acquire", "--scope", "src", "--json").stdout)["result"]["leaseId"]
+    git(work, "switch", "-q", "-c", "fix")
+    (work / "src").mkdir()
+    (work / "src" / "a.py").write_text("print(1)\n")
+    git(work, "add", "src")
+    git(work, "commit", "-q", "-m", "a", "--trailer", f"Lease: {lease}")
+    unsigned = git(work, "rev-parse", "HEAD").strip()
+    hint = (
+        f"commit {unsigned[:12]} is not SSH-signed, so a Lease: claim in it does not count on this signed store: "
+        "run git lease init in the clone that made it (it sets gpg.format=ssh, user.signingKey, commit.gpgSign), "
+        "sign again with git rebase --force-rebase --gpg-sign"
+    )
+    # the server hook refuses the push, and says how to sign it
+    res = subprocess.run(["git", "push", "-q", "origin", "fix"], cwd=work, capture_output=True, text=True)
+    assert res.returncode != 0 and f"remote: gitlease: {hint} BASE (where the branch starts)" in res.stderr, res.stderr
+    # so does the CI check, for the same commit on a branch that reached the remote another way
+    ci = tmp_path / "ci"
+    git(tmp_path, "clone", "-q", str(bare), str(ci))
+    git(ci, "fetch", "-q", str(work), f"{unsigned}:refs/heads/fix")
+    git(ci, "switch", "-q", "fix")
+    res = cli(ci, "verify", "--remote", "origin")
+    assert res.returncode == 4, res.stdout + res.stderr
+    assert f"gitlease: {hint} origin/main, and push again" in res.stderr.splitlines()
+    # doing what it says works: init signs again, the rebase signs the commit, the push and the check pass
+    assert "signing: set:" in cli(work, "init", "--remote", "origin", "--agent", "agent-1", "--yes").stdout
+    git(work, "rebase", "-q", "--force-rebase", "--gpg-sign", "origin/main")
+    git(work, "push", "-q", "origin", "fix")
+    git(ci, "fetch", "-q", "origin")
+    git(ci, "reset", "-q", "--hard", "origin/fix")
+    res = cli(ci, "verify", "--remote", "origin")
+    assert res.returncode == 0 and f"lease {lease} (from trailer)" in res.stdout, res.stdout + res.stderr

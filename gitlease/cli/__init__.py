@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("core", "Every lease on the store: id, scope, owner, time left."),
     "show": ("core", "One lease in full: record, history, signatures."),
     "can-start": ("core", "Read-only: exit 0 if a scope is free now, 3 if not."),
-    "init": ("init", "Set up this repository: config, signing key, trust-file line, hooks, CI job (idempotent)."),
+    "init": ("init", "Set up this repository: config, signing key, commit signing, trust, hooks, CI (idempotent)."),
     "doctor": ("doctor", "Probe the lease remote with throw-away refs and check this set-up; exit 1 if unsafe."),
     "budget": ("doctor", "Pushes per minute a fleet makes against the host's limit; the largest fleet that fits."),
     "completion": ("completion", "Print a bash, zsh or fish completion script (generated from these commands)."),

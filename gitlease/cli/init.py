@@ -32,6 +32,12 @@ def init(
         ),
     ] = None,
     key: Annotated[str | None, typer.Option(help="Use this signing key (lease.signingKey).")] = None,
+    signer: Annotated[
+        str | None,
+        typer.Option(
+            help="This host's signer name: its key is trusted in .gitlease/signers/NAME.pub (default: the host name)."
+        ),
+    ] = None,
     sign: Annotated[
         bool | None, typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote is configured).")
     ] = None,
@@ -40,7 +46,8 @@ def init(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to every question (for scripts).")] = False,
     as_json: JsonOpt = False,
 ):
-    """Set up this repository for leases: config, signing key, trust-file line, hooks, CI job. Idempotent."""
+    """Set up this repository for leases: config, signing key, commit signing, this host's key trusted on the
+    store, hooks, CI jobs. Idempotent."""
     from gitlease.core import errors
     from gitlease.ops.init import init as do_init
 
@@ -64,6 +71,7 @@ def init(
         agent=agent,
         agents=agents,
         key=key,
+        signer=signer,
         sign=sign,
         hooks=hooks,
         ci=ci,
@@ -73,10 +81,7 @@ def init(
     if not any(s.status == "set" for s in steps):
         lines.append("nothing to change")
     if agents is not None:
-        lines.append(
-            "next: commit .gitlease/allowed_signers to the default branch once (through review), then each "
-            "agent: git lease acquire --agent NAME --scope PATH (or GITLEASE_AGENT=NAME)"
-        )
+        lines.append("next: each agent: git lease acquire --agent NAME --scope PATH (or GITLEASE_AGENT=NAME)")
     else:
         lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
     return {

@@ -735,6 +735,8 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     if lines[-1].startswith("acquire the scope first"):
         lines.pop()
     lines += judged.notes
+    if judged.unsigned:
+        lines.append(claims_mod.unsigned_hint(judged.unsigned, "BASE (where the branch starts)"))
     if untrusted is not None:
         lines.append(f"no lease claim is honoured until the trust file is fixed: {untrusted}")
     elif snap.signed_store:
