@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -159,3 +160,50 @@ def test_verify_and_the_server_hook_say_in_one_line_how_to_sign_an_unsigned_comm
     git(ci, "reset", "-q", "--hard", "origin/fix")
     res = cli(ci, "verify", "--remote", "origin")
     assert res.returncode == 0 and f"lease {lease} (from trailer)" in res.stdout, res.stdout + res.stderr
+
+
+# ------------------------------------------------------------------------------------------ CI templates
+
+PIN = "git+https://example.invalid/acme/gitlease@0123456789abcdef0123456789abcdef01234567"
+
+
+def test_the_verify_check_installs_a_pinned_gitlease_and_validates(make_repo):
+    from test_sweep import _check_schema, _yaml
+
+    repo = make_repo("gh")
+    res = cli(repo, "ci", "install", "github", "--job", "verify", "--job", "sweep", "--install", PIN)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[:2] == [
+        "wrote: .github/workflows/gitlease-verify.yml",
+        "wrote: .github/workflows/gitlease-sweep.yml",
+    ]
+    assert "required status check" in res.stdout
+    wf = repo / ".github/workflows/gitlease-verify.yml"
+    _check_schema("vendor.github-workflows", wf)
+    doc = _yaml(wf)
+    assert doc["permissions"] == {"contents": "read"}
+    runs = [s.get("run", "") for s in doc["jobs"]["verify"]["steps"]]
+    assert f'python -m pip install --quiet "{PIN}"' in runs
+    assert 'git lease verify --remote origin --base "origin/${{ github.base_ref }}" --head HEAD' in runs
+    assert "pip install gitlease" not in wf.read_text()
+    gl = make_repo("gl")
+    res = cli(gl, "ci", "install", "gitlab", "--job", "sweep", "--job", "verify", "--install", PIN)
+    assert res.returncode == 0, res.stderr
+    _check_schema("vendor.gitlab-ci", gl / ".gitlab/gitlease-verify.yml")
+    assert _yaml(gl / ".gitlab-ci.yml") == {
+        "include": [{"local": ".gitlab/gitlease-sweep.yml"}, {"local": ".gitlab/gitlease-verify.yml"}]
+    }
+    spec = _yaml(gl / ".gitlab/gitlease-verify.yml")["gitlease-verify"]
+    assert f'python -m pip install --quiet "{PIN}"' in spec["before_script"]
+    assert "merge_request_event" in spec["rules"][0]["if"]
+
+
+def test_the_verify_check_without_install_is_this_gitlease_pinned_or_a_question(make_repo):
+    repo = make_repo("project")
+    res = cli(repo, "ci", "install", "github", "--job", "verify", "--json")
+    if res.returncode == 0:  # this gitlease came from a clonable commit: pinned to it
+        text = (repo / ".github/workflows/gitlease-verify.yml").read_text()
+        assert re.search(r'pip install --quiet "git\+\S+@[0-9a-f]{40}"', text), text
+    else:
+        assert res.returncode == 2 and "--install SPEC" in res.stderr
+    assert "pip install gitlease\n" not in res.stdout

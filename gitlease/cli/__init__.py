@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep-stale": ("sweep", "Reclaim stale leases (expired, heartbeats missed, holder gone, stalled), audited."),
     "sweep": ("sweep", "Alias of sweep-stale."),
     "log": ("sweep", "The audit log (reclaims, forced releases) with lease history."),
-    "ci": ("sweep", "ci install github|gitlab: a scheduled CI job that sweeps stale leases."),
+    "ci": ("sweep", "ci install github|gitlab: CI jobs: the scheduled sweep; --job verify: the pull-request check."),
     "install-hooks": ("hooks", "Install the pre-commit and pre-push hooks that refuse edits outside held leases."),
     "uninstall-hooks": ("hooks", "Remove gitlease's hooks; put back the hooks they replaced."),
     "agent-hooks": (

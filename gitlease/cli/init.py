@@ -42,7 +42,10 @@ def init(
         bool | None, typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote is configured).")
     ] = None,
     hooks: Annotated[bool, typer.Option("--hooks/--no-hooks", help="Install the pre-commit/pre-push hooks.")] = True,
-    ci: Annotated[str | None, typer.Option(help="Also install the scheduled sweep job: github or gitlab.")] = None,
+    ci: Annotated[
+        str | None,
+        typer.Option(help="Also install the CI jobs (pull-request check, scheduled sweep): github or gitlab."),
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to every question (for scripts).")] = False,
     as_json: JsonOpt = False,
 ):

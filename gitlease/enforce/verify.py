@@ -305,7 +305,8 @@ def _rev(cwd: str, name: str, what: str) -> str:
 
 def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple[list[str], str]:
     """The leases a change says it was made under: ``Lease:`` trailers of its commits, else a lease id in
-    the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions)."""
+    the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions, $CI_MERGE_REQUEST_SOURCE_BRANCH_NAME in
+    GitLab CI)."""
     res = gitcmd.run(
         ["log", f"--format=%(trailers:key={TRAILER},valueonly,separator=%x00)%x00", head, "--not", base, "--"], cwd=cwd
     )
@@ -314,7 +315,7 @@ def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple
     )
     if ids:
         return ids, "trailer"
-    for name in (head_name, os.environ.get("GITHUB_HEAD_REF")):
+    for name in (head_name, os.environ.get("GITHUB_HEAD_REF"), os.environ.get("CI_MERGE_REQUEST_SOURCE_BRANCH_NAME")):
         m = LEASE_IN_TEXT.search(name or "")
         if m:
             return [m.group(1)], "branch"

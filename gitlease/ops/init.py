@@ -335,15 +335,29 @@ def _hooks(repo: Repo) -> Step:
 
 def _ci(repo: Repo, ci: str | None) -> Step:
     if ci is None:
-        return Step("ci", "skipped", "sweep stale leases on a schedule: git lease ci install github|gitlab")
+        return Step(
+            "ci",
+            "skipped",
+            "the pull-request check and the scheduled sweep: "
+            "git lease ci install github|gitlab --job verify --job sweep",
+        )
     if repo.worktree is None:
         raise ConfigError("ci needs a work tree (this repository is bare)")
     from gitlease.ops.templates import install as do_install
 
-    try:
-        got = do_install(repo.worktree, ci)
-    except UsageError as exc:  # where the job installs gitlease from: a choice only the user can make
-        return Step("ci", "todo", f"{exc.message}; then: git lease ci install {ci} --install SPEC")
-    if got.written:
-        return Step("ci", "set", "wrote " + ", ".join(got.written) + "; next: " + "; ".join(got.next_steps))
-    return Step("ci", "unchanged", ", ".join(got.unchanged) + " up to date")
+    written: list[str] = []
+    unchanged: list[str] = []
+    steps: list[str] = []
+    for job in ("sweep", "verify"):
+        try:
+            got = do_install(repo.worktree, ci, job=job)
+        except UsageError as exc:  # where the jobs install gitlease from: a choice only the user can make
+            return Step(
+                "ci", "todo", f"{exc.message}; then: git lease ci install {ci} --job sweep --job verify --install SPEC"
+            )
+        written += got.written
+        unchanged += got.unchanged
+        steps += [s for s in got.next_steps if s not in steps]
+    if written:
+        return Step("ci", "set", "wrote " + ", ".join(written) + "; next: " + "; ".join(steps))
+    return Step("ci", "unchanged", ", ".join(unchanged) + " up to date")
