@@ -996,7 +996,9 @@ class Runner:
                 with self._lock:
                     self.land_retries += 1
                     self.retries += 1
-                self.emit("landing", n, task.id, message=f"not landed ({exc.message[:120]}); re-fetching, retrying")
+                self.emit(
+                    "landing", n, task.id, message=f"not landed ({_shortened(exc.message)}); re-fetching, retrying"
+                )
         raise _Fail("landing retries exhausted")
 
 
@@ -1189,6 +1191,14 @@ def queue_status(repo: str, tasks, *, granularity: str | None = None, remote: st
     for s in out:
         counts[s.state] = counts.get(s.state, 0) + 1
     return out, counts
+
+
+def _shortened(text: str, limit: int = 160) -> str:
+    """``text`` cut to about ``limit`` characters at a word's end, never inside a word ("..." says so)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit].rstrip(" ;,:") + " ..."
 
 
 __all__ = [
