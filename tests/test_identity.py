@@ -524,7 +524,11 @@ def test_keygen_and_a_signed_cli_session(tmp_path, remote_file):
     git(tmp_path, "init", "-q", str(work))
     res = cli(work, "keygen", "--agent", "codex-worker-4", "--output", str(tmp_path / "keys" / "w4"))
     assert res.returncode == 0, res.stderr
-    line = res.stdout.splitlines()[3]
+    out = res.stdout.splitlines()
+    assert (
+        out[3] == f"  git lease trust add codex-worker-4 --key {tmp_path / 'keys' / 'w4'}.pub --agents codex-worker-4"
+    )
+    line = out[4].removeprefix("(or add this line to .gitlease/allowed_signers there: ").removesuffix(")")
     assert line.startswith('codex-worker-4 namespaces="gitlease" ssh-ed25519 ')
     assert oct(os.stat(tmp_path / "keys" / "w4").st_mode & 0o777) == "0o600"
     signer = sshsig.parse_allowed_signers(line)

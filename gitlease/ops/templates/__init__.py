@@ -160,9 +160,9 @@ def install(
     )
     out.next_steps.append(
         f"on a signed store (a trust file on the default branch) the sweeper signs: git lease keygen --agent "
-        f"{agent} -o ./{agent}; commit the allowed_signers line it prints; put the private key ./{agent} in "
-        f"{secret}; delete the local copy. Without it, the job exits 5 rather than write reclaims every reader "
-        "reports INVALID"
+        f"{agent} -o ./{agent}; git lease trust add {agent} --key ./{agent}.pub --agents {agent}; put the "
+        f"private key ./{agent} in {secret}; delete the local copy. Without it, the job exits 5 rather than "
+        "write reclaims every reader reports INVALID"
     )
     if kind == "github":
         out.next_steps.append("commit and push it to the default branch (GitHub runs schedules only from there)")
