@@ -7,23 +7,14 @@ import subprocess
 
 import pytest
 from conftest import cli, git
-from servers import make_bare
+from test_init import _clone
 
 from gitlease.core.config import default_agent, resolve
 
 
 def _clone_without_store(tmp_path):
     """A clone of a bare remote with one commit, where ``git lease init`` never ran (no lease.remote)."""
-    bare = make_bare(tmp_path / "origin.git")
-    seed = tmp_path / "seed"
-    git(tmp_path, "init", "-q", str(seed))
-    (seed / "README").write_text("x\n")
-    git(seed, "add", "README")
-    git(seed, "commit", "-q", "-m", "init")
-    git(seed, "push", "-q", str(bare), "HEAD:refs/heads/main")
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(bare), str(work))
-    return bare, work
+    return _clone(tmp_path)
 
 
 # ------------------------------------------------------------------------------------ agent id default

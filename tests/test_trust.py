@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from conftest import cli, git
-from servers import make_bare
+from test_init import _clone
 
 from gitlease.identity import sshsig
 
@@ -16,14 +16,8 @@ HOSTS = 5
 
 
 def _seeded_remote(tmp_path) -> Path:
-    bare = make_bare(tmp_path / "origin.git")
-    seed = tmp_path / "seed"
-    git(tmp_path, "init", "-q", str(seed))
-    (seed / "README").write_text("x\n")
-    git(seed, "add", "README")
-    git(seed, "commit", "-q", "-m", "init")
-    git(seed, "push", "-q", str(bare), "HEAD:refs/heads/main")
-    return bare
+    """A bare remote whose main has one commit."""
+    return _clone(tmp_path)[0]
 
 
 def _host(tmp_path, bare, name: str) -> tuple[Path, sshsig.SigningKey]:
