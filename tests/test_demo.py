@@ -34,7 +34,9 @@ def test_the_demo_shows_the_pipeline(tmp_path):
         out,
         re.M,
     )
-    assert re.search(r"^done 5, failed 1; makespan [\d.]+s, busy worker time [\d.]+s, speed-up", out, re.M), out
+    assert re.search(
+        r"^done 5, failed 1; makespan [\d.]+s; agents [\d.]+s, verify [\d.]+s, landing [\d.]+s; parallelism", out, re.M
+    ), out
     assert re.search(r"^failed   bill-2  attempts=1  quarantine=refs/leases-quarantine/bill-2/1  ", out, re.M), out
     # the one failure is announced as intended, before and after the run
     assert "so bill-2 fails on purpose (the one failure below)" in out
@@ -45,7 +47,7 @@ def test_the_demo_shows_the_pipeline(tmp_path):
 
 
 def test_a_retry_message_is_shortened_at_a_word_end():
-    from gitlease.work.runner import _shortened
+    from gitlease.work.landing import shortened as _shortened
 
     text = "push rejected, nothing landed: refs/heads/main atomic transaction failed; " * 4
     short = _shortened(text)

@@ -240,8 +240,8 @@ DOCS: dict[str, Doc] = {
             "worker <n>: <claimed> <task>: <lease=… scope=… attempt=n>",
             "worker <n>: <landed> <task>: <commit=… branch=…>",
             "worker <n>: <failed> <task>: <why>",
-            "done <n>, failed <n>; makespan <s>s, busy worker time <s>s, "
-            "speed-up <x.xxx> over one at a time (<n> workers)",
+            "done <n>, failed <n>; makespan <s>s; agents <s>s, verify <s>s, <landing Ns>; parallelism <x> "
+            "(work / makespan, <n> workers)",
         ),
         {
             0: "every task done",
