@@ -148,9 +148,15 @@ DOCS: dict[str, Doc] = {
     "agent-hooks install": Doc(
         ("<agent>: <installed|updated|unchanged> <path>", "note: <how to switch them on>"), {0: "done"}
     ),
+    "agent-hooks status": Doc(
+        ("<agent>: <active|NOT ACTIVE> (<where>)", "  <why not>"),
+        {0: "every agent asked about runs with the hooks", 1: "one would run unfenced (named, with why)"},
+    ),
     "agent-hooks uninstall": Doc(("<agent>: <removed|absent> <path>",), {0: "done"}),
     "mcp": Doc(
-        ("<MCP over stdio>",), {0: "the client hung up", 1: "the MCP SDK is missing: pip install 'gitlease[mcp]'"}
+        ("<the Model Context Protocol on stdout; its own errors on stderr>",),
+        {0: "the client hung up"},
+        "A tool error carries kind, exitCode and, for a busy scope, holders.",
     ),
     "verify": Doc(
         (
