@@ -156,3 +156,18 @@ def test_init_says_what_to_do_when_the_branch_refuses_the_trust_commit(tmp_path,
         + ".pub), or --no-push for review"
     )
     assert git(bare, "ls-tree", "main", ".gitlease/") == ""
+
+
+def test_init_on_one_machine_writes_the_signer_file_to_commit(make_repo, isolated_git):
+    repo = make_repo("solo")
+    res = cli(repo, "init", "--sign", "--signer", "solo", "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "trust: set: wrote .gitlease/signers/solo.pub; commit it to the default branch" in res.stdout
+    assert "write solo's signer file, to commit to this repository's default branch?" in res.stdout
+    line = (repo / ".gitlease" / "signers" / "solo.pub").read_text()
+    assert line.startswith(f'{git(repo, "config", "lease.agent").strip()} namespaces="gitlease" ssh-ed25519 ')
+    git(repo, "add", ".gitlease")
+    git(repo, "commit", "-q", "-m", "trust solo")  # signed by init's set-up
+    assert "-----BEGIN SSH SIGNATURE-----" in git(repo, "cat-file", "commit", "HEAD")
+    status = cli(repo, "status")
+    assert status.stdout.startswith("signed: trust from .gitlease/signers/ (1 file) on "), status.stdout

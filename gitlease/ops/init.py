@@ -276,9 +276,13 @@ def _trust(repo: Repo, names: list[str], public: str, signer: str | None, decide
     trusted = _trusted(repo, settings, names, public)
     if trusted:
         return Step("trust", "unchanged", f"{who} trusted with this key ({trusted})")
-    store = f"the default branch of {settings.remote}" if settings.remote else "this repository's default branch"
     command = f"git lease trust add {name} --agents {who}"
-    if not decide(f"trust this key for {who}: publish {name}'s signer file to {store}?"):
+    where = (
+        f"publish {name}'s signer file to the default branch of {settings.remote}"
+        if settings.remote
+        else f"write {name}'s signer file, to commit to this repository's default branch"
+    )
+    if not decide(f"trust this key for {who}: {where}?"):
         return Step("trust", "todo", f"{command} (publishes .gitlease/signers/{name}.pub), or --no-push for review")
     try:
         got = ops.add(repo, settings, name, ops.signer_line(names, public))
