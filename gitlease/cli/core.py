@@ -390,7 +390,7 @@ def status(
     cannot be reached it answers from the last fetched state (saying how old it is; "stale": true), or with
     --fresh exits 1."""
     svc = service(remote)
-    snap = svc.snapshot(use_cache=not fresh)
+    snap = svc.status(use_cache=not fresh)
     now, skew = svc.clock.now(), svc.settings.skew
     held = {k for k, h in svc.held_here().items() if h.store == svc.store.name}
     if mine:

@@ -91,7 +91,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
     store_unset = remote is None or remote.strip() == ""
     if remote is not None and remote.strip() in ("", LOCAL):
         remote = None
-    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{os.uname().nodename}"
+    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or default_agent(env)
     task = pick("task", "lease.task", "GITLEASE_TASK") or "manual"
     for label, text in (("agent", agent), ("task", task)):
         if len(text) > 200 or any(ord(c) < 0x20 for c in text):
@@ -134,5 +134,18 @@ def _patterns(value: str | None) -> tuple[str, ...]:
     return tuple(p for p in value.replace(",", " ").split() if p)
 
 
-def _user() -> str:
-    return os.environ.get("USER") or os.environ.get("LOGNAME") or f"uid{os.getuid()}"
+def default_agent(env: Mapping[str, str] | None = None, uid: int | None = None, host: str | None = None) -> str:
+    """``<user>@<host>``: the user's name from ``$USER``, ``$LOGNAME`` or the password database; the host's name
+    alone where the uid has no name (a container run as a uid without a passwd entry). Never ``uid0``: root
+    in a container is ``root@<host>``."""
+    env = os.environ if env is None else env
+    host = host or os.uname().nodename or "localhost"
+    name = env.get("USER") or env.get("LOGNAME")
+    if not name:
+        import pwd
+
+        try:
+            name = pwd.getpwuid(os.getuid() if uid is None else uid).pw_name
+        except KeyError:
+            name = None
+    return f"{name}@{host}" if name else host

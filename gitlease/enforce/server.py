@@ -114,7 +114,7 @@ def _server_trust():
     if _TRUST_CACHE:
         return _TRUST_CACHE[0]
     from gitlease.core.config import resolve
-    from gitlease.identity.trust import Trust, _parse
+    from gitlease.identity.trust import Trust, describe_files, parse_files, read_trust_files
 
     try:
         config = dict(
@@ -126,11 +126,12 @@ def _server_trust():
     except ValueError:
         config = {}
     path = resolve(config, env={}).allowed_signers
-    res = gitcmd.run(["cat-file", "blob", f"HEAD:{path}"], check=False, keep_repo_env=True)
-    if res.returncode != 0:
+    files = read_trust_files("HEAD", path, cwd=None, keep_repo_env=True)  # and the signer files beside it
+    if not files:
         trust = Trust(None, f"no trust file ({path} not on this repository's HEAD)")
     else:
-        trust = Trust(_parse(res.stdout, f"{path} on HEAD"), f"{path} on HEAD")
+        signers, origins = parse_files(files, "HEAD")
+        trust = Trust(signers, f"{describe_files(path, files)} on HEAD", origins)
     _TRUST_CACHE.append(trust)
     return trust
 
@@ -784,6 +785,8 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     if lines[-1].startswith("acquire the scope first"):
         lines.pop()
     lines += judged.notes
+    if judged.unsigned:
+        lines.append(claims_mod.unsigned_hint(judged.unsigned, "BASE (where the branch starts)"))
     if untrusted is not None:
         lines.append(f"no lease claim is honoured until the trust file is fixed: {untrusted}")
     elif snap.signed_store:

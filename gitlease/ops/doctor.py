@@ -777,8 +777,10 @@ class Doctor:
                 return
         else:
             oid, where = "HEAD", "HEAD"
-        res = gitcmd.run(["cat-file", "blob", f"{oid}:{path}"], cwd=self.repo.cwd, check=False)
-        if res.returncode != 0:
+        from gitlease.identity.trust import describe_files, read_trust_files
+
+        files = read_trust_files(oid, path, cwd=self.repo.cwd)  # the trust file and the signer files beside it
+        if not files:
             signed = (
                 " (lease.signingKey is set: signed leases cannot be verified)"
                 if self.settings.signing_key
@@ -786,9 +788,18 @@ class Doctor:
             )
             self._add("trust-file", WARN, f"no trust file {path} on {where}{signed}", path=path)
             return
-        entries = [ln for ln in res.out.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        entries = [
+            ln
+            for _, data in files
+            for ln in data.decode("utf-8", "replace").splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ]
         self._add(
-            "trust-file", PASS, f"{path} found on {where} ({len(entries)} signers)", path=path, signers=len(entries)
+            "trust-file",
+            PASS,
+            f"{describe_files(path, files)} found on {where} ({len(entries)} signers)",
+            path=path,
+            signers=len(entries),
         )
 
     def check_clock(self) -> None:

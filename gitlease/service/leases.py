@@ -324,8 +324,10 @@ class LeaseService:
 
     # ------------------------------------------------------------------------- acquire
     def require_store(self) -> None:
-        """Writes need a store chosen on purpose: with no ``lease.remote`` in a repository that has remotes,
-        a lease written to this clone's own refs would exclude nobody (UsageError, exit 2)."""
+        """Writes, and the reads a user acts on (status, show, can-start, plan, log), need a store chosen on
+        purpose: with no ``lease.remote`` in a repository that has remotes, a lease written to this clone's own
+        refs would exclude nobody, and a read of them would answer "free" while the scope is held on the shared
+        store (UsageError, exit 2)."""
         if self.settings.store_unset and self.repo.remotes and self.store.kind == "local":
             raise UsageError(NO_STORE)
 
@@ -1327,16 +1329,19 @@ class LeaseService:
                 if replay:
                     v.problems.append(replay)
 
-    def status(self) -> Snapshot:
-        return self.snapshot()
+    def status(self, *, use_cache: bool = True) -> Snapshot:
+        self.require_store()
+        return self.snapshot(use_cache=use_cache)
 
     def can_start(self, raw_scopes: Sequence[str]) -> tuple[tuple[str, ...], list[LeaseView], Snapshot]:
         paths = scopes.normalize_all(raw_scopes)
+        self.require_store()
         snap = self.snapshot(use_cache=False, paths=paths)  # only the leases bearing on them
         return paths, snap.blocking(paths, self.clock.now(), self.settings.skew), snap
 
     def show(self, lease_id: str) -> tuple[LeaseView | None, list[HistoryEntry], Snapshot]:
         records.check_lease_id(lease_id)
+        self.require_store()
         snap = self.snapshot()
         view = snap.find(lease_id)
         entries: list[HistoryEntry] = []

@@ -257,7 +257,7 @@ class Lander:
             return False  # the others go again at once
         what = out.reason or "refused"
         for t in riders:
-            t.at.emit("landing", message=f"not landed ({what[:120]}); backing off, then again")
+            t.at.emit("landing", message=f"not landed ({shortened(what)}); backing off, then again")
         return False
 
     def _prepare(self, t: Ticket):
@@ -304,6 +304,14 @@ class Lander:
             return Outcome(ok=False, statuses={}, message=out.message)
         ok = all(refs.get(u.ref) == u.new for u in updates)
         return Outcome(ok=ok, statuses={} if ok else {u.ref: "rejected:unknown" for u in updates}, message=out.message)
+
+
+def shortened(text: str, limit: int = 160) -> str:
+    """``text`` cut to about ``limit`` characters at a word's end, never inside a word ("..." says so)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit].rstrip(" ;,:") + " ..."
 
 
 def _refused_itself(status: str) -> bool:
