@@ -20,19 +20,20 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # checker found the agent's edit under the quarantine ref named in the outcome); nothing else failed
     assert faults["stray"] == ["t01"] and counts["landed"] + counts["failed"] == 12
     assert counts["outcomes"]["retrying"] == 0 and counts["outcomes"]["done"] == counts["landed"]
-    # the verifier that failed once: re-queued, landed on its second attempt (on a loaded machine another task
-    # may lose a lease to a slow renewal and be re-queued too: the checker above judges that)
-    assert counts["attempts"]["t02"] == 2
-    # a runner was killed with -9 mid-task: the slow task was running there; its leases were swept and the
-    # task landed once (the checker: exactly once; its orphaned agent's unlanded run is in the ledger too)
+    # the verifier that failed once: re-queued, landed on a later attempt (how many depends on the machine's load:
+    # a renewal that misses its deadline re-queues a task too; the checker above judges every attempt)
+    assert counts["attempts"]["t02"] >= 2
+    # a runner was killed with -9 mid-task: the slow task was running there; its agent died with it (the watchdog
+    # and kill-on-parent-death), its leases were swept and the task landed once (the checker: exactly once)
     assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
     # a runner was killed with -9 while its landing push of t08 was held in the server's pre-receive: the
     # checker found t08 on main exactly once (the push it had started landed, or the task ran again)
     assert faults["midpush"]["task"] == "t08" and faults["restarts"] >= 1
-    assert counts["ledger_entries"] >= 12 + 1 + 1  # every task, the verifier's retry, the killed run's agent
+    assert counts["ledger_entries"] >= 12 + 1  # every task, the verifier's retry
     # the killed task ran again once the dead lease was gone (swept by the restarted runner, or taken over by an
-    # acquire once expired), and landed once (the checker)
-    assert counts["runs"]["t05"] >= 2
+    # acquire once expired), and landed once (the checker); the killed runner's agent never finished its run:
+    # it did not outlive its runner
+    assert counts["runs"].get("t05", 1) == 1
     # the killed runner's task worktree was pruned by the restarted runner (quarantined: its agent's commit
     # kept); the checker allows no task worktree left outside the pool and the quarantine
     assert faults["pruned"] >= 1
