@@ -47,6 +47,7 @@ from gitlease.core.store import (
     same_remote,
 )
 from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
+from gitlease.service.legacy import refuse_legacy_overlap
 from gitlease.service.views import (
     HALF_DELETED,
     INVALID,
@@ -377,6 +378,7 @@ class LeaseService:
                         self._undo_partial(attempts)
                         continue
             if out.ok:
+                refuse_legacy_overlap(self, paths, rec, oid)  # a live lease named by an earlier version (legacy.py)
                 self._remember(rec, oid, oid, task)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out

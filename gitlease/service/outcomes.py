@@ -125,10 +125,17 @@ class Outcomes:
     def __init__(self, svc) -> None:
         self.svc = svc
         self._seen: dict[str, Outcome | None] = {}
+        self._refs: dict[str, str] = {}  # task -> the ref its outcome was read from (an earlier version's name?)
 
     def read(self, refs: dict[str, str]) -> dict[str, Outcome]:
         """{task: Outcome} of the outcome refs among ``refs`` (a listing of the store)."""
-        found = {t: oid for ref, oid in refs.items() if (t := task_of(ref)) is not None}
+        found: dict[str, str] = {}
+        for ref, oid in refs.items():
+            task = task_of(ref)
+            # a task's ref as named now wins over the one an earlier version named (docs/protocol.md)
+            if task is not None and (task not in found or ref == outcome_ref(task)):
+                found[task] = oid
+                self._refs[task] = ref
         new = sorted({oid for oid in found.values() if oid not in self._seen})
         if new:
             self.svc.store.ensure_objects(new)
@@ -177,15 +184,21 @@ class Outcomes:
         """CAS-write an outcome, pinned to ``parent`` (the outcome read; None: there was none). None when the
         outcome changed meanwhile (another runner wrote it): nothing written."""
         oid, got = self.make(task, state, attempts, parent=parent, **fields)
-        out = self.svc.store.apply([RefUpdate(outcome_ref(task), oid, parent)])
+        ref = self._ref(task, parent)
+        out = self.svc.store.apply([RefUpdate(ref, oid, parent)])
         if out.ambiguous:
             refs = self.svc.store.list_refs()
-            return got if refs.get(outcome_ref(task)) == oid else None
+            return got if refs.get(ref) == oid else None
         return got if out.ok else None
+
+    def _ref(self, task: str, parent: str | None) -> str:
+        """The ref to update from ``parent``: the one it was read from (an earlier version named outcome refs
+        with ``%XX`` escapes, docs/protocol.md), else the name written now."""
+        return self._refs.get(task, outcome_ref(task)) if parent else outcome_ref(task)
 
     def clear(self, outcomes: Iterable[Outcome]) -> int:
         """Delete outcome refs (``git lease work --reset``), each pinned to the outcome read."""
-        updates = [RefUpdate(outcome_ref(o.task), None, o.oid) for o in outcomes if o.oid]
+        updates = [RefUpdate(self._ref(o.task, o.oid), None, o.oid) for o in outcomes if o.oid]
         if not updates:
             return 0
         out = self.svc.store.apply(updates)
