@@ -361,8 +361,10 @@ def status(
     snap = svc.snapshot(use_cache=not fresh)
     now, skew = svc.clock.now(), svc.settings.skew
     held = {k for k, h in svc.held_here().items() if h.store == svc.store.name}
+    overlaps = snap.overlaps(now, skew)  # of the whole store: --mine reports those that involve a lease held here
     if mine:
         snap.leases = [v for v in snap.leases if v.lease_id in held]
+        overlaps = [(a, b) for a, b in overlaps if a.lease_id in held or b.lease_id in held]
     result = {
         "store": svc.store.name,
         "stale": snap.stale,
@@ -377,7 +379,6 @@ def status(
     if not as_json:
         lines = _snapshot_lines(snap, now, skew, held)
         lines += [f"foreign ref (not a lease; it blocks nothing): {ref}" for ref in snap.foreign]
-    overlaps = snap.overlaps(now, skew)
     if overlaps:  # everything above is printed, then exit 5 naming both leases of each pair
         if not as_json:
             for line in lines:
