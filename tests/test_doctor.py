@@ -32,7 +32,8 @@ def doctor_refs(bare) -> str:
 
 
 def run_doctor(cwd, url, *extra):
-    res = cli(cwd, "doctor", "--json", "--remote", url, *extra)
+    """doctor --json, with a few rounds of the concurrency probe (tests/test_race_probe.py runs it in full)."""
+    res = cli(cwd, "doctor", "--json", "--remote", url, "--rounds", "3", *extra)
     doc_ = json.loads(res.stdout)
     checks = doc_["result"]["checks"] if doc_["ok"] else doc_["error"]["details"]["checks"]
     return res, doc_, {c["name"]: c for c in checks}

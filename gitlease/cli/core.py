@@ -99,7 +99,9 @@ def acquire(
     elif base or branch:
         raise errors.UsageError("--base and --branch need --worktree")
     from gitlease.liveness.wait import obtain
+    from gitlease.service.verdict import doctor_gate
 
+    doctor_gate(svc)  # before waiting: no passing doctor verdict for this server warns, or refuses (exit 1)
     got, att = obtain(
         svc,
         paths,
@@ -109,7 +111,7 @@ def acquire(
         **args,
     )
     rec = got.record
-    warnings = _untracked_warnings(svc, rec.paths)
+    warnings = svc.warnings + _untracked_warnings(svc, rec.paths)
     for line in warnings:
         echo(f"git-lease: warning: {line}", err=True)
     lines = [

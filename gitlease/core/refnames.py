@@ -14,6 +14,8 @@ Layout (docs/protocol.md):
   JSON record, ``outcome.json``, in a commit; each new outcome a child of the one before), written by the
   queue runner (``git lease work``, docs/work.md); no lease reader counts it as a lease;
 * ``refs/leases/doctor/<run>/...``: throw-away probes of ``git lease doctor`` (no lease reader lists them);
+* ``refs/leases/verdict/<server>``: ``git lease doctor``'s verdict on the server reached at one URL
+  (``<server>``: a hash of that URL; gitlease/service/verdict.py); not a lease;
 * ``refs/leases-audit/<writer>``: the audit log of one writer (outside ``refs/leases/``, so no lease reader ever
   mistakes it for a lease);
 * ``refs/leases-quarantine/<encoded task id>/<attempt>``: the work of a queued task's failed attempt, parked on
@@ -42,6 +44,7 @@ SCOPE_REF = NAMESPACE + "/scope"  # the whole repository ('.'); paths live below
 TASK_PREFIX = NAMESPACE + "/task/"  # refs/leases/task/<encoded task id>: the grant of the lease working on it
 OUTCOME_PREFIX = NAMESPACE + "/outcome/"  # refs/leases/outcome/<encoded task id>: a queued task's outcome
 PROBE_PREFIX = NAMESPACE + "/doctor/"  # `git lease doctor`'s throw-away probes: not leases, never listed
+VERDICT_PREFIX = NAMESPACE + "/verdict/"  # <server>: `git lease doctor`'s verdict on a server (service/verdict.py)
 AUDIT_NAMESPACE = "refs/leases-audit"
 AUDIT_PREFIX = AUDIT_NAMESPACE + "/"
 QUARANTINE_PREFIX = "refs/leases-quarantine/"  # <encoded task id>/<attempt>: a failed attempt's work, parked

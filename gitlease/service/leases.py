@@ -48,6 +48,7 @@ from gitlease.core.store import (
 )
 from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
 from gitlease.service.legacy import refuse_legacy_overlap
+from gitlease.service.verdict import doctor_gate
 from gitlease.service.views import (
     HALF_DELETED,
     INVALID,
@@ -156,6 +157,7 @@ class LeaseService:
         self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
         self.held = HeldState(repo.private_dir())
         self._trust: Trust | None = None
+        self.warnings: list[str] = []  # said once per service, not printed (verdict.doctor_gate)
 
     # ------------------------------------------------------------------ writing versions
     def _write_version(self, rec: Record, parent: str | None, action: str) -> str:
@@ -354,6 +356,7 @@ class LeaseService:
         ttl = ttl or self.settings.ttl
         self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
         self.check_writer()
+        doctor_gate(self)  # no passing doctor verdict for this server: a warning, or refused (verdict.py)
         release_with = self._release_with(replace, paths)
         cleared: list[str] = []
         last_refusal: Outcome | None = None
