@@ -28,7 +28,8 @@ REMOTE_PROBES = (
 
 
 def doctor_refs(bare) -> str:
-    return git(bare, "for-each-ref", "refs/leases/")
+    """The probe refs left (the verdict, refs/leases/verdict/, is kept on purpose: tests/test_verdict.py)."""
+    return git(bare, "for-each-ref", "refs/leases/doctor/")
 
 
 def run_doctor(cwd, url, *extra):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 
 from conftest import cli, git
 from hypothesis import given
@@ -152,3 +153,94 @@ def test_a_lease_written_by_an_earlier_version_still_blocks_shows_and_releases(r
     assert not any("%" in r for r in refs) and not any(lease_id in r for r in refs)
     audit = git(remote_file.path, "for-each-ref", "--format=%(refname)", "refs/leases-audit/").split()
     assert len(audit) == 1 and "+40" in audit[0]  # the releaser's agent id, user@host: no '%' in its name
+
+
+# ------------------------------------------------- a server applying gitolite's default ref-name rule
+
+
+GITOLITE_HOOK = """#!/bin/sh
+# gitolite's default rule for ref names ($REF_OR_FILENAME_PATT), applied to every ref a push updates
+export LC_ALL=C
+while read old new ref; do
+  printf '%s\\n' "$ref" >> "{log}"
+  if ! printf '%s\\n' "$ref" | grep -Eq '^[0-9a-zA-Z][-0-9a-zA-Z._@/+ :,]*$'; then
+    echo "invalid characters in ref or filename: '$ref'" >&2
+    exit 1
+  fi
+done
+"""
+
+
+def test_every_ref_name_gitlease_writes_is_accepted_by_gitolites_rule(tmp_path):
+    """Leases on paths that need escapes, releases and a reclaim (audit refs named after agent ids like
+    user@host), a queue run whose task id needs escapes (task, outcome and quarantine refs), and doctor (its
+    probes and its verdict), all against a remote whose hook refuses what gitolite refuses."""
+    from test_work import AGENT
+
+    from gitlease.core.clock import FakeClock
+    from gitlease.service.factory import open_service
+    from testing.servers import make_bare
+
+    bare = make_bare(tmp_path / "remote.git")
+    log = tmp_path / "refs.log"
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text(GITOLITE_HOOK.replace("{log}", str(log)))
+    hook.chmod(0o755)
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", str(bare), str(seed))
+    (seed / "src").mkdir()
+    (seed / "src" / "a b.py").write_text("x\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "init")
+    git(seed, "push", "-q", "origin", "HEAD:main")
+    git(seed, "config", "lease.remote", "origin")
+    git(seed, "config", "lease.agent", "ci user@build-1")
+    for wanted in (".github/work flows", "ünï/x+y", "src/a b.py"):
+        res = cli(seed, "acquire", "--scope", wanted)
+        assert res.returncode == 0, res.stderr
+        assert cli(seed, "release", res.stdout.split()[2]).returncode == 0
+    clock = FakeClock()
+    gone = open_service(str(seed), clock=clock, agent="agent@host-a")
+    gone.acquire([".hidden"], ttl=10)
+    clock.advance(3600)
+    taker = open_service(str(seed), clock=clock, agent="agent@host-b")
+    assert taker.acquire([".hidden"], ttl=10).cleared  # reclaimed, audited
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    queue = tmp_path / "queue.jsonl"
+    queue.write_text(json.dumps({"id": "fix ui@1", "paths": ["src/a b.py"]}) + "\n")
+    res = cli(
+        seed,
+        "work",
+        str(queue),
+        "--land",
+        "main",
+        "--attempts",
+        "2",
+        "--backoff",
+        "0",
+        "--verify",
+        'test "$GITLEASE_ATTEMPT" != 1',  # the first attempt's work is refused: parked in quarantine
+        "--",
+        sys.executable,
+        str(agent),
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = cli(seed, "doctor", "--json", "--rounds", "2", timeout=180)
+    assert json.loads(res.stdout)["ok"], res.stdout
+    names = set(log.read_text().split("\n")) - {""}
+    assert all(GITOLITE_REF.match(n) for n in names)
+    want = [
+        "refs/leases/scope/+2Egithub/work+20flows",
+        "refs/leases/scope/+C3+BCn+C3+AF/x+2By",
+        "refs/leases/scope/src/a+20b.py",
+        "refs/leases-audit/ci+20user+40build-1",
+        "refs/leases-audit/agent+40host-b",
+        "refs/leases/task/fix+20ui+401",
+        "refs/leases/outcome/fix+20ui+401",
+        "refs/leases-quarantine/fix+20ui+401/1",
+    ]
+    assert [w for w in want if w not in names] == []
+    assert any(n.startswith("refs/leases/verdict/") for n in names)
+    assert any(n.startswith("refs/leases/doctor/") and "/names/+2Egithub/" in n for n in names)

@@ -653,7 +653,7 @@ def test_i8_doctor_passes_git_under_concurrency_and_names_it(remote_daemon, make
     assert res.returncode == 0, res.stderr
     race = checks["concurrency"]
     assert race["status"] == "pass" and race["agent"].startswith("git/") and race["agent"] in race["message"]
-    assert git(remote_daemon.path, "for-each-ref", "refs/leases/") == ""  # cleaned up
+    assert git(remote_daemon.path, "for-each-ref", "refs/leases/doctor/") == ""  # cleaned up
 
 
 @pytest.mark.skipif(not os.environ.get("GITLEASE_TEST_JGIT"), reason="set GITLEASE_TEST_JGIT to a JGit pgm jar")
