@@ -165,3 +165,42 @@ def test_twenty_of_twenty_the_probe_fails_the_racing_server_and_passes_c_git(tmp
         res, checks = doctor(work, remote_daemon.url, rounds=race.ROUNDS)
         verdicts.append(checks["concurrency"]["status"])
     assert verdicts == ["pass"] * 20
+
+
+JGIT = os.path.join(os.path.dirname(__file__), "JGitDaemon.java")
+
+
+@contextlib.contextmanager
+def jgit_server(folder, storage: str):
+    """tests/JGitDaemon.java serving a fresh bare repository (``storage``: refdirectory or reftable)."""
+    from servers import free_port, make_bare
+
+    make_bare(folder / "store.git")
+    port = free_port()
+    argv = ["java", "-cp", os.environ["GITLEASE_TEST_JGIT_CLASSPATH"], JGIT, str(port), str(folder)]
+    proc = subprocess.Popen(
+        argv + ([storage] if storage == "reftable" else []),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        yield f"git://127.0.0.1:{port}/store.git"
+    finally:
+        proc.stdin.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("GITLEASE_TEST_JGIT_CLASSPATH"),
+    reason="set GITLEASE_TEST_JGIT_CLASSPATH to JGit's, slf4j-api's and JavaEWAH's jars (docs/hosts.md)",
+)
+@pytest.mark.parametrize("storage,verdict", [("refdirectory", "fail"), ("reftable", "pass")])
+def test_jgit_refdirectory_fails_and_reftable_passes(tmp_path, make_repo, storage, verdict):
+    with jgit_server(tmp_path, storage) as url:
+        res, checks = doctor(make_repo(), url, rounds=race.ROUNDS)
+    assert checks["concurrency"]["status"] == verdict, checks["concurrency"]
+    assert checks["concurrency"]["agent"].startswith("JGit/")
