@@ -22,23 +22,26 @@ RACING = os.path.join(os.path.dirname(__file__), "racing_server.py")
 
 
 @contextlib.contextmanager
+def serving(argv: list[str], url: str):
+    """A server process that says READY on stdout and stops when its stdin closes; yields ``url``."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        yield url
+    finally:
+        proc.stdin.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def racing_server(folder, *args: str):
-    """tests/racing_server.py serving a fresh bare repository; yields its URL."""
+    """tests/racing_server.py serving a fresh bare repository (a context manager yielding its URL)."""
     pytest.importorskip("dulwich", reason="dulwich (the racing server) is not installed")
     from servers import free_port, make_bare
 
     bare = make_bare(folder / "race.git")
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, RACING, str(port), str(bare), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout.readline().strip() == "READY"
-        yield f"git://127.0.0.1:{port}/store.git"
-    finally:
-        proc.stdin.close()
-        proc.terminate()
-        proc.wait(timeout=10)
+    return serving([sys.executable, RACING, str(port), str(bare), *args], f"git://127.0.0.1:{port}/store.git")
 
 
 def doctor(repo, url, rounds: int, timeout: float = 300):
@@ -133,7 +136,7 @@ def test_doctor_passes_c_git_and_states_what_its_rounds_rule_out(remote_daemon, 
     assert c["status"] == "pass" and c["rounds"] == 6 and c["gated"], c
     assert "0 double grants in 6 rounds: a race rate above 53.6% would have shown with 99% confidence" in c["message"]
     assert c["detectableRate"] == round(race.detectable_rate(6), 4) and c["probeVersion"] == race.PROBE_VERSION
-    assert git(remote_daemon.path, "for-each-ref", "refs/leases/") == ""
+    assert git(remote_daemon.path, "for-each-ref", "refs/leases/doctor/") == ""  # the verdict stays
 
 
 def test_a_server_that_answers_one_connection_at_a_time_does_not_hang_the_probes(tmp_path, make_repo):
@@ -170,7 +173,6 @@ def test_twenty_of_twenty_the_probe_fails_the_racing_server_and_passes_c_git(tmp
 JGIT = os.path.join(os.path.dirname(__file__), "JGitDaemon.java")
 
 
-@contextlib.contextmanager
 def jgit_server(folder, storage: str):
     """tests/JGitDaemon.java serving a fresh bare repository (``storage``: refdirectory or reftable)."""
     from servers import free_port, make_bare
@@ -178,20 +180,7 @@ def jgit_server(folder, storage: str):
     make_bare(folder / "store.git")
     port = free_port()
     argv = ["java", "-cp", os.environ["GITLEASE_TEST_JGIT_CLASSPATH"], JGIT, str(port), str(folder)]
-    proc = subprocess.Popen(
-        argv + ([storage] if storage == "reftable" else []),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout.readline().strip() == "READY"
-        yield f"git://127.0.0.1:{port}/store.git"
-    finally:
-        proc.stdin.close()
-        proc.terminate()
-        proc.wait(timeout=30)
+    return serving(argv + ([storage] if storage == "reftable" else []), f"git://127.0.0.1:{port}/store.git")
 
 
 @pytest.mark.skipif(

@@ -209,23 +209,9 @@ def test_every_ref_name_gitlease_writes_is_accepted_by_gitolites_rule(tmp_path):
     agent.write_text(AGENT)
     queue = tmp_path / "queue.jsonl"
     queue.write_text(json.dumps({"id": "fix ui@1", "paths": ["src/a b.py"]}) + "\n")
-    res = cli(
-        seed,
-        "work",
-        str(queue),
-        "--land",
-        "main",
-        "--attempts",
-        "2",
-        "--backoff",
-        "0",
-        "--verify",
-        'test "$GITLEASE_ATTEMPT" != 1',  # the first attempt's work is refused: parked in quarantine
-        "--",
-        sys.executable,
-        str(agent),
-        timeout=180,
-    )
+    refuse_first = 'test "$GITLEASE_ATTEMPT" != 1'  # the first attempt's work is refused: parked in quarantine
+    flags = ["--land", "main", "--attempts", "2", "--backoff", "0", "--verify", refuse_first]
+    res = cli(seed, "work", str(queue), *flags, "--", sys.executable, str(agent), timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     res = cli(seed, "doctor", "--json", "--rounds", "2", timeout=180)
     assert json.loads(res.stdout)["ok"], res.stdout
