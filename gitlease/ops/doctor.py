@@ -789,7 +789,7 @@ class Doctor:
                     "deletes",
                     FAIL,
                     f"{len(left)} of {len(refs)} probe refs could not be deleted "
-                    f"({out.message or 'refused'}): leases could not be released",
+                    f"({'; '.join(out.server[:2]) or out.message or 'refused'}): leases could not be released",
                     left=sorted(left),
                 )
         extra = f"; removed {self._leftovers} left by an interrupted earlier run" if self._leftovers else ""
