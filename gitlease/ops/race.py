@@ -171,6 +171,12 @@ class Gate:
             fh.write(f'#!/bin/sh\nexec {_sh_quote(sys.executable)} -S {_sh_quote(script)} "$@"\n')
         os.chmod(hook, 0o700)
         self.path = os.path.join(folder, "gate.sock")
+        self._short: str | None = None
+        if len(self.path.encode()) > 100:  # a unix socket's path is at most 104-108 bytes
+            import tempfile
+
+            self._short = tempfile.mkdtemp(prefix="gl-gate-", dir="/tmp")
+            self.path = os.path.join(self._short, "gate.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
         self.sock.listen(64)
@@ -238,6 +244,8 @@ class Gate:
         self.sock.close()
         try:
             os.unlink(self.path)
+            if self._short is not None:
+                os.rmdir(self._short)
         except OSError:
             pass
 
