@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agents",
         "agent-hooks install|uninstall claude|codex|gemini: refuse an agent's edit outside the leases.",
     ),
-    "mcp": ("agents", "Serve the Model Context Protocol over stdio: lease tools for any MCP client (gitlease[mcp])."),
+    "mcp": ("agents", "Serve the Model Context Protocol over stdio: lease tools for any MCP client."),
     "verify": ("hooks", "CI check: a change's paths lie inside its lease and outside others'; exit 4 if not."),
     "server-hook": ("hooks", "Run as a server-side pre-receive hook on a self-hosted remote."),
     "worktree": ("worktree", "Worktrees bound to leases: add, list, prune, remove."),
