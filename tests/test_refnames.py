@@ -230,3 +230,33 @@ def test_every_ref_name_gitlease_writes_is_accepted_by_gitolites_rule(tmp_path):
     assert [w for w in want if w not in names] == []
     assert any(n.startswith("refs/leases/verdict/") for n in names)
     assert any(n.startswith("refs/leases/doctor/") and "/names/+2Egithub/" in n for n in names)
+
+
+def test_outcomes_and_audit_logs_named_by_an_earlier_version_are_read_and_continued(make_repo):
+    from gitlease.service.factory import open_service
+    from gitlease.service.outcomes import Outcomes
+
+    work = make_repo()
+    git(work, "config", "lease.remote", "local")
+    svc = open_service(str(work), agent="ci@build-1")
+    first = Outcomes(svc).write("fix ui", "retrying", 1, parent=None, reason="flaky")
+    assert first is not None
+    renamed = _as_an_earlier_version_named_them(work / ".git")
+    assert renamed == ["refs/leases/outcome/fix%20ui"]
+    outcomes = Outcomes(svc)
+    got = outcomes.read(svc.store.list_refs())
+    assert got["fix ui"].state == "retrying" and got["fix ui"].oid == first.oid
+    # the next outcome goes on top of it, under the name it has (a create under the new name would leave two)
+    assert outcomes.write("fix ui", "done", 2, parent=first.oid) is not None
+    refs = git(work, "for-each-ref", "--format=%(refname)", "refs/leases/outcome/").split()
+    assert refs == ["refs/leases/outcome/fix%20ui"]
+    assert Outcomes(svc).read(svc.store.list_refs())["fix ui"].state == "done"
+    # an audit log under an earlier version's name is read by git lease log
+    lease = svc.acquire(["src"], ttl=60)
+    svc.release(lease.lease_id)
+    assert _as_an_earlier_version_named_them(work / ".git") == ["refs/leases-audit/ci%40build-1"]
+    res = cli(work, "log", "--json")
+    assert res.returncode == 0, res.stderr
+    audited = [e for e in json.loads(res.stdout)["result"]["events"] if e["source"] == "audit"]
+    assert [(e["event"], e["problem"]) for e in audited] == [("release", None)]
+    assert "writer=ci+40build-1" in audited[0]["detail"]
