@@ -52,6 +52,7 @@ class Settings:
     enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
     worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
     renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
+    require_doctor: bool = False  # lease.requireDoctor: acquire refuses a store without a passing doctor verdict
     store_unset: bool = False  # no lease.remote and no --remote: the local store by default, not by choice
     # lease.worktree.disposable: ignored files a pooled worktree may lose (cleaned before pooling)
     worktree_disposable: tuple[str, ...] = ()
@@ -121,6 +122,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
         renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
         store_unset=store_unset,
+        require_doctor=_bool("lease.requireDoctor", pick("require_doctor", "lease.requiredoctor"), False),
         worktree_disposable=_patterns(pick("worktree_disposable", "lease.worktree.disposable")),
         task_timeout=_int("lease.taskTimeout", pick("task_timeout", "lease.tasktimeout"), 0, 0, 366 * 86400) or None,
         prune_after=_int("lease.pruneAfter", pick("prune_after", "lease.pruneafter"), 30 * 86400, 1, 3660 * 86400),

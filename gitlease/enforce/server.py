@@ -40,6 +40,7 @@ from gitlease.core.refnames import (
     QUARANTINE_PREFIX,
     SCOPE_REF,
     TASK_PREFIX,
+    VERDICT_PREFIX,
     decode_segment,
     is_scope_ref,
     path_of_scope_ref,
@@ -166,7 +167,8 @@ def parked(ref: str) -> bool:
 
 
 def shape(ref: str) -> str | None:
-    """id | scope | task | outcome | probe | audit for a ref name of one of gitlease's shapes, else None."""
+    """id | scope | task | outcome | probe | verdict | audit for a ref name of one of gitlease's shapes, else
+    None."""
     if ref.startswith(ID_PREFIX):
         return "id" if records.LEASE_ID.match(ref[len(ID_PREFIX) :]) else None
     if is_scope_ref(ref):
@@ -191,6 +193,8 @@ def shape(ref: str) -> str | None:
         return "outcome" if name and "/" not in name else None
     if ref.startswith(PROBE_PREFIX):
         return "probe" if len(ref) > len(PROBE_PREFIX) else None
+    if ref.startswith(VERDICT_PREFIX):
+        return "verdict" if re.fullmatch(r"[0-9a-f]{20}", ref[len(VERDICT_PREFIX) :]) else None
     if ref.startswith(AUDIT_PREFIX):
         name = ref[len(AUDIT_PREFIX) :]
         return "audit" if name and "/" not in name else None
@@ -223,7 +227,8 @@ class _Push:
             if kind is None:
                 self.problems.append(
                     f"{ref}: not a gitlease ref (only {ID_PREFIX}<lease>, {SCOPE_REF}[/<path>], "
-                    f"{TASK_PREFIX}<task>, {OUTCOME_PREFIX}<task>, {PROBE_PREFIX}... and {AUDIT_PREFIX}<writer> "
+                    f"{TASK_PREFIX}<task>, {OUTCOME_PREFIX}<task>, {PROBE_PREFIX}..., {VERDICT_PREFIX}<server> and "
+                    f"{AUDIT_PREFIX}<writer> "
                     "live here)"
                 )
             elif not ZERO.match(new):
@@ -352,9 +357,11 @@ class _Push:
         kind, body = got.get(new, (None, b""))
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
         kind_f, data = got.get(f"{new}:{PROBE_FILE}", (None, b""))
+        head = body.split(b"\n\n", 1)[0].split(b"\n")
+        parents = [line[len(b"parent ") :].decode() for line in head if line.startswith(b"parent ")]
         ok = (
             kind == "commit"
-            and b"\nparent " not in body.split(b"\n\n", 1)[0]
+            and parents in ([], [] if ZERO.match(old) else [old])  # new, or a fast-forward of the probe before
             and kind_f == "blob"
             and data.startswith(PROBE_MAGIC)
             and len(data) <= PROBE_MAX_BYTES
@@ -362,8 +369,37 @@ class _Push:
         )
         if not ok:
             self.problems.append(
-                f"{ref}: not a doctor probe (a parentless commit holding only {PROBE_FILE}); nothing else "
+                f"{ref}: not a doctor probe (a commit holding only {PROBE_FILE}, parentless or on top of the "
+                f"probe it replaces); nothing else "
                 f"may be parked under {PROBE_PREFIX}"
+            )
+
+    def _write_verdict(self, old: str, new: str, ref: str) -> None:
+        """doctor's verdict (gitlease/service/verdict.py): a commit holding only its record (and, signed, its
+        signature), on top of the verdict it replaces. Its signature is checked by its readers."""
+        from gitlease.service.verdict import FILE, MAX_BYTES, SCHEMA, SIG
+
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}"])
+        kind, body = got.get(new, (None, b""))
+        head = body.split(b"\n\n", 1)[0].split(b"\n")
+        parents = [line[len(b"parent ") :].decode() for line in head if line.startswith(b"parent ")]
+        names = _tree_names(got.get(f"{new}^{{tree}}", (None, b""))[1])
+        kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
+        try:
+            doc = json.loads(data.decode("utf-8")) if kind_f == "blob" and len(data) <= MAX_BYTES else None
+        except (ValueError, UnicodeDecodeError):
+            doc = None
+        ok = (
+            kind == "commit"
+            and parents == ([] if ZERO.match(old) else [old])
+            and names in ([FILE], sorted([FILE, SIG]))
+            and isinstance(doc, dict)
+            and doc.get("schema") == SCHEMA
+        )
+        if not ok:
+            self.problems.append(
+                f"{ref}: not a doctor verdict (a commit holding only {FILE} of schema {SCHEMA}, and {SIG} when "
+                "signed, on top of the verdict it replaces)"
             )
 
     def _write_audit(self, old: str, new: str, ref: str) -> None:

@@ -48,6 +48,8 @@ from gitlease.core.store import (
     same_remote,
 )
 from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
+from gitlease.service.legacy import refuse_legacy_overlap
+from gitlease.service.verdict import doctor_gate
 from gitlease.service.views import (
     HALF_DELETED,
     INVALID,
@@ -156,6 +158,7 @@ class LeaseService:
         self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
         self.held = HeldState(repo.private_dir())
         self._trust: Trust | None = None
+        self.warnings: list[str] = []  # said once per service, not printed (verdict.doctor_gate)
         if self.store.kind == "remote" and self.store.on_applied is None:
             # what lands is written into the last listing the hooks and the edit guard read (no network there):
             # a lease released here stops blocking at once, a new one blocks at once
@@ -360,6 +363,7 @@ class LeaseService:
         ttl = ttl or self.settings.ttl
         self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
         self.check_writer()
+        doctor_gate(self)  # no passing doctor verdict for this server: a warning, or refused (verdict.py)
         release_with = self._release_with(replace, paths)
         cleared: list[str] = []
         last_refusal: Outcome | None = None
@@ -384,6 +388,7 @@ class LeaseService:
                         self._undo_partial(attempts)
                         continue
             if out.ok:
+                refuse_legacy_overlap(self, paths, rec, oid)  # a live lease named by an earlier version (legacy.py)
                 self._remember(rec, oid, oid, task)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out

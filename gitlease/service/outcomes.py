@@ -206,10 +206,17 @@ class Outcomes:
         self._why: dict[str, str] = {}  # oid -> why it was left out
         self.ignored: dict[str, str] = {}
         self.listed: dict[str, str] = {}  # task -> the outcome ref's value as last read (ignored ones too)
+        self._refs: dict[str, str] = {}  # task -> the ref its outcome was read from (an earlier version's name?)
 
     def read(self, refs: dict[str, str]) -> dict[str, Outcome]:
         """{task: Outcome} of the outcome refs among ``refs`` (a listing of the store)."""
-        found = {t: oid for ref, oid in refs.items() if (t := task_of(ref)) is not None}
+        found: dict[str, str] = {}
+        for ref, oid in refs.items():
+            task = task_of(ref)
+            # a task's ref as named now wins over the one an earlier version named (docs/protocol.md)
+            if task is not None and (task not in found or ref == outcome_ref(task)):
+                found[task] = oid
+                self._refs[task] = ref
         self.listed = found
         new = sorted({oid for oid in found.values() if oid not in self._seen})
         if new:
@@ -285,24 +292,31 @@ class Outcomes:
         return oid, Outcome.from_doc(doc, oid)
 
     def update(self, task: str, oid: str, parent: str | None) -> RefUpdate:
-        """The ref update that puts the outcome commit ``oid`` in place of ``parent`` (CAS)."""
-        return RefUpdate(outcome_ref(task), oid, parent)
+        """The ref update that puts the outcome commit ``oid`` in place of ``parent`` (CAS), on the ref
+        ``parent`` was read from."""
+        return RefUpdate(self._ref(task, parent), oid, parent)
 
     def write(self, task: str, state: str, attempts: int, *, parent: str | None, **fields: Any) -> Outcome | None:
         """CAS-write an outcome, pinned to ``parent`` (the outcome read; None: there was none). None when the
         outcome changed meanwhile (another runner wrote it): nothing written."""
         oid, got = self.make(task, state, attempts, parent=parent, **fields)
         out = self.svc.store.apply([self.update(task, oid, parent)])
+        ref = self._ref(task, parent)
         if out.ambiguous:
             refs = self.svc.store.list_refs()
-            return got if refs.get(outcome_ref(task)) == oid else None
+            return got if refs.get(ref) == oid else None
         return got if out.ok else None
+
+    def _ref(self, task: str, parent: str | None) -> str:
+        """The ref to update from ``parent``: the one it was read from (an earlier version named outcome refs
+        with ``%XX`` escapes, docs/protocol.md), else the name written now."""
+        return self._refs.get(task, outcome_ref(task)) if parent else outcome_ref(task)
 
     def prune(self, outcomes: Iterable[Outcome], quarantines: dict[str, str], *, why: str):
         """Delete outcome refs (each pinned to the outcome read) and the quarantine refs given ({ref: oid}), with
         one audit entry recording them, in one atomic push: outcomes are deleted only so (the server hook
         refuses any other delete). Returns the audit log's answer (``.ok``)."""
-        updates = [RefUpdate(outcome_ref(o.task), None, o.oid) for o in outcomes if o.oid]
+        updates = [RefUpdate(self._ref(o.task, o.oid), None, o.oid) for o in outcomes if o.oid]
         updates += [RefUpdate(ref, None, oid) for ref, oid in sorted(quarantines.items())]
         fields = {
             "action": "prune",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from gitlease.core import gitcmd
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable
-from gitlease.core.refnames import id_ref, outcome_ref
+from gitlease.core.refnames import id_ref
 from gitlease.core.store import RefUpdate
 from gitlease.service.leases import Busy
 
@@ -217,7 +217,7 @@ class Lander:
                 branch=r._target(at.task),
                 digest=at.task.digest,
             )
-            updates += [prep.update, RefUpdate(outcome_ref(at.task.id), oid, at.outcome)]
+            updates += [prep.update, r._outcomes.update(at.task.id, oid, at.outcome)]
         if not riders:
             return True
         specs = [
