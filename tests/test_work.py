@@ -845,3 +845,24 @@ def test_a_refusal_by_a_gitlease_check_is_not_retried_and_its_reason_is_in_the_e
     assert [e["event"] for e in events].count("running") == 1, events  # not retried
     failed = [e for e in events if e["event"] == "failed"]
     assert failed and "gitlease: commit refused" in failed[0]["message"], events
+
+
+def test_an_agent_command_whose_client_would_run_unfenced_is_refused_before_anything_runs(world):
+    """git lease work will not start a coding agent that would run without gitlease's hooks (here a flag of the
+    client's launcher that drops project hooks): exit 2, one line saying how to fix it, nothing claimed."""
+    a = world.clone("a")
+    q = world.queue([{"id": "u1", "paths": ["src/a/x.py"]}])
+    res = work(a, str(q), "--land", "main", "--", "claude", "--bare", "-p", "do the task")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.startswith("git-lease: git lease work will not start an unfenced agent: claude --bare")
+    assert len(res.stderr.strip().splitlines()) == 1 and world.lease_refs() == []
+
+
+def test_the_doctors_verdict_is_said_once_by_the_runner(world):
+    a = world.clone("a")
+    q = world.queue([{"id": "v1", "paths": ["src/a/x.py"]}])
+    res = work(a, str(q), "--land", "main", "--json", "--", *world.command)
+    assert res.returncode == 0, res.stdout + res.stderr
+    events = [json.loads(line) for line in res.stdout.splitlines()[:-1]]
+    said = [e for e in events if e["event"] == "warning"]
+    assert len(said) == 1 and "git lease doctor" in said[0]["message"], events

@@ -181,6 +181,8 @@ def _printer(as_json: bool, view):
                     "pruned",
                     "stopping",
                     "error",
+                    "warning",
+                    "rerun",
                 ):
                     view.note(ev.line())
             else:

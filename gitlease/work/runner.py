@@ -111,6 +111,14 @@ class Runner:
                 "(git config lease.remote origin)"
             )
         self.remote = self.svc.store.remote
+        from gitlease.enforce.agenthooks import unfenced
+        from gitlease.service.verdict import doctor_gate
+
+        doctor_gate(self.svc)  # the server's doctor verdict: a warning (run() says it), or refused at once
+
+        why = unfenced(list(options.command), cwd=self.svc.repo.cwd)  # a coding agent whose hooks would not run
+        if why:
+            raise UsageError(f"git lease work will not start an unfenced agent: {why}")
         self.ttl = int(options.ttl or self.svc.settings.ttl)
         self.task_timeout = options.task_timeout or self.svc.settings.task_timeout
         self.stop = threading.Event()  # take no more tasks
@@ -240,6 +248,8 @@ class Runner:
     # --------------------------------------------------------------------------------- run
     def run(self, *, handle_signals: bool = True) -> Summary:
         start = self.clock.monotonic()
+        for line in self.svc.warnings:  # the doctor's verdict, said once (gitlease/service/verdict.py)
+            self.emit("warning", -1, message=line)
         # counts only (gitlease/liveness/interrupts.py); acted on below, in this thread
         interrupts = Interrupts().install() if handle_signals else None
         try:
