@@ -30,7 +30,7 @@ from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
 from gitlease.core.refnames import AUDIT_PREFIX, encode_segment
-from gitlease.core.store import Outcome, RefUpdate, RemoteStore, Store, _batch_check, _batch_contents
+from gitlease.core.store import Outcome, RefUpdate, Store, _batch_check, _batch_contents
 from gitlease.identity.signer import Signer
 
 ENTRY_FILE = "entry.json"
@@ -351,23 +351,8 @@ def read_log(store: Store, *, fetch: bool = True, verify: Verify | None = None) 
 
 def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
     """{audit ref: oid}, all writers (or just ``only``)."""
-    pattern = only or AUDIT_PREFIX + "*"
-    if isinstance(store, RemoteStore):
-        res = store._ls_remote(["ls-remote", "--refs", store.remote, pattern], None)  # its timeout and errors
-        sep = "\t"
-    else:
-        res = gitcmd.run(
-            ["for-each-ref", "--format=%(objectname) %(refname)", only or AUDIT_PREFIX],
-            cwd=store.repo_dir,
-            timeout=store.timeout,
-        )
-        sep = " "
-    refs: dict[str, str] = {}
-    for line in res.out.splitlines():
-        oid, _, ref = line.partition(sep)
-        if ref.startswith(AUDIT_PREFIX) and (only is None or ref == only):
-            refs[ref] = oid
-    return refs
+    refs = store.list_namespace(AUDIT_PREFIX)
+    return {r: o for r, o in refs.items() if only is None or r == only}
 
 
 def _chain(repo_dir: str, head: str):

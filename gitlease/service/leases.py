@@ -159,7 +159,7 @@ class LeaseService:
         self.held = HeldState(repo.private_dir())
         self._trust: Trust | None = None
         self.warnings: list[str] = []  # said once per service, not printed (verdict.doctor_gate)
-        if self.store.kind == "remote" and self.store.on_applied is None:
+        if self.store.capabilities.network and self.store.on_applied is None:
             # what lands is written into the last listing the hooks and the edit guard read (no network there):
             # a lease released here stops blocking at once, a new one blocks at once
             self.store.on_applied = _RefsCache(repo.shared_dir(), self.store.name).patch

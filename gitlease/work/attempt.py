@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gitlease.core import gitcmd
 from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, NotHeld, RemoteUnavailable
 from gitlease.core.refnames import quarantine_ref
-from gitlease.core.store import RefUpdate, RemoteStore
+from gitlease.core.store import RefUpdate
 from gitlease.liveness.holding import Holding, HoldOptions
 from gitlease.liveness.supervise import CANNOT_RUN, Guard
 from gitlease.service.outcomes import Outcome
@@ -487,7 +487,7 @@ class TaskAttempt:
         be fetched from any clone. Returns that name; the local quarantine ref when the store is this
         repository or the push fails (said in an event: the work is still kept here)."""
         r = self.r
-        if not isinstance(r.svc.store, RemoteStore):
+        if not r.svc.store.capabilities.shared:
             return ref
         oid = gitcmd.run(["rev-parse", "--verify", "--quiet", ref], cwd=r.svc.repo.cwd, check=False).out.strip()
         target = quarantine_ref(self.task.id, self.number)

@@ -43,7 +43,6 @@ from gitlease.core import gitcmd
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable, UsageError
 from gitlease.core.refnames import TASK_PREFIX, decode_segment
-from gitlease.core.store import RemoteStore
 from gitlease.liveness.interrupts import Interrupts
 from gitlease.service.leases import LeaseService
 from gitlease.service.outcomes import Outcome, Outcomes
@@ -105,12 +104,12 @@ class Runner:
         self.on_event = on_event or (lambda ev: None)
         self.svc = open_service(repo_dir, remote=options.remote, clock=clock, signer=signer, agent=options.agent)
         self.svc.require_store()
-        if not isinstance(self.svc.store, RemoteStore):
+        if not self.svc.store.capabilities.branches:
             raise UsageError(
                 "git lease work lands through a fenced push: it needs the lease store on a remote "
                 "(git config lease.remote origin)"
             )
-        self.remote = self.svc.store.remote
+        self.remote: str = self.svc.settings.remote or ""  # a store that carries branches is a git remote
         from gitlease.enforce.agenthooks import unfenced
         from gitlease.service.verdict import doctor_gate
 
