@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/fleet.py --write docs/performance.md
 	$(BIN)/python bench/scale.py --write docs/performance.md
 	$(BIN)/python bench/work.py --write docs/performance.md
+	$(BIN)/python bench/train.py --write docs/performance.md
 
 soak: $(STAMP)
 	$(BIN)/python -m soak.run --duration $(DURATION) --workers $(WORKERS) --write docs/reliability.md

@@ -24,26 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
+from bench.work import AGENT, git  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
 from testing.servers import GitDaemon  # noqa: E402
 
 TRACE = ROOT / "tests/data/requests-tail240.jsonl"
 BEGIN, END = "<!-- bench/train.py -->", "<!-- /bench/train.py -->"
-
-AGENT = r"""
-import json, os, subprocess, sys, time
-task = json.load(sys.stdin)
-time.sleep(task["work"])
-for p in task["paths"]:
-    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
-    with open(p, "a") as fh:
-        fh.write(task["id"] + "\n")
-subprocess.run(["git", "add", "-A"], check=True)
-subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "task " + task["id"]], check=True)
-"""
-
-
-def git(*args: str, cwd) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
 def load(n: int, seconds: float) -> list[dict]:

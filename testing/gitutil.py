@@ -61,3 +61,22 @@ def make_repo(path, *, files: dict[str, str] | None = None) -> None:
             fh.write(text)
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "init")
+
+
+def seed_bare(base, files, *, name: str = "remote.git", bare=None):
+    """A bare repository (``bare``, else ``base/name``, made with testing.servers.make_bare) whose ``main`` holds
+    one commit with ``files`` (each ``x``); returns its path."""
+    from pathlib import Path
+
+    from testing.servers import make_bare
+
+    bare = Path(bare) if bare is not None else make_bare(Path(base) / name)
+    seed = Path(base) / f"seed-{Path(bare).name}"
+    git(base, "init", "-q", "-b", "main", str(seed))
+    for f in files:
+        (seed / f).parent.mkdir(parents=True, exist_ok=True)
+        (seed / f).write_text("x\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "--allow-empty", "-m", "init")
+    git(seed, "push", "-q", str(bare), "main")
+    return bare

@@ -23,6 +23,7 @@ from gitlease.core.config import resolve
 from gitlease.core.errors import ScopeViolation
 from gitlease.core.repo import Repo
 from gitlease.service.leases import LeaseService
+from testing.gitutil import seed_bare
 from testing.servers import make_bare
 
 FORGED = "only the local held.json lists it"
@@ -144,15 +145,7 @@ subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "task " + task["id"]
 
 
 def test_a_task_that_forges_held_json_is_refused_at_landing(tmp_path):
-    bare = make_bare(tmp_path / "remote.git")
-    seed = tmp_path / "seed"
-    git(tmp_path, "init", "-q", "-b", "main", str(seed))
-    for f in ("src/x.py", "docs/guide.md"):
-        (seed / f).parent.mkdir(parents=True, exist_ok=True)
-        (seed / f).write_text("x\n")
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "init")
-    git(seed, "push", "-q", str(bare), "main")
+    bare = seed_bare(tmp_path, ["src/x.py", "docs/guide.md"])
     runner, other = clone(tmp_path, bare, "runner"), clone(tmp_path, bare, "other")
     acquire(other, "docs", agent="other", task="theirs")  # B's live lease
     agent = tmp_path / "agent.py"

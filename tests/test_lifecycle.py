@@ -26,6 +26,7 @@ from test_hooks import acquire
 from test_run import wait_dead
 from test_work import AGENT, FILES  # noqa: F401  (the fake agent of the queue runner's tests)
 
+from testing.gitutil import seed_bare
 from testing.servers import make_bare
 
 BIN = os.path.dirname(sys.executable)
@@ -56,15 +57,7 @@ subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "task " + task["id"]
 
 @pytest.fixture
 def world(tmp_path):
-    bare = make_bare(tmp_path / "remote.git")
-    seed = tmp_path / "seed"
-    git(tmp_path, "init", "-q", "-b", "main", str(seed))
-    for f in ("src/a/x.py", "src/b/y.py"):
-        (seed / f).parent.mkdir(parents=True, exist_ok=True)
-        (seed / f).write_text("x\n")
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "init")
-    git(seed, "push", "-q", str(bare), "main")
+    bare = seed_bare(tmp_path, ["src/a/x.py", "src/b/y.py"])
     clone = tmp_path / "a"
     git(tmp_path, "clone", "-q", str(bare), str(clone))
     git(clone, "config", "lease.remote", "origin")

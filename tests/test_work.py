@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testing.gitutil import cli, git
-from testing.servers import make_bare
+from testing.gitutil import cli, git, seed_bare
 
 FILES = ["src/a/x.py", "src/b/y.py", "src/c/z.py", "docs/guide.md", "docs/api.md", "lib/k.py"]
 
@@ -78,17 +77,9 @@ subprocess.run(["git", "commit", "-q", "--no-verify", "-m", f"task {task['id']}"
 @pytest.fixture
 def world(tmp_path):
     """A bare remote with the server hook, a seed commit holding FILES, and a factory of clones."""
-    bare = make_bare(tmp_path / "remote.git")
+    bare = seed_bare(tmp_path, FILES)
     res = cli(bare, "install-hooks", "--server")
     assert res.returncode == 0, res.stderr
-    seed = tmp_path / "seed"
-    git(tmp_path, "init", "-q", "-b", "main", str(seed))
-    for f in FILES:
-        (seed / f).parent.mkdir(parents=True, exist_ok=True)
-        (seed / f).write_text("x\n")
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "init")
-    git(seed, "push", "-q", str(bare), "main")
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
 
@@ -742,14 +733,7 @@ def test_a_landing_the_server_goes_away_for_is_retried_without_running_the_agent
 
     daemon = GitDaemon(tmp_path / "served").start()
     try:
-        bare = daemon.make_bare("r.git")
-        seed = tmp_path / "seed"
-        git(tmp_path, "init", "-q", "-b", "main", str(seed))
-        (seed / "src").mkdir()
-        (seed / "src" / "x.py").write_text("x\n")
-        git(seed, "add", "-A")
-        git(seed, "commit", "-q", "-m", "init")
-        git(seed, "push", "-q", str(bare), "main")
+        bare = seed_bare(tmp_path, ["src/x.py"], bare=daemon.make_bare("r.git"))
         a = tmp_path / "a"
         git(tmp_path, "clone", "-q", daemon.url_for("r.git"), str(a))
         git(a, "config", "lease.remote", "origin")

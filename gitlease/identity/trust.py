@@ -712,32 +712,45 @@ def same_host_dead_holder(doc: Mapping[str, object]) -> bool:
     )
 
 
+def _signed_by(
+    trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None, what: str
+) -> tuple[str | None, tuple[str, float] | None]:
+    """The checks an audit entry and a task outcome share: the SSHSIG (namespace gitlease) verifies over the
+    exact ``data`` by the key ``doc`` names, or ``data`` is unsigned on an unsigned store. Returns (problem,
+    None), or (None, (the key, when it was written)) for the caller's trust rules on a signed store, or
+    (None, None): nothing more to check."""
+    if sig is None:
+        if doc.get("key"):
+            return f"the {what} names a key but carries no signature", None
+        if trust.signed:
+            return f"the {what} is unsigned, but this store is signed ({trust.source})", None
+        return None, None
+    try:
+        key = sshsig.verify(sig, data, NAMESPACE)
+    except InvalidRecord as exc:
+        return f"signature: {exc}", None
+    named = doc.get("key")
+    if _key_words(named if isinstance(named, str) else None) != key:
+        return f"signed by key {sshsig.fingerprint_of(key)}, not by the key the {what} names (forged or replaced)", None
+    if not trust.signed:
+        return None, None
+    try:
+        return None, (key, parse_iso(str(doc.get("at"))))
+    except ValueError:
+        return f"unreadable time {doc.get('at')!r}", None
+
+
 def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None) -> str | None:
     """The problem with one audit entry's signature (None: fine). Same rules as a lease version: the SSHSIG
     (namespace gitlease) must verify over the exact ``entry.json`` bytes by the key the entry names; on a
     signed store that key must be trusted for the writer (``by``), and be a gitlease-admin key for what only
     an admin may do (a forced release, a reclaim of a live lease by an early rule, except a dead-holder reclaim
     written on the holder's own host: ``same_host_dead_holder``)."""
-    if sig is None:
-        if doc.get("key"):
-            return "the entry names a key but carries no signature"
-        if trust.signed:
-            return f"the entry is unsigned, but this store is signed ({trust.source})"
-        return None
-    try:
-        key = sshsig.verify(sig, data, NAMESPACE)
-    except InvalidRecord as exc:
-        return f"signature: {exc}"
+    problem, signed = _signed_by(trust, doc, data, sig, "entry")
+    if signed is None:
+        return problem
+    key, when = signed
     fp = sshsig.fingerprint_of(key)
-    named = doc.get("key")
-    if _key_words(named if isinstance(named, str) else None) != key:
-        return f"signed by key {fp}, not by the key the entry names (forged or replaced)"
-    if not trust.signed:
-        return None
-    try:
-        when = parse_iso(str(doc.get("at")))
-    except ValueError:
-        return f"unreadable time {doc.get('at')!r}"
     admin_only = doc.get("action") == "force-release" or doc.get("rule") not in ("expired", "half-deleted", None)
     if trust.admin_principals(key, when):
         return None
@@ -755,28 +768,12 @@ def check_outcome(trust: Trust, doc: Mapping[str, object], data: bytes, sig: byt
     """The problem with one task outcome's signature (gitlease.service.outcomes; None: fine). As an audit
     entry's: the SSHSIG (namespace gitlease) must verify over the exact ``outcome.json`` bytes by the key the
     outcome names; on a signed store that key must be trusted for its writer (``by``) when it was written."""
-    if sig is None:
-        if doc.get("key"):
-            return "the outcome names a key but carries no signature"
-        if trust.signed:
-            return f"the outcome is unsigned, but this store is signed ({trust.source})"
-        return None
-    try:
-        key = sshsig.verify(sig, data, NAMESPACE)
-    except InvalidRecord as exc:
-        return f"signature: {exc}"
-    fp = sshsig.fingerprint_of(key)
-    named = doc.get("key")
-    if _key_words(named if isinstance(named, str) else None) != key:
-        return f"signed by key {fp}, not by the key the outcome names (forged or replaced)"
-    if not trust.signed:
-        return None
-    try:
-        when = parse_iso(str(doc.get("at")))
-    except ValueError:
-        return f"unreadable time {doc.get('at')!r}"
+    problem, signed = _signed_by(trust, doc, data, sig, "outcome")
+    if signed is None:
+        return problem
+    key, when = signed
     if not trust.trusted_for(str(doc.get("by")), key, when) and not trust.admin_principals(key, when):
-        return f"key {fp} is not trusted for writer {doc.get('by')!r} ({trust.source})"
+        return f"key {sshsig.fingerprint_of(key)} is not trusted for writer {doc.get('by')!r} ({trust.source})"
     return None
 
 

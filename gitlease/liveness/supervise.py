@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from gitlease.core.errors import GitLeaseError, LeaseLost, UsageError
+from gitlease.liveness.watchdog import group_alive, stop_group
 
 if TYPE_CHECKING:
     from gitlease.liveness.holding import Holding
@@ -143,37 +144,6 @@ except OSError as exc:
     os._exit(127)
 """
 CANNOT_RUN = 127
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def stop_group(pgid: int, grace: float) -> bool:
-    """SIGTERM (and SIGCONT: a stopped process cannot act on SIGTERM) to the group, up to ``grace`` seconds for
-    it to go, then SIGKILL what is left. False when the group was gone already."""
-    if not group_alive(pgid):
-        return False
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return True
-    waiter = threading.Event()
-    end = time.monotonic() + grace
-    while time.monotonic() < end and group_alive(pgid):
-        waiter.wait(0.02)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return True
 
 
 class Guard:

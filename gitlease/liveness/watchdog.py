@@ -24,7 +24,8 @@ import sys
 import time
 
 
-def _alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left."""
     try:
         os.killpg(pgid, 0)
         return True
@@ -34,19 +35,24 @@ def _alive(pgid: int) -> bool:
         return True
 
 
-def stop_group(pgid: int, grace: float) -> None:
+def stop_group(pgid: int, grace: float) -> bool:
+    """SIGTERM (and SIGCONT: a stopped process cannot act on SIGTERM) to the group, up to ``grace`` seconds for
+    it to go, then SIGKILL what is left. False when the group was gone already."""
+    if not group_alive(pgid):
+        return False
     try:
         os.killpg(pgid, signal.SIGTERM)
         os.killpg(pgid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
     except ProcessLookupError:
-        return
+        return True
     end = time.monotonic() + grace
-    while time.monotonic() < end and _alive(pgid):
-        time.sleep(0.05)
+    while time.monotonic() < end and group_alive(pgid):
+        time.sleep(0.02)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    return True
 
 
 def main(argv: list[str]) -> int:
