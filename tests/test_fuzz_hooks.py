@@ -205,7 +205,7 @@ def push_world(make_repo, tmp_path, monkeypatch):
     git(r, "fetch", "-q", "origin")
     git(r, "config", "lease.remote", "origin")
     assert cli(r, "install-hooks").returncode == 0
-    acquire(r, "src")
+    acquire(r, "src", ttl=86400)  # a run of this fuzz test outlasting the lease would refuse for that reason
     w = PushWorld()
     w.repo, w.url = r, bare.as_uri()
     w.base = git(r, "rev-parse", "HEAD").strip()
