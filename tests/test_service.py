@@ -228,7 +228,7 @@ def test_a_refused_acquire_waits_out_another_writers_remnant_and_refuses_if_it_s
     """After a lost push, blockers that are all remnants of other writers' attempts (an id ref without scope
     refs) are looked at again a few times: gone, the scope is free (no refusal); still there, they block as
     before (fail closed). A real lease among the blockers refuses at once."""
-    from gitlease.service import leases as leases_mod
+    from gitlease.service import grants as leases_mod
     from testing.fleet import Fleet
 
     fleet = Fleet(tmp_path, remote_file.url)

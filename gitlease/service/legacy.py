@@ -18,7 +18,7 @@ from gitlease.core.refnames import ESCAPE, LEGACY_ESCAPE, encode_segment
 from gitlease.service.views import held_error
 
 if TYPE_CHECKING:
-    from gitlease.service.leases import LeaseService
+    from gitlease.service.base import ServiceBase
 
 
 def needs_escape(path: str) -> bool:
@@ -26,7 +26,7 @@ def needs_escape(path: str) -> bool:
     return any(ESCAPE in encode_segment(seg) for seg in path.split("/"))
 
 
-def refuse_legacy_overlap(svc: LeaseService, paths: Sequence[str], rec: Record, oid: str) -> None:
+def refuse_legacy_overlap(svc: ServiceBase, paths: Sequence[str], rec: Record, oid: str) -> None:
     """After a grant of ``paths`` (lease ``rec`` at ``oid``): when a live lease named the earlier way overlaps
     them, delete our grant again and raise HeldError naming it. Nothing to do (no read) for paths that need no
     escape."""

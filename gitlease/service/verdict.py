@@ -33,7 +33,7 @@ from gitlease.core.refnames import VERDICT_PREFIX
 from gitlease.core.store import RefUpdate, RemoteStore
 
 if TYPE_CHECKING:
-    from gitlease.service.leases import LeaseService
+    from gitlease.service.base import ServiceBase
 
 SCHEMA = "gitlease.doctor/1"
 FILE = "verdict.json"
@@ -45,7 +45,7 @@ RECHECK = 3600  # seconds a passing verdict read from the store is taken as it i
 RECHECK_MISSING = 300  # seconds "no passing verdict" is remembered before the store is asked again
 
 
-_CHECKED: weakref.WeakSet[LeaseService] = weakref.WeakSet()  # services that checked (once each)
+_CHECKED: weakref.WeakSet[ServiceBase] = weakref.WeakSet()  # services that checked (once each)
 
 
 class DoctorRequired(GitLeaseError):
@@ -64,7 +64,7 @@ class Verdict:
     url: str
 
 
-def server_url(svc: LeaseService) -> str:
+def server_url(svc: ServiceBase) -> str:
     """The URL this clone reaches the store at (insteadOf applied, credentials left out; a local path made
     absolute, so that clones naming one repository differently agree)."""
     remote = svc.settings.remote or ""
@@ -88,7 +88,7 @@ def verdict_ref(url: str) -> str:
 # ------------------------------------------------------------------------------------------- writing
 
 
-def record(svc: LeaseService, report: dict[str, Any], identity: dict[str, Any]) -> str:
+def record(svc: ServiceBase, report: dict[str, Any], identity: dict[str, Any]) -> str:
     """Write doctor's verdict for the server ``svc`` talks to (``report``: Report.to_json(); ``identity``: what
     the server advertised and the probe's figures), on top of the verdict before it. Returns the ref."""
     url = server_url(svc)
@@ -137,7 +137,7 @@ def _said(doc: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------- reading
 
 
-def doctor_gate(svc: LeaseService) -> None:
+def doctor_gate(svc: ServiceBase) -> None:
     """Once per service, before its first acquire: the verdict for the server it talks to. Not passing: a
     warning in ``svc.warnings``, or with ``lease.requireDoctor`` DoctorRequired (exit 1)."""
     if svc in _CHECKED or not isinstance(svc.store, RemoteStore):
@@ -155,7 +155,7 @@ def doctor_gate(svc: LeaseService) -> None:
         svc.warnings.append(f"{got.reason} (git lease doctor records one; lease.requireDoctor=true refuses)")
 
 
-def check(svc: LeaseService) -> Verdict:
+def check(svc: ServiceBase) -> Verdict:
     """The verdict for the server ``svc`` talks to: remembered in this clone, else read from the store."""
     path = cache_path(svc.repo.shared_dir(), "verdict", svc.store.name)
     try:
@@ -175,7 +175,7 @@ def check(svc: LeaseService) -> Verdict:
     return got
 
 
-def read(svc: LeaseService, url: str) -> Verdict:
+def read(svc: ServiceBase, url: str) -> Verdict:
     """Read and judge ``refs/leases/verdict/<url>`` on the store (its signature checked on a signed store)."""
     ref = verdict_ref(url)
     oid = _head(svc, ref)
@@ -210,7 +210,7 @@ def _judge(doc: dict[str, Any], problem: str | None) -> Verdict:
     return Verdict(True, f"git lease doctor passed {url} on {doc.get('at')}", url)
 
 
-def _remember(svc: LeaseService, got: Verdict) -> None:
+def _remember(svc: ServiceBase, got: Verdict) -> None:
     path = cache_path(svc.repo.shared_dir(), "verdict", svc.store.name)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -219,7 +219,7 @@ def _remember(svc: LeaseService, got: Verdict) -> None:
         pass  # a cache: the next acquire asks the store again
 
 
-def _head(svc: LeaseService, ref: str) -> str | None:
+def _head(svc: ServiceBase, ref: str) -> str | None:
     """The verdict ref's commit on the store, read now (RemoteUnavailable when it cannot be read)."""
     store = svc.store
     if isinstance(store, RemoteStore):

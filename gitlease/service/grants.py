@@ -1,0 +1,462 @@
+"""The lease service as the writer for one worktree, taking and giving back: ``acquire`` (one atomic push of a
+lease's refs, a refused or unclear attempt undone, expired blockers cleared) and ``release`` (its refs deleted
+and the release audited in one atomic push).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from gitlease.core import record as records
+from gitlease.core import scope as scopes
+from gitlease.core.errors import (
+    GitLeaseError,
+    LeaseLost,
+    NotHeld,
+    RemoteUnavailable,
+    UsageError,
+)
+from gitlease.core.procs import process_start
+from gitlease.core.record import Owner, Record
+from gitlease.core.refnames import id_ref, path_of_scope_ref, scope_ref, task_ref
+from gitlease.core.state import Held
+from gitlease.core.store import (
+    Outcome,
+    RefUpdate,
+)
+from gitlease.service.base import ServiceBase
+from gitlease.service.legacy import refuse_legacy_overlap
+from gitlease.service.results import Acquired, Released
+from gitlease.service.verdict import doctor_gate
+from gitlease.service.views import (
+    HALF_DELETED,
+    LeaseView,
+    Snapshot,
+    held_error,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+ACQUIRE_ATTEMPTS = 4
+REMNANT_LOOKS = 5  # reads of the store while only other writers' remnants block (_wait_out_remnants)
+
+
+class Grants(ServiceBase):
+    """A role of ``LeaseService`` (gitlease/service/leases.py): see this module's docstring."""
+
+    def acquire(
+        self,
+        raw_scopes: Sequence[str],
+        *,
+        ttl: int | None = None,
+        holder_pid: int = 0,
+        renew_every: int | None = None,
+        workspace: str | None = None,
+        replace: str | None = None,
+        piggyback: Sequence[RefUpdate] = (),
+        stop_after: int | None = None,
+        task: str | None = None,
+    ) -> Acquired:
+        """One push creating the lease's refs. ``task``: a queued task this lease claims: its id is the lease's
+        task id, and ``refs/leases/task/<task>`` is created in the same atomic push (so two workers never claim
+        one task), and deleted with the lease's other refs. ``replace``: a lease this worktree holds, released in
+        the same atomic push (a worker moving to its next task pays one push, not two) when the two scopes do not
+        overlap; otherwise, or when the combined push is refused, it is released first on its own.
+        ``piggyback``: other updates (the renewal agent's due renewals, gitlease/liveness/agent.py) sent in the same
+        atomic push; when one of them is refused the acquire is retried without them, and ``piggybacked``
+        in the answer says whether they landed. ``stop_after``: the holder's promise, recorded as ``stopBy`` in
+        each version, to have stopped that many seconds after its last renewal unless it hears of a later one
+        (a supervised holder's stop deadline; default: the TTL). A refused or unclear attempt leaves none of its
+        refs behind: whatever of it landed is deleted again (``_undo_partial``)."""
+        self.require_store()
+        paths = scopes.normalize_all(raw_scopes)
+        ttl = ttl or self.settings.ttl
+        self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+        self.check_writer()
+        doctor_gate(self)  # no passing doctor verdict for this server: a warning, or refused (verdict.py)
+        release_with = self._release_with(replace, paths)
+        cleared: list[str] = []
+        last_refusal: Outcome | None = None
+        attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
+        for _attempt in range(ACQUIRE_ATTEMPTS):
+            rec, oid, updates = self._grant(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+            attempts[rec.lease_id] = (rec, oid)
+            out = self._push(updates + release_with + list(piggyback))
+            if piggyback and not out.ok:
+                refused = [u for u in piggyback if _refused_itself(out.statuses.get(u.ref, ""))]
+                piggyback = ()
+                if refused:  # a renewal failed the atomic push: the same acquire again, without them
+                    self._undo_partial(attempts)
+                    continue
+            if release_with and replace is not None:  # (nothing to release with no lease to replace)
+                if out.ok:
+                    self.forget(replace)
+                else:  # refused as a whole: the old lease stays; release it on its own, then acquire as usual
+                    release_with = []
+                    self._release_quietly(replace)
+                    if not any(st.startswith("rejected") for st in out.statuses.values()):
+                        self._undo_partial(attempts)
+                        continue
+            if out.ok:
+                refuse_legacy_overlap(self, paths, rec, oid)  # a live lease named by an earlier version (legacy.py)
+                self._remember(rec, oid, oid, task)
+                return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
+            last_refusal = out
+            if any("hook declined" in st for st in out.statuses.values()):
+                self._undo_partial(attempts)
+                said = [ln for ln in out.server if ln not in out.message][:5]
+                raise GitLeaseError(
+                    f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
+                    + "".join(f"; remote: {ln}" for ln in said),
+                    server=out.server,
+                )
+            # only what bears on the scope, and our attempts (their remnants are found by their ids and grants)
+            snap = self.snapshot(use_cache=False, paths=paths, keep=attempts)
+            landed = self._landed_after_all(snap, attempts, task)
+            if landed is not None:
+                return Acquired(landed[0].lease_id, landed[0], landed[1], tuple(cleared))
+            self._undo_partial(attempts, snap)
+            snap = self._wait_out_remnants(paths, snap, set(attempts))
+            self._clear_blockers(paths, snap, set(attempts), cleared)
+            # nothing blocks any more (released meanwhile, or cleared): try again with a new version
+        if last_refusal is not None:  # every attempt lost a race: refuse by what holds the scope now, if anything
+            snap = self._wait_out_remnants(paths, self.snapshot(use_cache=False, paths=paths), set(attempts))
+            live = self._live_blockers(paths, snap, attempts)
+            if live:
+                raise held_error(paths, live, self.clock.now(), self.settings.skew)
+        raise GitLeaseError(
+            f"could not acquire {' '.join(paths)}: "
+            f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
+        )
+
+    def _owner(self, holder_pid: int, task: str | None = None) -> Owner:
+        return Owner(
+            task_id=task or self.settings.task,
+            agent_id=self.settings.agent,
+            host=os.uname().nodename,
+            pid=holder_pid,
+            pid_start=process_start(holder_pid) if holder_pid else None,
+            key=self.signer.public_key,
+        )
+
+    def _record(
+        self,
+        paths: tuple[str, ...],
+        ttl: int,
+        holder_pid: int,
+        renew_every: int | None,
+        workspace: str | None,
+        stop_after: int | None = None,
+        task: str | None = None,
+    ) -> Record:
+        now = self.clock.now()
+        return records.new_record(
+            lease_id=records.new_lease_id(now),
+            repo=self._repo_name(),
+            paths=paths,
+            workspace_id=workspace or self._workspace(),
+            owner=self._owner(holder_pid, task),
+            now=now,
+            ttl=ttl,
+            renew_every=renew_every,
+            stop_after=stop_after,
+        )
+
+    def _check_size(
+        self,
+        paths: tuple[str, ...],
+        ttl: int,
+        holder_pid: int,
+        renew_every: int | None,
+        workspace: str | None,
+        stop_after: int | None = None,
+    ) -> None:
+        """Refuse, before any push, a lease whose record (any version of it) readers would refuse, or whose
+        release or reclaim the audit log could not record."""
+        if len(paths) > records.MAX_PATHS:
+            problem: str | None = f"{len(paths)} paths, over the limit of {records.MAX_PATHS} paths per lease"
+        else:
+            rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+            problem = records.size_problem(rec) or self.release_size_problem(rec)
+        if problem:
+            raise UsageError(
+                f"scope too large for one lease ({len(paths)} paths): {problem}; lease coarser scopes "
+                "(folders instead of files: git lease plan --granularity dir)",
+                paths=len(paths),
+                limitBytes=records.MAX_RECORD_BYTES,
+                limitPaths=records.MAX_PATHS,
+            )
+
+    def release_size_problem(self, rec: Record, task: str | None = None) -> str | None:
+        """Why the release or reclaim of a lease like ``rec`` (its refs and paths listed in one audit entry,
+        by a writer with the longest id) could be refused for its size, or None."""
+        from gitlease.service.audit import entry_problem
+
+        oid = "0" * (64 if self.repo.object_format == "sha256" else 40)
+        refs = {id_ref(rec.lease_id): oid, **{scope_ref(p): oid for p in rec.paths}}
+        if task or rec.owner.task_id:
+            refs[task_ref(task or rec.owner.task_id)] = oid
+        fields = {
+            "action": "force-release",
+            "rule": "progress-stalled",
+            "by": "x" * 256,
+            "leaseId": rec.lease_id,
+            "version": 10**9,
+            "oid": oid,
+            "grant": oid,
+            "refs": refs,
+            "paths": list(rec.paths),
+            "owner": rec.owner.to_json(),
+            "expiresAt": rec.expires_at,
+            "valid": True,
+        }
+        return entry_problem(fields, writer="x" * 256, key=self.signer.public_key, oid_hex=len(oid))
+
+    def _grant(
+        self,
+        paths: tuple[str, ...],
+        ttl: int,
+        holder_pid: int,
+        renew_every: int | None,
+        workspace: str | None,
+        stop_after: int | None = None,
+        task: str | None = None,
+    ) -> tuple[Record, str, list[RefUpdate]]:
+        """A new lease's version 1 (a unique commit) and the creates of its id ref and scope refs (and of its
+        task's claim, ``task``)."""
+        rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+        oid = self._write_version(rec, None, "acquire")
+        updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
+        if task:
+            updates.append(RefUpdate(task_ref(task), oid, None))
+        return rec, oid, updates
+
+    def _release_with(self, replace: str | None, paths: tuple[str, ...]) -> list[RefUpdate]:
+        """The deletes releasing ``replace`` in the acquire's own push; none (released first, on its own) when
+        its scope overlaps the new one (git refuses a delete and an overlapping create in one push)."""
+        if replace is None:
+            return []
+        h = self.held_lease(replace)
+        if h.pending:
+            h = self._settle_pending(h)
+        if scopes.sets_overlap(h.paths, paths):
+            self.release(replace)
+            return []
+        return [RefUpdate(id_ref(replace), None, h.current)] + [
+            RefUpdate(ref, None, h.grant) for ref in [scope_ref(p) for p in h.paths] + _task_refs(h)
+        ]
+
+    def _release_quietly(self, lease_id: str | None) -> None:
+        if lease_id is None:
+            return
+        try:
+            self.release(lease_id)
+        except (LeaseLost, NotHeld):
+            pass  # gone already: nothing of it to give back
+
+    def _push(self, updates: Sequence[RefUpdate]) -> Outcome:
+        """One atomic transaction; an unclear outcome re-read and settled (``_resolve``)."""
+        out = self.store.apply(updates)
+        if out.ambiguous:
+            out = self._resolve(updates, out)
+        return out
+
+    def _landed_after_all(
+        self, snap: Snapshot, attempts: dict[str, tuple[Record, str]], task: str | None = None
+    ) -> tuple[Record, str] | None:
+        """An attempt of ours that landed whole after all (it timed out, or its answer was lost, and the server
+        committed it later): lease ids and objects are unique to each attempt, so it is ours."""
+        for lid, (arec, aoid) in attempts.items():
+            mine = snap.find(lid)
+            if (
+                mine is not None
+                and mine.current_oid == aoid
+                and mine.grant_oid == aoid
+                and set(mine.scope_refs) == {scope_ref(p) for p in arec.paths}
+            ):
+                self._remember(arec, aoid, aoid, task)
+                return arec, aoid
+        return None
+
+    def _undo_partial(self, attempts: dict[str, tuple[Record, str]], snap: Snapshot | None = None) -> list[str]:
+        """Delete every ref that an attempt of ours wrote although the attempt as a whole did not land (a
+        server that applied the atomic push in part, or an unclear outcome settled as "not landed"): each
+        delete pinned to the attempt's own object, so nothing but our remnant can go. Returns the refs
+        deleted. Left as it is when the store cannot be read or refuses the delete (then it is INVALID and
+        blocks its paths, fail closed, as before)."""
+        oids = {aoid for _rec, aoid in attempts.values()}
+        try:
+            refs = self.store.list_refs() if snap is None else {r: o for v in snap.leases for r, o in v.refs().items()}
+        except RemoteUnavailable:
+            return []
+        stray = sorted(ref for ref, oid in refs.items() if oid in oids)
+        if not stray:
+            return []
+        out = self._push([RefUpdate(ref, None, refs[ref]) for ref in stray])
+        return stray if out.ok else []
+
+    def _wait_out_remnants(self, paths: tuple[str, ...], snap: Snapshot, mine: set[str]) -> Snapshot:
+        """When everything that blocks ``paths`` is a remnant of another writer's attempt (an id ref without
+        scope refs: a push that failed part-way on the server, or one being committed as we read), look again a
+        few times before refusing: such a writer deletes its remnant at once (``_undo_partial``), and without
+        this every racer of a crowded race can refuse on another's remnant while no one wins. Remnants still
+        there after the last look block as before (fail closed); a real lease found meanwhile refuses."""
+        import random
+
+        for k in range(REMNANT_LOOKS):
+            live = self._live_blockers(paths, snap, mine)
+            if not live or not all(HALF_DELETED in b.problems for b in live):
+                return snap
+            self.clock.sleep(random.uniform(0.02, 0.1) * (k + 1))
+            snap = self.snapshot(use_cache=False, paths=paths, keep=mine)
+        return snap
+
+    def _live_blockers(self, paths: Sequence[str], snap: Snapshot, mine: Iterable[str]) -> list[LeaseView]:
+        """The leases that block ``paths`` now (not expired beyond the skew margin), ours (``mine``) aside."""
+        mine = set(mine)
+        return [v for v in snap.blocking(paths, self.clock.now(), self.settings.skew) if v.lease_id not in mine]
+
+    def _clear_blockers(self, paths: tuple[str, ...], snap: Snapshot, mine: set[str], cleared: list[str]) -> None:
+        """HeldError when a lease that is not expired beyond the skew margin overlaps ``paths``; otherwise clear
+        the expired ones (audited), adding their ids to ``cleared``. ``mine``: our own attempts (not blockers)."""
+        now = self.clock.now()
+        blockers = [b for b in snap.overlapping(paths) if b.lease_id not in mine]
+        live = [b for b in blockers if b.state(now, self.settings.skew) != "expired"]
+        if live:
+            raise held_error(paths, live, now, self.settings.skew)
+        for b in blockers:
+            if self._clear(b):
+                cleared.append(b.lease_id)
+
+    def _remember(self, rec: Record, oid: str, grant: str, task: str | None = None) -> None:
+        with self.held.locked() as held:
+            held[rec.lease_id] = Held(
+                lease_id=rec.lease_id,
+                store=self.store.name,
+                current=oid,
+                grant=grant,
+                record=rec.canonical().decode("utf-8"),
+                paths=list(rec.paths),
+                expires_at=rec.expires_at,
+                version=rec.version,
+                task=task or None,
+            )
+
+    def release(self, lease_id: str, *, piggyback: Sequence[RefUpdate] = ()) -> Released:
+        """Delete the lease's refs at the values this worktree wrote, and record the release in this writer's
+        audit log, in one atomic push. ``piggyback``: other updates sent in the same atomic push (see
+        ``acquire``); ``piggybacked`` in the answer says whether they landed. Waits for a renewal of the same
+        lease in this worktree (the renewal agent's, a heartbeat's) to finish first.
+
+        A lease this worktree does not hold: released before (or reclaimed), it is gone from the store and the
+        answer says ``already`` (idempotent); otherwise NotHeld says where it is held, or that no such lease
+        is known (a typo)."""
+        self.require_store()
+        records.check_lease_id(lease_id)
+        if lease_id not in self.held.load():
+            return self._not_held(lease_id)
+        with self._renewing(lease_id):
+            return self._release(lease_id, list(piggyback))
+
+    def _release(self, lease_id: str, piggyback: list[RefUpdate], listed: dict[str, str] | None = None) -> Released:
+        """``listed``: the store's refs, read after a release built from the held state was refused while the
+        lease was still at the version this worktree wrote: the refs of the lease are then taken from the store
+        (every scope and task ref at its grant), not from the local state, which may only narrow them."""
+        h = self.held_lease(lease_id)
+        rec = records.parse(h.record.encode("utf-8"))
+        self._require_owner_key(rec, "release")
+        if h.pending:
+            h = self._settle_pending(h)
+            rec = records.parse(h.record.encode("utf-8"))
+        if listed is None:
+            refs_of_lease = [scope_ref(p) for p in h.paths] + _task_refs(h)
+            paths = list(h.paths)
+        else:
+            refs_of_lease = sorted(r for r, o in listed.items() if o == h.grant and r != id_ref(lease_id))
+            paths = [p for r in refs_of_lease if (p := _scope_path(r)) is not None]
+        updates = [RefUpdate(id_ref(lease_id), None, h.current)] + [
+            RefUpdate(ref, None, h.grant) for ref in refs_of_lease
+        ]
+        fields = {
+            "action": "release",
+            "rule": None,
+            "reason": "released by its holder",
+            "by": self.settings.agent,
+            "leaseId": lease_id,
+            "version": rec.version,
+            "oid": h.current,
+            "grant": h.grant,
+            "refs": {u.ref: u.old for u in updates},
+            "paths": paths,
+            "owner": rec.owner.to_json(),
+            "expiresAt": rec.expires_at,
+            "valid": True,
+        }
+        got = self.audit.append_with(updates + piggyback, fields, pointer=h.current)
+        if got.ok:
+            self.forget(lease_id)
+            return Released(lease_id, piggybacked=bool(piggyback), audit=got.oid)
+        if piggyback and got.status == "changed":
+            if any(got.refs.get(u.ref) != u.old for u in piggyback):
+                return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
+        if got.status == "failed":
+            raise GitLeaseError(f"release of {lease_id} refused by the store: {got.message}", leaseId=lease_id)
+        refs = got.refs
+        if listed is None and refs.get(id_ref(lease_id)) == h.current:
+            # still ours, at the version this worktree wrote: its refs differ from the local state's (held.json
+            # changed outside gitlease, or an extend or narrow whose answer was lost): release what the store has
+            return self._release(lease_id, [], listed=refs)
+        ours = [u for u in updates if refs.get(u.ref) == u.old]
+        if not ours:
+            self.forget(lease_id)
+            raise LeaseLost(
+                f"lease lost or replaced: {lease_id} was already gone from the store (reclaimed, or cleared after "
+                f"it expired: git lease log --lease {lease_id})"
+            )
+        raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
+
+    def _not_held(self, lease_id: str) -> Released:
+        """Release of a lease this worktree does not hold: gone from the store (released before, reclaimed) is
+        a success (``already``); on the store, say who holds it and where; unknown, say so."""
+        try:
+            view = self.snapshot(use_cache=False).find(lease_id)
+        except RemoteUnavailable as exc:
+            raise NotHeld(
+                f"lease {lease_id} is not held by this worktree ({self.repo.cwd}), and the store cannot be "
+                f"read to say more: {exc}",
+                leaseId=lease_id,
+            ) from None
+        if view is None:
+            gone = self.gone_note(lease_id)
+            if gone is None:
+                raise NotHeld(
+                    f"no lease {lease_id} on store {self.store.name}, and no trace of it in the audit log: "
+                    "this worktree never held it (a typo? 'git lease status' lists the leases)",
+                    leaseId=lease_id,
+                )
+            return Released(lease_id, already=True, note=gone)
+        raise NotHeld(
+            f"lease {lease_id} is not held by this worktree ({self.repo.cwd}): {self._where_held(view)}",
+            leaseId=lease_id,
+        )
+
+
+def _scope_path(ref: str) -> str | None:
+    try:
+        return path_of_scope_ref(ref)
+    except ValueError:
+        return None
+
+
+def _task_refs(h: Held) -> list[str]:
+    """The claim ref of the queued task a held lease works on (``acquire(task=...)``), if any."""
+    return [task_ref(h.task)] if h.task else []
+
+
+def _refused_itself(status: str) -> bool:
+    """A ref of an atomic push refused on its own account (not only because another ref failed the push)."""
+    return status.startswith("rejected") and "atomic push failed" not in status
