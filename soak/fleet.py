@@ -593,7 +593,10 @@ def run(
     keep: str | None = None,
     transport: str = "file",
     restart_server: bool = True,
+    timeout: float = 240,
 ) -> dict:
+    """One fleet run; ``timeout``: how long the runners may take in all (a generous bound: they are stopped
+    then, and whatever they left unfinished is an anomaly)."""
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="gitlease-fleet-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -603,7 +606,7 @@ def run(
         got = (
             control_run(fleet)
             if control
-            else leased_run(fleet, kill=kill, midpush=kill, restart_server=restart_server, stop=stop)
+            else leased_run(fleet, kill=kill, midpush=kill, restart_server=restart_server, stop=stop, timeout=timeout)
         )
         fleet.close()
         anomalies, counts = check(fleet.remote, fleet.tasks, fleet.ledger, list(fleet.clones.values()))

@@ -2,7 +2,12 @@
 
     python -m soak.run [--duration 60] [--workers 16] [--kinds file,daemon,http] [--ttl 4] [--skew 2]
                        [--mode safe|force|unfenced|outside|untrusted] [--unsigned] [--no-faults] [--seed N] [--json]
-                       [--write docs/reliability.md]
+                       [--until acquired=3,renewed=1,faults=6 [--max-duration S]] [--write docs/reliability.md]
+
+``--until``: the run goes on past ``--duration`` until the workers of every remote kind have done at least that
+many of each operation (``faults``: injected faults in all), or ``--max-duration`` (default ten times the
+duration) has passed; the report says whether they were reached (``until``). What a short run must have
+exercised is then a condition it waits for, not a count that depends on how fast the machine is.
 
 Signed by default: every worker gets its own Ed25519 key (``ssh-keygen``), the sweepers an admin key, and a
 trust file listing them all (``.gitlease/allowed_signers``) is committed to each remote's default branch before
@@ -92,6 +97,8 @@ class Soak:
         self.crashes: list[str] = []
         self.swept: dict[str, list[str]] = {}
         self.keys: dict[str, Path] = {}  # agent name -> private key file (signed mode)
+        self._kinds: dict[str, str] = {}  # worker name -> the remote kind it works on
+        self.reached = not args.until  # --until's operations done (none asked: nothing to wait for)
         self.trust_text = ""
         self.task_source = ""
 
@@ -222,7 +229,7 @@ class Soak:
         offsets = {
             f"w{i}": (self.rng.uniform(-a.skew / 2, a.skew / 2) if i % 3 == 2 else 0.0) for i in range(a.workers)
         }
-        kinds = {f"w{i}": a.kinds[i % len(a.kinds)] for i in range(a.workers)}
+        kinds = self._kinds = {f"w{i}": a.kinds[i % len(a.kinds)] for i in range(a.workers)}
         for name in offsets:
             self.spawn(name, kinds[name], offsets[name])
         if a.mode == "safe":  # one sweeper per remote, on this host (not a fault target: its name is no w*)
@@ -249,8 +256,12 @@ class Soak:
                 cwd=ROOT,
             )
         deadline = time.monotonic() + a.duration
-        next_lock_scan = 0.0
-        while time.monotonic() < deadline:
+        hard_deadline = time.monotonic() + (a.max_duration or 10 * a.duration)
+        next_lock_scan, next_count = 0.0, 0.0
+        while time.monotonic() < deadline or (not self.reached and time.monotonic() < hard_deadline):
+            if a.until and time.monotonic() >= next_count:
+                self.reached = self.until_reached(kinds)
+                next_count = time.monotonic() + 1
             for name, proc in list(self.procs.items()):
                 if proc.poll() is not None and name.startswith("sweeper-"):
                     self.crashes.append(f"{name} exited with {proc.returncode}: {_tail(self.state / f'{name}.stderr')}")
@@ -314,6 +325,23 @@ class Soak:
             server.stop()
         return self.report(time.monotonic() - started)
 
+    def until_reached(self, kinds: dict[str, str]) -> bool:
+        """Whether the workers of every remote kind have done ``--until``'s operations (and faults were injected)."""
+        per_kind: dict[str, collections.Counter] = {k: collections.Counter() for k in self.args.kinds}
+        for name, kind in kinds.items():
+            try:
+                per_kind[kind].update(json.loads((self.state / f"{name}.stats").read_text() or "{}"))
+            except (OSError, ValueError):
+                pass
+        try:
+            faults = len((self.state / "faults.jsonl").read_text().splitlines())
+        except OSError:
+            faults = 0
+        return all(
+            faults >= want if op == "faults" else all(c[op] >= want for c in per_kind.values())
+            for op, want in self.args.until.items()
+        )
+
     def report(self, seconds: float) -> dict:
         a = self.args
         intents = checker.read_intents(self.state)
@@ -360,6 +388,7 @@ class Soak:
             "skew": a.skew,
             "ops": dict(ops),
             "faults": dict(faults),
+            "until": {"wanted": a.until, "reached": self.until_reached(self._kinds) if a.until else None},
             "restarts": dict(self.restarts),
             "checks": results,
             "crashes": self.crashes,
@@ -725,6 +754,13 @@ def parse(argv=None) -> argparse.Namespace:
         default=50,
         help="lease versions per remote the checker also verifies with `ssh-keygen -Y verify`",
     )
+    ap.add_argument(
+        "--until",
+        default="",
+        metavar="OP=N,...",
+        help="go on past --duration until every remote kind's workers did N of each OP (faults: injected in all)",
+    )
+    ap.add_argument("--max-duration", type=float, default=None, help="with --until: at most this long in all")
     ap.add_argument("--no-faults", dest="faults", action="store_false")
     ap.add_argument("--fault-every", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=None)
@@ -733,6 +769,10 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--write", metavar="FILE")
     args = ap.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
+    try:
+        args.until = {op: int(n) for op, _, n in (item.partition("=") for item in args.until.split(",") if item)}
+    except ValueError:
+        ap.error("--until takes OP=N,... (acquired=3,renewed=1,faults=6)")
     if args.mode == "untrusted" and not args.signed:
         ap.error("--mode untrusted needs signing (drop --unsigned)")
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)

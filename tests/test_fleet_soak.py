@@ -10,9 +10,15 @@ import pytest
 
 from soak import fleet
 
+# TTL 12: the heartbeat's push timeout is a sixth of the TTL, 2 s; at TTL 6 a renewal push outlasting 1 s on a
+# loaded machine lost the lease and re-queued the task. A lease lost to load is still no anomaly (the checker);
+# what the asserts count is what the faults do, not how fast the machine is. 600 s: a generous bound for both
+# runners to finish at a load of 30 (about 30 s at rest).
+TTL, TIMEOUT = 12, 600
+
 
 def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
-    res = fleet.run(12, 2, 6, 7, keep=str(tmp_path / "run"))
+    res = fleet.run(12, 2, TTL, 7, keep=str(tmp_path / "run"), timeout=TIMEOUT)
     report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
     assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
     faults, counts = res["faults"], res["counts"]
@@ -20,9 +26,9 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # checker found the agent's edit under the quarantine ref named in the outcome); nothing else failed
     assert faults["stray"] == ["t01"] and counts["landed"] + counts["failed"] == 12
     assert counts["outcomes"]["retrying"] == 0 and counts["outcomes"]["done"] == counts["landed"]
-    # the verifier that failed once: re-queued, landed on its second attempt (on a loaded machine another task
-    # may lose a lease to a slow renewal and be re-queued too: the checker above judges that)
-    assert counts["attempts"]["t02"] == 2
+    # the verifier that failed once: re-queued, landed on a later attempt (its second, unless a slow renewal on a
+    # loaded machine lost its lease once more: the checker above judges that)
+    assert counts["attempts"]["t02"] >= 2
     # a runner was killed with -9 mid-task: the slow task was running there; its leases were swept and the
     # task landed once (the checker: exactly once; its orphaned agent's unlanded run is in the ledger too)
     assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
@@ -48,7 +54,7 @@ def test_over_a_real_server_with_a_server_restart_the_checker_finds_nothing(tmp_
     test-slow``)."""
     # TTL 12: the heartbeat's push timeout is a sixth of the TTL; at TTL 6 (1 s) a renewal push outlasting it on
     # a loaded machine used to lose the lease (docs/reliability.md)
-    res = fleet.run(12, 2, 12, 7, keep=str(tmp_path / "run"), transport=transport)
+    res = fleet.run(12, 2, TTL, 7, keep=str(tmp_path / "run"), transport=transport, timeout=TIMEOUT)
     report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
     assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
     faults = res["faults"]
@@ -62,7 +68,7 @@ def test_over_a_real_server_with_a_server_restart_the_checker_finds_nothing(tmp_
 
 
 def test_the_same_agents_without_leases_fail_the_checker(tmp_path):
-    res = fleet.run(12, 2, 6, 7, control=True, keep=str(tmp_path / "control"))
+    res = fleet.run(12, 2, TTL, 7, control=True, keep=str(tmp_path / "control"), timeout=TIMEOUT)
     found = "\n".join(res["anomalies"])
     assert "at the same time" in found, found  # overlapping writes of one file, seen in the agents' ledgers
     # the stray edit lands unless its task lost a rebase conflict first (then the checker reports it not landed)
