@@ -537,6 +537,22 @@ def test_pre_push_of_several_refs_judges_each_against_its_own_remote_value(pushi
     assert res.returncode == 1 and "  shared/old: scope shared, " in res.stderr, res.stderr
 
 
+def test_pre_push_that_gains_no_path_does_not_read_the_store(pushing):
+    """A push that brings no commit the remote's refs lack (a branch moved back, a delete) touches no path:
+    nothing pushed could be held, so the hook does not list the store at all; one that gains a path does."""
+    r, bare = pushing
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert commit(r, "src/b").returncode == 0
+    assert run(r, "push", "-q", "origin", "HEAD:refs/heads/topic").returncode == 0
+    for args, lists in ((("+HEAD~1:refs/heads/topic",), 0), ((":refs/heads/topic",), 0), (("HEAD:refs/heads/t2",), 1)):
+        trace = r.parent / f"trace-gain-{lists}-{args[0][0]}"
+        res = run(r, "push", "-q", "origin", *args, env={"GIT_TRACE": str(trace)})
+        assert res.returncode == 0, (args, res.stderr)
+        calls = sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines())
+        assert calls == lists, (args, calls)
+
+
 def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
     r, bare = pushing
     lease = acquire(r, "src")

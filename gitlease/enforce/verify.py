@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gitlease.core import gitcmd
@@ -131,14 +132,21 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     if not updates:
         return True, [], 0
     try:
-        listing = None
-        if getattr(svc.store, "remote", None) in (remote, url):  # a push to the lease store itself: one
-            listing = svc.listing()  # ls-remote answers its HEAD and the lease refs
-        paths = paths_gained(repo.cwd, remote, updates, listing=listing)
+        listed: list[Listing] = []  # the store's listing, read once, and only when needed
+
+        def listing() -> Listing:
+            if not listed:
+                listed.append(svc.listing())
+            return listed[0]
+
+        # a push to the lease store itself: the one ls-remote that lists the lease refs answers its HEAD too;
+        # no listing at all when nothing pushed is new to the remote and no path is gained (nothing is held)
+        to_store = getattr(svc.store, "remote", None) in (remote, url)
+        paths = paths_gained(repo.cwd, remote, updates, listing=listing if to_store else None)
         if not paths:
             return True, [], 0
         # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
-        snap = svc.snapshot(use_cache=False, paths=paths, keep=held, listing=listing)
+        snap = svc.snapshot(use_cache=False, paths=paths, keep=held, listing=listing() if to_store else None)
     except RemoteUnavailable as exc:
         return _refuse_or_warn(
             warn,
@@ -156,13 +164,18 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
 
 
 def paths_gained(
-    cwd: str, remote: str, updates: list[tuple[str, str, str]], *, listing: Listing | None = None
+    cwd: str,
+    remote: str,
+    updates: list[tuple[str, str, str]],
+    *,
+    listing: Listing | Callable[[], Listing] | None = None,
 ) -> list[str]:
     """Every path of the commits each updated ref gains: those its new value has and its value on the remote
     has not; a new ref (or an old value that cannot be fetched): those the remote's default branch has not
     (fetched when missing here); with neither, those the remote's remote-tracking refs here do not have. Not
     "those no remote ref has": a branch pushed before a lease was taken is judged again when it moves onto
-    another branch. ``listing``: the remote listed just now, HEAD included (no second ``ls-remote``).
+    another branch. ``listing``: the remote listed just now, HEAD included (no second ``ls-remote``), or what
+    lists it when HEAD is needed.
 
     Every ref in one walk (``claims.gained``, as the server hook does): the old values looked up in one
     ``cat-file``, those missing fetched in one ``fetch``, so 1,000 pushed refs cost a handful of git processes."""
@@ -193,8 +206,10 @@ def _remote_tracking(cwd: str, remote: str) -> tuple[str, ...]:
     return tuple(sorted(set(res.out.split())))
 
 
-def _remote_head(cwd: str, remote: str, listing: Listing | None = None) -> str | None:
+def _remote_head(cwd: str, remote: str, listing: Listing | Callable[[], Listing] | None = None) -> str | None:
     """The commit of ``remote``'s default branch (local when possible), or None."""
+    if callable(listing):
+        listing = listing()
     if listing is not None:
         oid = listing.head or ""
     else:
