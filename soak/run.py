@@ -712,11 +712,13 @@ file remote, no faults):
   `valid-after`); the `ssh-keygen -Y verify` sample covers OpenSSH's full rules for those lines.
 - Fuzzing of hook stdin and trust files is not part of the soak (see the unit tests).
 """
-    # keep the fleet soak's section (soak/fleet.py, `make fleet-soak`)
-    begin, end = "<!-- fleet-soak:begin -->", "<!-- fleet-soak:end -->"
+    # keep the other tools' sections: the fleet soak's (soak/fleet.py, `make fleet-soak`), the suite under load
+    # (testing/stress.py, `make test-stress`)
     old = path.read_text() if path.exists() else ""
-    if begin in old and end in old:
-        text = text.rstrip("\n") + "\n\n" + old[old.index(begin) : old.index(end) + len(end)] + "\n"
+    for name in ("fleet-soak", "stress"):
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin in old and end in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index(begin) : old.index(end) + len(end)] + "\n"
     path.write_text(text)
 
 
