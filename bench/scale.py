@@ -399,7 +399,14 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         f"`bench/scale.py{' --quick' if args.quick else ''}`, {time.strftime('%Y-%m-%d', time.gmtime())}: CPU "
         f"of the whole process tree, median of {args.rounds} interleaved runs, file:// store, unsigned one-path "
         "leases, the client's objects already fetched, the processes of a regular install (no editable-install "
-        f"finder), this tree's bytecode compiled. Curve: [{svg_name}]({svg_name})."
+        f"finder), this tree's bytecode compiled"
+        + (
+            f"; 1-minute load {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end (other work on these 2 "
+            "shared cores inflates every figure, the ratios less)"
+            if getattr(args, "load", None)
+            else ""
+        )
+        + f". Curve: [{svg_name}]({svg_name})."
     )
     lines += ["", f"![status, sweep and pre-push CPU against the number of leases]({svg_name})", ""]
     lines += ["| what | measured | baseline (same run) | target | |", "| --- | --- | --- | --- | --- |"]
@@ -565,6 +572,7 @@ def main(argv=None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="gitlease-scale-"))
     cwd = os.getcwd()
+    start_load = os.getloadavg()[0]
     try:
         isolate(tmp)
         os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
@@ -581,6 +589,7 @@ def main(argv=None) -> int:
         os.chdir(cwd)
         shutil.rmtree(tmp, ignore_errors=True)
     cpu_rows = push_rows + cpu_half_rows(args.quick, log)
+    args.load = (start_load, os.getloadavg()[0])
     text = section(status, sweep, chains, cpu_rows, args, SVG_NAME)
     print(text)
     if args.write:
