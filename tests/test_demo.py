@@ -34,5 +34,7 @@ def test_the_demo_shows_the_pipeline(tmp_path):
         out,
         re.M,
     )
-    assert re.search(r"^done 5, failed 1; makespan [\d.]+s, busy worker time [\d.]+s, speed-up", out, re.M), out
+    assert re.search(
+        r"^done 5, failed 1; makespan [\d.]+s; agents [\d.]+s, verify [\d.]+s, landing [\d.]+s; parallelism", out, re.M
+    ), out
     assert re.search(r"^failed   bill-2  attempts=1  quarantine=refs/leases-quarantine/bill-2/1  ", out, re.M), out

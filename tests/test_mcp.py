@@ -88,8 +88,10 @@ def test_tools_have_schemas_and_a_session_holds_renews_and_releases(make_repo):
         assert not err and got["free"] is False and got["blockers"][0]["leaseId"] == theirs
         err, got = await call(s, "lease_progress", note="tests 3/10")
         assert not err and got["leases"] == [lease]
-        err, msg = await call(s, "lease_release", lease="lease_nothere0")
-        assert err and "is not held by this worktree" in msg
+        err, msg = await call(s, "lease_release", lease="lease_nothere0")  # the CLI's words for a typo
+        assert err and "this worktree never held it" in msg
+        err, msg = await call(s, "lease_release", lease=theirs)  # held elsewhere: who holds it, and where
+        assert err and "is not held by this worktree" in msg and str(other) in msg
         err, got = await call(s, "lease_status")
         mine = [x for x in got["leases"] if x["leaseId"] == lease]
         assert mine[0]["renewedBySession"] and mine[0]["heldHere"]
@@ -114,7 +116,9 @@ def test_keep_on_exit_and_release_tool(make_repo):
         err2, b = await call(s, "lease_acquire", paths=["b"])
         assert not err and not err2
         err, got = await call(s, "lease_release", lease=a["leaseId"])
-        assert not err and got["released"]
+        assert not err and got["released"] and not got["already"]
+        err, got = await call(s, "lease_release", lease=a["leaseId"])  # idempotent, as the CLI's release is
+        assert not err and got["released"] and got["already"], got
         return b["leaseId"]
 
     kept = talk(repo, body, "--on-exit", "keep")

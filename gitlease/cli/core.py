@@ -188,7 +188,9 @@ def release(
     as_json: JsonOpt = False,
 ):
     """Give a lease back (its worktree stays), recorded in the audit log in the same push. A lease already gone
-    (released before, or reclaimed) is not an error: "already released"."""
+    (released before, or reclaimed) is not an error: "already released". With --all every lease is tried and
+    reported ("not released: ID: why" for those that failed), and the exit code is the worst failure's (1: one
+    is still held, the store unreachable or refusing; 5: invalid; 6: lost meanwhile)."""
     if all_ == (lease_id is not None):
         raise errors.UsageError("give a lease id, or --all (every lease this worktree holds), not both")
     svc = service(remote)
@@ -210,14 +212,44 @@ def release(
         if lease_id is not None
         else sorted(h.lease_id for h in svc.held_here().values() if h.store == svc.store.name)
     )
-    done, lines = [], []
+    if not all_:
+        got = svc.release(ids[0])
+        line = f"already released: {ids[0]} ({got.note})" if got.already else f"lease released: {ids[0]}"
+        return {"leaseId": ids[0], "already": got.already, "note": got.note, "audit": got.audit}, [line]
+    return _release_all(svc, ids, as_json)
+
+
+# Which failure of ``release --all`` decides its exit code: a lease still held (the store unreachable, a refusal)
+# is worse than an invalid one, and that worse than one lost meanwhile (nothing left to give back).
+_RELEASE_SEVERITY = {errors.LOST: 1, errors.INVALID: 2}
+
+
+def _release_all(svc, ids: list[str], as_json: bool):
+    """Every lease this worktree holds released, each reported; the exit code of the worst failure."""
+    done, failed, lines = [], [], []
     for lid in ids:
-        got = svc.release(lid)
-        done.append({"leaseId": lid, "already": got.already, "note": got.note, "audit": got.audit})
+        try:
+            got = svc.release(lid)
+        except errors.GitLeaseError as exc:
+            failed.append((lid, exc))
+            done.append({"leaseId": lid, "released": False, "error": exc.message, "exitCode": exc.exit_code})
+            lines.append(f"not released: {lid}: {exc.message}")
+            continue
+        done.append({"leaseId": lid, "released": True, "already": got.already, "note": got.note, "audit": got.audit})
         lines.append(f"already released: {lid} ({got.note})" if got.already else f"lease released: {lid}")
-    if all_:
+    if not failed:
         return {"released": done}, lines or ["no leases held by this worktree"]
-    return done[0], lines
+    if not as_json:
+        for line in lines:
+            echo(line)
+    worst = max(failed, key=lambda f: _RELEASE_SEVERITY.get(f[1].exit_code, 3))[1]
+    n = len(failed)
+    err = errors.GitLeaseError(
+        f"{n} of {len(ids)} lease{'s' if len(ids) != 1 else ''} not released (the others were): {worst.message}",
+        released=done,
+    )
+    err.exit_code, err.kind = worst.exit_code, worst.kind
+    raise err
 
 
 @command("progress")

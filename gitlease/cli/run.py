@@ -76,99 +76,57 @@ def run_(
     outcome = {}
 
     def body():
-        from gitlease.liveness.delegate import AgentLink
-        from gitlease.liveness.heartbeat import Timing
-        from gitlease.liveness.supervise import Supervisor
+        from gitlease.liveness.holding import Holding, HoldOptions
+        from gitlease.liveness.interrupts import Interrupts
+        from gitlease.liveness.supervise import run_under
 
         svc = service(remote, task=task, agent=agent)
-        if lease and scope:
-            raise errors.UsageError("give --scope (acquire a new lease) or --lease (use a held one), not both")
-        if not lease and not scope:
-            raise errors.UsageError("git lease run needs --scope PATH (or --lease ID) before -- COMMAND")
-        if (base or branch) and not worktree:
-            raise errors.UsageError("--base and --branch need --worktree")
-        if worktree and lease:
-            raise errors.UsageError(
-                "--worktree acquires a new lease: give --scope, not --lease (or use "
-                "git lease worktree add LEASE, then run --lease in that worktree)"
-            )
-        cwd = None
-        link = AgentLink.connect(svc, renew_agent, log=_log)
-        timeout = min(svc.settings.timeout, (ttl_seconds(ttl) or svc.settings.ttl) / 6)
+        _check_run_flags(scope, lease, worktree, base, branch)
+        options = HoldOptions(
+            ttl=ttl_seconds(ttl),
+            renew_every=_seconds("--renew-every", renew_every),
+            grace=_seconds("--grace", grace, 0),
+            wait=_seconds("--wait", wait, 0) if wait is not None else None,
+            renew_agent=renew_agent,
+            release=not lease,
+        )
         if lease:
-            from gitlease.core import record as records
-
-            records.check_lease_id(lease)
-            held = svc.held_here().get(lease)
-            if held is None:
-                raise errors.NotHeld(f"lease {lease} is not held by this worktree")
-            rec = records.parse(held.record.encode("utf-8"))
-            timing = Timing.for_ttl(
-                rec.ttl,
-                renew_every=_seconds("--renew-every", renew_every),
-                timeout=min(svc.settings.timeout, rec.ttl / 6),
-                grace=_seconds("--grace", grace, 0),
-            )
-            lease_id, expires, stop_by, release = lease, rec.expires, rec.stop_deadline, False
+            holding = Holding.adopt(svc, lease, options, log=_log)
         else:
-            the_ttl = ttl_seconds(ttl) or svc.settings.ttl
-            timing = Timing.for_ttl(
-                the_ttl,
-                renew_every=_seconds("--renew-every", renew_every),
-                timeout=timeout,
-                grace=_seconds("--grace", grace, 0),
-            )
-            from gitlease.liveness.wait import obtain
-
-            args = dict(
-                ttl=the_ttl,
-                renew_every=max(1, int(timing.renew_every)),
-                holder_pid=os.getpid(),
-                stop_after=timing.stop_after,
-            )
             manager = None
             if worktree:
                 from gitlease.worktree.manager import WorktreeManager
 
                 manager = WorktreeManager(svc)
-                args.update(base=base, branch=branch)
-            got, att = obtain(
+            holding = Holding.acquire(
                 svc,
-                scope,
-                wait=_seconds("--wait", wait, 0) if wait is not None else None,
-                on_wait=_waiting,
-                link=link,
+                scope or [],
+                options,
                 worktree=manager,
-                **args,
+                base=base,
+                branch=branch,
+                on_wait=_waiting,
+                log=_log,
+                reopen=lambda path: service(remote, task=task, agent=agent, at=path),
             )
-            if att is not None:  # the lease moved into the worktree: renew and release it from there
-                cwd = att.path
-                svc = service(remote, task=task, agent=agent, at=att.path)
-                link = AgentLink(svc, link.client, _log) if link else None
-            lease_id, expires, stop_by, release = got.lease_id, got.record.expires, got.record.stop_deadline, True
-            _log(f"lease acquired: {lease_id} ({' '.join(got.record.paths)}, ttl {got.record.ttl}s)")
-            if cwd:
-                _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
-        if link and not link.register(lease_id, os.getpid(), timing):
-            link = None
+            rec = holding.record
+            _log(f"lease acquired: {holding.lease_id} ({' '.join(rec.paths)}, ttl {rec.ttl}s)")
+        att = holding.attached
+        if att is not None:
+            _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
         from gitlease.identity.signer import commit_signing_config, config_env
 
         # the command's commits are signed with the lease's key (a claim to the lease is honoured only then)
-        cmd_env = config_env(commit_signing_config(svc.settings.signing_key), dict(os.environ))
-        res = Supervisor(
-            svc,
-            lease_id,
-            expires,
-            timing,
-            command,
-            release=release,
-            log=_log,
-            cwd=cwd,
-            link=link,
-            stop_by=stop_by,
-            progress_timeout=svc.settings.progress_timeout,
-            env=cmd_env,
-        ).run()
+        cmd_env = config_env(commit_signing_config(holding.svc.settings.signing_key), dict(os.environ))
+        try:
+            with Interrupts() as interrupts:
+                res = run_under(
+                    holding, command, interrupts=interrupts, env=cmd_env, cwd=att.path if att else None, log=_log
+                )
+        except BaseException:
+            holding.close()  # interrupted before the command ran: the lease is given back (a --lease kept)
+            raise
+        lease_id = holding.lease_id
         outcome["code"] = res.returncode
         result = {
             "leaseId": lease_id,
@@ -184,13 +142,10 @@ def run_(
                 f"stopped (its exit status: {res.returncode})",
                 **result,
             )
-        lines = []
         if res.release_error:
-            lines.append(f"git-lease: warning: the lease was not released ({res.release_error}); it expires on its own")
+            _log(f"warning: the lease was not released ({res.release_error}); it expires on its own")
         elif res.released:
-            lines.append(f"git-lease: lease released: {lease_id}")
-        for line in lines:
-            _log(line[len("git-lease: ") :])
+            _log(f"lease released: {lease_id}")
         return result, []
 
     try:
@@ -199,6 +154,20 @@ def run_(
         if exc.code == 0 and "code" in outcome:
             raise SystemExit(outcome["code"]) from None
         raise
+
+
+def _check_run_flags(scope, lease, worktree: bool, base, branch) -> None:
+    if lease and scope:
+        raise errors.UsageError("give --scope (acquire a new lease) or --lease (use a held one), not both")
+    if not lease and not scope:
+        raise errors.UsageError("git lease run needs --scope PATH (or --lease ID) before -- COMMAND")
+    if (base or branch) and not worktree:
+        raise errors.UsageError("--base and --branch need --worktree")
+    if worktree and lease:
+        raise errors.UsageError(
+            "--worktree acquires a new lease: give --scope, not --lease (or use "
+            "git lease worktree add LEASE, then run --lease in that worktree)"
+        )
 
 
 def _waiting(refusal, pause: float) -> None:

@@ -58,7 +58,7 @@ def work(
     lands (rebase onto the fresh base, fenced scope-checked push, bounded non-fast-forward retries) and
     releases. Outcomes are kept on the lease store, so runners on several hosts share one queue and a
     restarted runner resumes. Exit 0 when every task is done, 1 when some failed, 130 after Ctrl-C (a second
-    Ctrl-C also stops running commands; their work is quarantined)."""
+    Ctrl-C, SIGTERM or SIGHUP also stops running commands, their work quarantined; then 130, 143 or 129)."""
     if status:
         return _status(queue, granularity, remote)
     if not cmd:
@@ -96,10 +96,12 @@ def work(
             for line in lines:
                 echo(line)
         if summary.interrupted:
-            raise errors.Interrupted(
+            err = errors.Interrupted(
                 f"interrupted: {len(summary.done)} done, {len(summary.pending)} not finished; every lease released",
                 summary=result,
             )
+            err.exit_code = summary.exit_code  # 130 after Ctrl-C; 143 after SIGTERM, 129 after SIGHUP
+            raise err
         raise errors.TasksFailed(
             f"{len(summary.failed)} task{'s' if len(summary.failed) != 1 else ''} failed: "
             f"{' '.join(summary.failed[:10])} (git lease work --status {queue})",

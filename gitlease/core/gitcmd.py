@@ -5,10 +5,13 @@ Standard library only: hooks import this module.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitlease.core.errors import GitError, RemoteUnavailable
@@ -62,6 +65,34 @@ class Timeout(RemoteUnavailable):
     kind = "timeout"
 
 
+# The monotonic moment by which every git call of the current thread's task must have ended (None: no bound).
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("gitlease_git_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[float]:
+    """Every git call made inside the block (in this thread) ends within ``seconds`` from now, all of them
+    together: each one's timeout is what is left, and one started with nothing left raises Timeout at once.
+    Nested blocks keep the earlier deadline. How a caller bounds one whole operation (a renewal attempt, a
+    release after a loss) without changing anything shared: the deadline belongs to the call, not the store."""
+    end = time.monotonic() + max(0.0, seconds)
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(end if outer is None else min(outer, end))
+    try:
+        yield end
+    finally:
+        _DEADLINE.reset(token)
+
+
+def remaining(default: float | None = None) -> float | None:
+    """Seconds left before the current deadline (at most ``default``); ``default`` when there is none."""
+    end = _DEADLINE.get()
+    if end is None:
+        return default
+    left = max(0.0, end - time.monotonic())
+    return left if default is None else min(default, left)
+
+
 def run(
     args: Sequence[str],
     *,
@@ -82,6 +113,9 @@ def run(
     renames ref locks one by one) and stale ``.lock`` files behind. Left alone, it either commits the whole
     transaction or, its client gone, none of it."""
     cmd = ("git", *args)
+    timeout = remaining(timeout)
+    if timeout is not None and timeout <= 0:
+        raise Timeout(f"git {args[0]} not started: no time left before the deadline", cmd=list(cmd))
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,

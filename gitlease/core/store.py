@@ -13,7 +13,7 @@ The store knows refs and objects, not leases: the service gives it ref updates a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gitlease.core import gitcmd
@@ -63,6 +63,13 @@ class Outcome:
     def rejected(self) -> list[str]:
         return [r for r, s in self.statuses.items() if s.startswith("rejected")]
 
+    @property
+    def reason(self) -> str:
+        """Why it did not land, in the server's own words when it gave some (its hooks' ``remote:`` lines),
+        then git's: what a refusal reports."""
+        said = "; ".join(line.strip() for line in self.server[:3])
+        return f"{said} ({self.message})" if said and self.message else said or self.message
+
 
 @dataclass(frozen=True)
 class Blob:
@@ -78,7 +85,17 @@ class Store:
 
     def __init__(self, repo_dir: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.repo_dir = repo_dir
-        self.timeout = timeout
+        self.timeout = timeout  # the default bound of one git call (a caller bounds its own: gitcmd.deadline)
+        # told of every update that landed (the service keeps the local copy the hooks and the guard read)
+        self.on_applied: Callable[[Sequence[RefUpdate]], None] | None = None
+
+    def _landed(self, updates: Sequence[RefUpdate], out: Outcome) -> Outcome:
+        """``out``, after telling ``on_applied`` which of ``updates`` landed."""
+        if self.on_applied is not None:
+            done = [u for u in updates if out.ok or out.statuses.get(u.ref) in ("ok", "uptodate")]
+            if done and not out.ambiguous:
+                self.on_applied(done)
+        return out
 
     # --- interface -------------------------------------------------------------------------------
     @property
@@ -238,7 +255,8 @@ class RemoteStore(Store):
             # No verdict for some ref: the connection failed before, or during, the push.
             return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err), server=server)
         ok = all(not s.startswith("rejected") for s in statuses.values()) and res.returncode == 0
-        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err), server=server)
+        out = Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err), server=server)
+        return self._landed(updates, out)
 
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         """The lease refs, by one ``git ls-remote``. ``head``: the same call also answers the remote's ``HEAD``
@@ -477,7 +495,7 @@ class LocalStore(Store):
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         if res.returncode == 0:
-            return Outcome(ok=True, statuses={u.ref: "ok" for u in updates})
+            return self._landed(updates, Outcome(ok=True, statuses={u.ref: "ok" for u in updates}))
         msg = _last_error(res.err)
         return Outcome(ok=False, statuses={u.ref: "rejected:" + msg for u in updates}, message=msg)
 

@@ -219,7 +219,9 @@ def check(paths, mine, mode: str, now: float, others, who: str = "this worktree"
                 else:
                     out.append(
                         Violation(
-                            p, s, f"{who}'s lease {stale.lease_id} passed its stop deadline {stale.expires_at} (local clock)"
+                            p,
+                            s,
+                            f"{who}'s lease {stale.lease_id} passed its stop deadline {stale.expires_at} (local clock)",
                         )
                     )
                 continue

@@ -175,7 +175,8 @@ class AgentLink:
 
 
 class AgentAttempt:
-    """A heartbeat Attempt backed by the agent, falling back to ``self_attempt`` (service_attempt)."""
+    """A heartbeat Attempt backed by the agent, falling back to ``self_attempt`` (the holder renewing by itself:
+    ``Holding._renew_by_itself``)."""
 
     def __init__(
         self,

@@ -33,9 +33,6 @@ DEFAULT_TIMEOUT = 30.0
 MARGIN = 1.0  # expiresAt has one-second resolution; and scheduling is not instant
 MIN_ATTEMPT = 0.5  # an attempt with less time than this left before the deadline is not started
 RETRY_FIRST, RETRY_CAP = 0.5, 5.0
-# A renewal waits at most once for the per-lease renew lock and makes at most three network calls (settle a
-# pending write, push, re-read after an unclear outcome), each bounded by the store timeout.
-CALLS_PER_RENEWAL = 4
 
 
 @dataclass(frozen=True)
@@ -214,6 +211,7 @@ class Heartbeat:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
+        self._wait = self.wait or waiter_for(self.clock)  # ``wait`` may be set after construction
         try:
             self._loop()
         except BaseException as exc:  # a bug in an attempt must not leave a worker running unguarded
@@ -305,17 +303,4 @@ class Heartbeat:
             self.on_lost(reason)
 
 
-def service_attempt(svc, lease_id: str, *, ttl: int | None = None, stop_after: int | None = None) -> Attempt:
-    """An Attempt that renews ``lease_id`` with ``svc`` (a LeaseService used by this heartbeat alone): the lock
-    wait and each of the renewal's git calls get a quarter of the budget, so the whole attempt ends within it.
-    ``stop_after``: the holder's stop horizon (``Timing.stop_after``), recorded as ``stopBy``."""
-
-    def attempt(budget: float, progress: str | None) -> Confirmed:
-        svc.store.timeout = max(0.1, budget / CALLS_PER_RENEWAL)
-        rec = svc.renew(lease_id, ttl=ttl, progress=progress, stop_after=stop_after).record
-        return Confirmed(rec.expires, rec.stop_deadline)
-
-    return attempt
-
-
-__all__ = ["Timing", "Heartbeat", "Beat", "Confirmed", "service_attempt", "waiter_for", "event_wait"]
+__all__ = ["Timing", "Heartbeat", "Beat", "Confirmed", "waiter_for", "event_wait"]

@@ -1,21 +1,27 @@
-"""``git lease run``: run a command under a lease, and stop it before anyone else may take the lease once it is
-lost.
+"""A command's process group under a held lease: ``Guard`` (one command: ``git lease run``'s, each task's agent
+and verifier in ``git lease work``) and ``run_under`` (``git lease run`` itself).
 
-The command runs in a process group of its own. A Heartbeat renews the lease in a background thread; when the
-lease is lost (a renewal refused, or none confirmed by the stop deadline) the whole group gets SIGTERM, then
-SIGKILL ``grace`` seconds later, which is still before the version's recorded stop deadline (``stopBy``, which
-every early reclaim rule waits for) and its expiry (Timing.check). When the command ends by itself, what is
-left of its group (background jobs) is stopped the same way; only then is the lease released.
+A guarded command runs in a process group of its own and is stopped (SIGTERM to the whole group, then
+SIGKILL ``grace`` seconds later) before anyone else may take its lease: when the lease is lost (the
+Holding's loss listener), when its holder says so (a second Ctrl-C, ``git lease work`` stopping), and by two
+backstops when the holder itself cannot act:
+
+* a **watchdog** process (gitlease.liveness.watchdog), in a session of its own, armed with the lease's stop
+  deadline before the command may start and moved on after each confirmed renewal: it stops the group when the
+  holder dies (its pipe closes: kill -9, the OOM killer) or misses the deadline (frozen by SIGSTOP, stuck);
+* a **start gate** with **kill-on-parent-death**: the command starts through a tiny standard-library wrapper
+  (``GATE``: ``python -S``) that asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG, Linux),
+  then waits on a pipe until the holder has armed the watchdog, then execs the command. The holder gone before
+  that: the command never starts. The wrapper makes this safe from a threaded holder (the queue runner), where
+  work between fork and exec in Python is not.
+
+When the command ends by itself, what is left of its group (background jobs) is stopped the same way.
 
 Progress: the command (or ``git lease progress NOTE`` run by it) writes a short note into the file named by
 ``$GITLEASE_PROGRESS_FILE``; the heartbeat sends the newest note with the next renewal, and with
 ``lease.progressTimeout`` a command that has reported once and then reports nothing for that long loses its
-lease and is stopped (Heartbeat.progress_timeout). ``$GITLEASE_LEASE`` names the lease.
-
-Two backstops for a supervisor that cannot act (docs/limits.md): the direct child gets PR_SET_PDEATHSIG
-(SIGKILL when the supervisor dies, Linux), and a watchdog process (gitlease.liveness.watchdog) in its own session kills
-the group when the supervisor dies or misses a deadline (frozen by SIGSTOP, stuck). SIGINT, SIGTERM and SIGHUP
-sent to the supervisor are forwarded to the group. The module prints nothing: ``log`` receives its messages.
+lease and is stopped (Heartbeat.progress_timeout). ``$GITLEASE_LEASE`` names the lease. The module prints
+nothing: ``log`` receives its messages.
 """
 
 from __future__ import annotations
@@ -25,14 +31,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
 
 from gitlease.core.errors import GitLeaseError, LeaseLost, UsageError
-from gitlease.liveness.heartbeat import Heartbeat, Timing, service_attempt
 
-PR_SET_PDEATHSIG = 1
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+if TYPE_CHECKING:
+    from gitlease.liveness.holding import Holding
+    from gitlease.liveness.interrupts import Interrupts
 
 
 PROGRESS_ENV = "GITLEASE_PROGRESS_FILE"
@@ -110,58 +118,31 @@ class RunResult:
     release_error: str | None = None
 
 
-def _prctl():
-    """libc's prctl (Linux), or None."""
-    if not sys.platform.startswith("linux"):
-        return None
+# The start gate (run as ``python -S -c GATE PARENT_PID GATE_FD COMMAND...``): standard library only, no site.
+GATE = r"""
+import os, signal, sys
+parent, fd, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+if sys.platform.startswith("linux"):
     try:
         import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        return None
-
-
-def spawn_gated(argv: Sequence[str], env: dict[str, str], cwd: str | None = None) -> tuple[int, int]:
-    """Fork the command into a process group of its own, with PR_SET_PDEATHSIG (SIGKILL when the supervisor
-    dies, Linux; it survives exec), held at a gate until the supervisor opens it (``os.write(gate, b"g")``) once
-    the watchdog is armed. End of file on the gate (the supervisor died first): the command never starts.
-    Returns (pid, gate fd). Call it before starting any thread."""
-    prctl = _prctl()
-    parent = os.getpid()
-    gate_r, gate_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: only async-signal-safe work until exec
-        try:
-            os.close(gate_w)
-            os.setpgid(0, 0)
-            if prctl is not None:
-                prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-            go = os.read(gate_r, 1)
-            os.close(gate_r)
-            if not go or os.getppid() != parent:
-                os._exit(137)
-            for sig in FORWARDED:
-                signal.signal(sig, signal.SIG_DFL)
-            if cwd is not None:
-                os.chdir(cwd)
-            os.execvpe(argv[0], list(argv), env)
-        except OSError as exc:
-            os.write(2, f"git-lease: cannot run {argv[0]!r}: {exc.strerror or exc}\n".encode())
-            os._exit(127)
-        finally:
-            os._exit(127)
-    os.close(gate_r)
-    try:
-        os.setpgid(pid, pid)  # also from the parent, so the group exists before anyone signals it
-    except OSError:
         pass
-    return pid, gate_w
-
-
-class _Child:
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+if os.getppid() != parent:
+    os._exit(137)
+go = os.read(fd, 1)
+os.close(fd)
+if not go or os.getppid() != parent:
+    os._exit(137)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+    signal.signal(sig, signal.SIG_DFL)
+try:
+    os.execvp(argv[0], argv)
+except OSError as exc:
+    os.write(2, ("git-lease: cannot run %r: %s\n" % (argv[0], exc.strerror or exc)).encode())
+    os._exit(127)
+"""
+CANNOT_RUN = 127
 
 
 def group_alive(pgid: int) -> bool:
@@ -174,88 +155,124 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
-class Supervisor:
+def stop_group(pgid: int, grace: float) -> bool:
+    """SIGTERM (and SIGCONT: a stopped process cannot act on SIGTERM) to the group, up to ``grace`` seconds for
+    it to go, then SIGKILL what is left. False when the group was gone already."""
+    if not group_alive(pgid):
+        return False
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return True
+    waiter = threading.Event()
+    end = time.monotonic() + grace
+    while time.monotonic() < end and group_alive(pgid):
+        waiter.wait(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+class Guard:
+    """One command's process group under a Holding (module docstring). ``start()``, then ``wait()``; ``stop()``
+    from any thread. ``stdin``: bytes written to the command's stdin (then closed); ``stdout``/``stderr``: files
+    (default: inherited). ``session``: a session of its own (no controlling terminal: a Ctrl-C typed at the
+    terminal never reaches it; the queue runner's agents), else a process group of its own in this session."""
+
     def __init__(
         self,
-        svc,
-        lease_id: str,
-        expires: float,
-        timing: Timing,
+        holding: Holding,
         argv: Sequence[str],
         *,
-        release: bool = True,
         env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        grace: float | None = None,
         watchdog: bool = True,
         log: Callable[[str], None] = lambda line: None,
-        cwd: str | None = None,
-        link=None,
-        stop_by: float | None = None,
-        progress_timeout: float | None = None,
+        stdin: bytes | None = None,
+        stdout: IO[bytes] | None = None,
+        stderr: IO[bytes] | int | None = None,
+        session: bool = False,
     ) -> None:
-        from gitlease.service.leases import LeaseService
-
         if not argv:
-            raise UsageError("no command to run: git lease run --scope PATH -- COMMAND [ARGS...]")
-        timing.check()
-        self.svc, self.lease_id, self.timing, self.argv = svc, lease_id, timing, list(argv)
-        self.release, self.log, self.use_watchdog, self.cwd = release, log, watchdog, cwd
-        self.progress = ProgressFile(progress_file(svc.held.folder, lease_id), self._report)
-        self.env = dict(
-            os.environ if env is None else env, GITLEASE_LEASE=lease_id, **{PROGRESS_ENV: self.progress.path}
-        )
-        beat_svc = LeaseService(svc.repo, svc.settings, clock=svc.clock, signer=svc.signer)
-        attempt = service_attempt(beat_svc, lease_id, stop_after=timing.stop_after)
-        self.link = link  # gitlease.liveness.delegate.AgentLink: renew through the per-host agent
-        self.agent_attempt = link.attempt(lease_id, timing, expires, attempt, stop_by) if link else None
-        self.heartbeat = Heartbeat(
-            self.agent_attempt or attempt,
-            timing,
-            expires,
-            clock=svc.clock,
-            on_lost=self._on_lost,
-            on_renewed=self._on_renewed,
-            stop_by=stop_by,
-            progress_timeout=progress_timeout,
-            poll=self.progress.poll,
-        )
-        self.child: _Child | None = None
+            raise UsageError("no command to run")
+        self.holding, self.argv, self.env, self.cwd = holding, list(argv), env, cwd
+        # never longer than the holding's own grace: the group must be gone by the lease's hard stop
+        self.grace = holding.timing.grace if grace is None else min(grace, holding.timing.grace)
+        self.use_watchdog, self.log = watchdog, log
+        self.stdin, self.stdout, self.stderr, self.session = stdin, stdout, stderr, session
+        self.proc: subprocess.Popen[bytes] | None = None
         self.watchdog: subprocess.Popen[bytes] | None = None
+        self.stopped: str | None = None  # why it was stopped, if it was
         self._stopping = threading.Lock()
+        self._unlisten: list[Callable[[], None]] = []
 
-    # ------------------------------------------------------------------ stopping the group
-    def stop_group(self, why: str) -> None:
-        """SIGTERM the group, wait up to ``grace``, SIGKILL what is left. Safe to call twice."""
-        child = self.child
-        if child is None:
-            return
-        with self._stopping:
-            pgid = child.pid
-            if not group_alive(pgid):
-                return
-            self.log(f"stopping the command ({why}): SIGTERM, SIGKILL after {self.timing.grace:g}s")
-            for sig in (signal.SIGTERM, signal.SIGCONT):
-                try:
-                    os.killpg(pgid, sig)
-                except ProcessLookupError:
-                    return
-            gone = threading.Event()
-            end = self.svc.clock.monotonic() + self.timing.grace
-            while self.svc.clock.monotonic() < end and group_alive(pgid):
-                gone.wait(0.02)
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        """Start the command at its gate, arm the watchdog with the lease's stop deadline, open the gate."""
+        gate_r, gate_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-S", "-c", GATE, str(os.getpid()), str(gate_r), *self.argv],
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.PIPE if self.stdin is not None else None,
+                stdout=self.stdout,
+                stderr=self.stderr,
+                pass_fds=(gate_r,),
+                start_new_session=self.session,
+                process_group=None if self.session else 0,
+            )
+        finally:
+            os.close(gate_r)
+        try:
+            if self.use_watchdog:
+                self.watchdog = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gitlease.liveness.watchdog",
+                        str(self.proc.pid),
+                        f"{self.grace:g}",
+                        f"{self._real(self.holding.hard_stop) - self.grace:.3f}",  # SIGTERM then; SIGKILL by then
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                self._unlisten.append(self.holding.on_renewed(self._renewed))
+            self._unlisten.append(self.holding.on_lost(self._lost))
+            os.write(gate_w, b"g")
+        finally:
+            os.close(gate_w)
+        if self.stdin is not None and self.proc.stdin is not None:
             try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
+                self.proc.stdin.write(self.stdin)
+            except OSError:
+                pass
+            try:
+                self.proc.stdin.close()
+            except OSError:
                 pass
 
-    def _on_lost(self, reason: str) -> None:
-        self.log(LeaseLost.say(self.lease_id, reason))
-        self.stop_group("lease lost")
+    def _renewed(self, hard_stop: float) -> None:
+        self._tell_watchdog(f"deadline {self._real(hard_stop) - self.grace:.3f}")
 
-    def _report(self, note: str) -> None:
-        self.heartbeat.report(note)
+    def _real(self, moment: float) -> float:
+        """A moment of the holder's clock (``clock.monotonic()``: injected in tests) on the system's monotonic
+        clock, which the watchdog reads (CLOCK_MONOTONIC is one clock for every process on Linux)."""
+        return time.monotonic() + (moment - self.holding.svc.clock.monotonic())
 
-    def _on_renewed(self, expiry: float) -> None:
-        self._tell_watchdog(f"deadline {self.heartbeat.hard_stop - self.timing.grace:.3f}")
+    def _lost(self, reason: str) -> None:
+        self.log(LeaseLost.say(self.holding.lease_id, reason))
+        self.stop("lease lost")
 
     def _tell_watchdog(self, line: str) -> None:
         wd = self.watchdog
@@ -267,95 +284,110 @@ class Supervisor:
         except (BrokenPipeError, OSError, ValueError):
             pass
 
-    # ------------------------------------------------------------------ the run
-    def run(self) -> RunResult:
-        hb = self.heartbeat
-        if self.svc.clock.monotonic() >= hb.deadline:
-            raise GitLeaseError(
-                f"lease {self.lease_id} is too close to its stop deadline to start a command under it; renew it first"
-            )
-        previous = {sig: signal.getsignal(sig) for sig in FORWARDED}
-        for sig in FORWARDED:
-            signal.signal(sig, self._forward)
-        try:
-            pid, gate = spawn_gated(self.argv, self.env, self.cwd)
-            self.child = _Child(pid)
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the command's group."""
+        if self.proc is not None:
             try:
-                if self.use_watchdog:  # armed with its first deadline before the command may start
-                    first = hb.hard_stop - self.timing.grace  # SIGTERM then; SIGKILL by the hard stop
-                    self.watchdog = subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "gitlease.liveness.watchdog",
-                            str(pid),
-                            f"{self.timing.grace:g}",
-                            f"{first:.3f}",
-                        ],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                os.write(gate, b"g")
-            finally:
-                os.close(gate)
-            beat = threading.Thread(target=hb.run, name="gitlease-heartbeat", daemon=True)
-            beat.start()
-            status = self._wait_child()
-            hb.stop()
-            self.stop_group("the command exited; stopping what it left running")
-            beat.join(self.timing.timeout + 1)
-            fired = self._finish_watchdog()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.progress.remove()
-        lost = hb.lost.is_set() or fired
-        reason = hb.reason or ("the watchdog stopped the command at the deadline" if fired else None)
-        released, release_error = False, None
-        if self.agent_attempt is not None and not self.release:
-            self.link.unregister(self.lease_id)  # a --lease given is kept, and not renewed by the agent any more
-        if self.release:
-            if lost:
-                self.svc.store.timeout = min(float(self.svc.store.timeout), self.timing.timeout)
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def stop(self, why: str) -> None:
+        """SIGTERM the group, wait up to ``grace``, SIGKILL what is left. Safe to call twice, from any thread."""
+        proc = self.proc
+        if proc is None:
+            return
+        with self._stopping:
+            if self.stopped is None:
+                self.stopped = why
+            if group_alive(proc.pid):
+                self.log(f"stopping the command ({why}): SIGTERM, SIGKILL after {self.grace:g}s")
+                stop_group(proc.pid, self.grace)
+
+    def wait(self, should_stop: Callable[[], str | None] | None = None, poll: float = 0.05) -> int:
+        """Wait for the command; ``should_stop()`` (asked every ``poll`` seconds) naming a reason stops it. Then
+        stop what is left of its group and disarm the watchdog. Returns its exit status (128 + the signal that
+        ended it)."""
+        proc = self.proc
+        assert proc is not None
+        while True:
             try:
-                if self.agent_attempt is not None and not self.agent_attempt.fallen and not lost:
-                    self.link.release(self.lease_id)
-                else:
-                    if self.agent_attempt is not None:
-                        self.link.unregister(self.lease_id)
-                    self.svc.release(self.lease_id)
-                released = True
-            except GitLeaseError as exc:
-                release_error = str(exc)
-        return RunResult(status, lost, reason, released, release_error)
+                rc = proc.wait(timeout=poll)
+                break
+            except subprocess.TimeoutExpired:
+                why = should_stop() if should_stop is not None else None
+                if why:
+                    self.stop(why)
+        self.stop("the command exited; stopping what it left running")
+        for remove in self._unlisten:
+            remove()
+        self._unlisten.clear()
+        return 128 - rc if rc < 0 else rc
 
-    def _wait_child(self) -> int:
-        assert self.child is not None
-        _, status = os.waitpid(self.child.pid, 0)  # retried on EINTR (PEP 475); handlers forward signals
-        code = os.waitstatus_to_exitcode(status)
-        return 128 - code if code < 0 else code
-
-    def _finish_watchdog(self) -> bool:
+    def finish_watchdog(self) -> bool:
+        """Tell the watchdog the command is done; True when it had fired (stopped the group itself)."""
         wd = self.watchdog
         if wd is None:
             return False
         self._tell_watchdog("done")
         try:
-            out, _ = wd.communicate(timeout=self.timing.grace + 5)
+            out, _ = wd.communicate(timeout=self.grace + 5)
         except subprocess.TimeoutExpired:
             wd.kill()
             out, _ = wd.communicate()
         return b"fired" in (out or b"")
 
-    def _forward(self, signum: int, _frame) -> None:
-        child = self.child
-        if child is not None:
-            try:
-                os.killpg(child.pid, signum)
-            except ProcessLookupError:
-                pass
+
+def run_under(
+    holding: Holding,
+    argv: Sequence[str],
+    *,
+    interrupts: Interrupts,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    watchdog: bool = True,
+    log: Callable[[str], None] = lambda line: None,
+) -> RunResult:
+    """``git lease run``: ``argv`` under ``holding`` (started here), then the holding closed (released, or kept
+    when it was adopted). Signals (counted by ``interrupts``): each one is forwarded to the command's group
+    (the command decides what a Ctrl-C means); a second Ctrl-C, or a second SIGTERM/SIGHUP after the first was
+    forwarded, stops the group."""
+    if not argv:
+        raise UsageError("no command to run: git lease run --scope PATH -- COMMAND [ARGS...]")
+    hb = holding.heartbeat
+    if holding.svc.clock.monotonic() >= hb.deadline:
+        raise GitLeaseError(
+            f"lease {holding.lease_id} is too close to its stop deadline to start a command under it; renew it first"
+        )
+    progress = ProgressFile(progress_file(holding.svc.held.folder, holding.lease_id), holding.progress)
+    env = dict(os.environ if env is None else env, GITLEASE_LEASE=holding.lease_id, **{PROGRESS_ENV: progress.path})
+    guard = Guard(holding, argv, env=env, cwd=cwd, watchdog=watchdog, log=log)
+    seen = [0, 0]  # Ctrl-Cs and other signals forwarded so far
+
+    def on_signal() -> str | None:
+        if interrupts.interrupts > seen[0]:
+            seen[0] = interrupts.interrupts
+            if seen[0] >= 2:
+                return "a second Ctrl-C"
+            guard.signal(signal.SIGINT)
+        if interrupts.terminated and not seen[1]:
+            seen[1] = interrupts.terminated
+            guard.signal(interrupts.terminated)
+        return None
+
+    try:
+        guard.start()
+        holding.start(poll=progress.poll)
+        status = guard.wait(on_signal)
+        holding.stop()
+        fired = guard.finish_watchdog()
+    finally:
+        progress.remove()
+    closed = holding.close()
+    lost = closed.lost or fired
+    reason = closed.reason or ("the watchdog stopped the command at the deadline" if fired else None)
+    error = str(closed.release_error) if closed.release_error is not None else None
+    return RunResult(status, lost, reason, closed.released, error)
 
 
-__all__ = ["Supervisor", "RunResult", "group_alive"]
+__all__ = ["Guard", "RunResult", "run_under", "group_alive", "stop_group", "GATE"]

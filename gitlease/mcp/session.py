@@ -2,40 +2,23 @@
 tool. Every method returns a JSON-able dict a model can act on, or raises GitLeaseError with the CLI's one-line
 message (the server turns it into a tool error).
 
-The leases a session acquires are kept renewed by a heartbeat thread each (gitlease/liveness/heartbeat.py, as
-``hold()`` and ``git lease run`` do) while the session lives, and released when it ends (``on_exit="keep"``:
-left to expire instead). Leases this worktree held before the session are shown, checked and can be extended,
-pushed with or released, but the session does not renew them (their holder does).
+The leases a session acquires are held as ``hold()`` and ``git lease run`` hold theirs (a Holding:
+gitlease/liveness/holding.py: renewed through the per-host agent or by itself, progress and its timeout, loss)
+while the session lives, and released when it ends (``on_exit="keep"``: left to expire instead). Leases this
+worktree held before the session are shown, checked and can be extended, pushed with or released, but the
+session does not renew them (their holder does).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from gitlease.core.errors import GitLeaseError, NotHeld, UsageError
-from gitlease.liveness.heartbeat import Heartbeat, service_attempt
-from gitlease.liveness.hold import _timing
+from gitlease.liveness.holding import Holding, HoldOptions
 
 ON_EXIT = ("release", "keep")
-
-
-@dataclass
-class Held:
-    """A lease this session acquired and renews."""
-
-    lease_id: str
-    service: Any  # the LeaseService of the worktree that holds it (a new worktree's, with worktree=True)
-    heartbeat: Heartbeat = field(repr=False)
-    thread: threading.Thread = field(repr=False)
-    worktree: str | None = None
-
-    def stop(self) -> None:
-        self.heartbeat.stop()
-        self.thread.join(self.heartbeat.timing.timeout + 1)
 
 
 class Session:
@@ -47,7 +30,7 @@ class Session:
         self._open = open_service
         self.repo, self.remote, self.on_exit = repo, remote, on_exit
         self.svc = open_service(repo, remote=remote)
-        self.held: dict[str, Held] = {}
+        self.held: dict[str, Holding] = {}  # the leases this session acquired and keeps
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------------- reading
@@ -150,7 +133,7 @@ class Session:
                 left = int(rec.expires - now)
             except GitLeaseError:
                 left = None
-            beat = self.held.get(lid)
+            holding = self.held.get(lid)
             leases.append(
                 {
                     "leaseId": lid,
@@ -158,89 +141,74 @@ class Session:
                     "version": h.version,
                     "expiresAt": h.expires_at,
                     "secondsLeft": left,
-                    "renewedBySession": beat is not None,
-                    "lost": beat.heartbeat.reason if beat is not None and beat.heartbeat.lost.is_set() else None,
+                    "renewedBySession": holding is not None,
+                    "lost": holding.reason if holding is not None and holding.lost.is_set() else None,
                 }
             )
-        for lid, beat in sorted(self.held.items()):  # those held in a worktree of their own
-            if beat.worktree and lid not in self.svc.held_here():
-                leases.append({"leaseId": lid, "worktree": beat.worktree, "renewedBySession": True})
+        for lid, holding in sorted(self.held.items()):  # those held in a worktree of their own
+            if holding.attached is not None and lid not in self.svc.held_here():
+                leases.append({"leaseId": lid, "worktree": holding.attached.path, "renewedBySession": True})
         return {"worktree": self.svc.repo.cwd, "mode": self._mode(self.svc), "leases": leases}
 
     # ------------------------------------------------------------------------- writing
     def acquire(
         self, paths: Sequence[str], *, task: str | None = None, ttl: int | None = None, worktree: bool = False
     ) -> dict[str, Any]:
-        svc = self._open(self.repo, remote=self.remote, **({"task": task} if task else {}))
-        the_ttl = int(ttl or svc.settings.ttl)
-        timing = _timing(svc.settings, the_ttl, None, None, None)
-        args: dict[str, Any] = dict(
-            ttl=the_ttl,
-            holder_pid=os.getpid(),
-            renew_every=max(1, int(timing.renew_every)),
-            stop_after=timing.stop_after,
-        )
-        where = None
+        flags = {"task": task} if task else {}
+        svc = self._open(self.repo, remote=self.remote, **flags)
         manager = None
         if worktree:
             from gitlease.worktree.manager import WorktreeManager
 
             manager = WorktreeManager(svc)
-        from gitlease.liveness.wait import obtain
-
-        got, att = obtain(svc, list(paths), worktree=manager, **args)
-        holder_svc = svc
-        if att is not None:
-            where = att.path
-            holder_svc = self._open(where, remote=self.remote, **({"task": task} if task else {}))
-        from gitlease.service.leases import LeaseService
-
-        beat_svc = LeaseService(holder_svc.repo, holder_svc.settings, clock=holder_svc.clock, signer=holder_svc.signer)
-        hb = Heartbeat(
-            service_attempt(beat_svc, got.lease_id, stop_after=timing.stop_after),
-            timing,
-            got.record.expires,
-            clock=svc.clock,
-            stop_by=got.record.stop_deadline,
-        )
-        thread = threading.Thread(target=hb.run, name=f"gitlease-mcp-{got.lease_id}", daemon=True)
-        thread.start()
+        holding = Holding.acquire(
+            svc,
+            list(paths),
+            HoldOptions(ttl=ttl, release=self.on_exit == "release"),
+            worktree=manager,
+            reopen=lambda path: self._open(path, remote=self.remote, **flags),
+        ).start()
         with self.lock:
-            self.held[got.lease_id] = Held(got.lease_id, holder_svc, hb, thread, where)
-        rec = got.record
+            self.held[holding.lease_id] = holding
+        rec = holding.record
+        where = holding.attached.path if holding.attached is not None else None
         return {
-            "leaseId": got.lease_id,
+            "leaseId": holding.lease_id,
             "paths": list(rec.paths),
             "ttl": rec.ttl,
             "expiresAt": rec.expires_at,
             "worktree": where,
             "renewedBySession": True,
-            "cleared": list(got.cleared),
+            "cleared": list(holding.cleared),
         }
 
     def _service_of(self, lease_id: str):
-        beat = self.held.get(lease_id)
-        if beat is not None:
-            return beat.service
+        holding = self.held.get(lease_id)
+        if holding is not None:
+            return holding.svc
         if lease_id in self.svc.held_here():
             return self.svc
         raise NotHeld(f"lease {lease_id} is not held by this worktree or this session")
 
     def extend(self, lease_id: str, paths: Sequence[str]) -> dict[str, Any]:
+        holding = self.held.get(lease_id)
+        if holding is not None:
+            return holding.extend(list(paths)).to_json()
         return self._service_of(lease_id).extend(lease_id, list(paths)).to_json()
 
     def progress(self, note: str, lease_id: str | None = None) -> dict[str, Any]:
         with self.lock:
-            beats = [b for lid, b in self.held.items() if lease_id in (None, lid)]
-        if not beats:
+            held = [h for lid, h in self.held.items() if lease_id in (None, lid)]
+        if not held:
             raise NotHeld(
                 "this session renews no lease"
                 + (f" {lease_id}" if lease_id else "")
                 + ": acquire one with lease_acquire"
             )
-        for b in beats:
-            b.heartbeat.report(note)
-        return {"leases": [b.lease_id for b in beats], "note": note, "recorded": "with the next renewal"}
+        for h in held:
+            h.check()  # a lost lease: the model must stop, not report progress on it
+            h.progress(note)
+        return {"leases": [h.lease_id for h in held], "note": note, "recorded": "with the next renewal"}
 
     def push(self, branch: str, lease_id: str | None = None) -> dict[str, Any]:
         if lease_id is None:
@@ -253,31 +221,35 @@ class Session:
                     "name the lease to push under (lease)" if candidates else "no lease is held here: acquire one"
                 )
             lease_id = candidates[0]
+        holding = self.held.get(lease_id)
+        if holding is not None:
+            holding.check()
         return fenced_push(self._service_of(lease_id), lease_id, branch)
 
     def release(self, lease_id: str) -> dict[str, Any]:
+        """Give ``lease_id`` back. Idempotent, as ``git lease release`` is: a lease released before (or
+        reclaimed) answers ``already``."""
         with self.lock:
-            beat = self.held.pop(lease_id, None)
-        if beat is not None:
-            beat.stop()
-        svc = beat.service if beat is not None else self._service_of(lease_id)
-        svc.release(lease_id)
-        return {"leaseId": lease_id, "released": True}
+            holding = self.held.pop(lease_id, None)
+        if holding is not None:
+            closed = holding.close(release=True)
+            if closed.release_error is not None:
+                raise closed.release_error
+            return {"leaseId": lease_id, "released": True, "already": not closed.released, "lost": closed.reason}
+        got = self.svc.release(lease_id)
+        return {"leaseId": lease_id, "released": True, "already": bool(got.already), "note": got.note}
 
     def close(self) -> list[str]:
         """End of the session: stop every heartbeat; release what the session acquired (unless on_exit is
         keep). Returns problems (one line each), never raises."""
         with self.lock:
-            beats = list(self.held.values())
+            held = list(self.held.values())
             self.held.clear()
         problems = []
-        for b in beats:
-            b.stop()
-            if self.on_exit == "release" and not b.heartbeat.lost.is_set():
-                try:
-                    b.service.release(b.lease_id)
-                except GitLeaseError as exc:
-                    problems.append(f"release of {b.lease_id}: {exc.message}")
+        for h in held:
+            closed = h.close()
+            if closed.release_error is not None:
+                problems.append(f"release of {h.lease_id}: {closed.release_error.message}")
         return problems
 
 

@@ -180,7 +180,7 @@ class AuditLog:
                 self._head = (oid, seq + 1)
                 self._save_head()
                 return Appended("ok", oid, doc)
-            last = out.message
+            last = out.reason
             refs = self.store.list_refs()
             if any(refs.get(u.ref) != u.old for u in deletes):
                 # Our ref did not move by us; if another process under our writer id moved it, the next
@@ -235,7 +235,7 @@ class AuditLog:
                 self._save_head()
                 todo = []
                 break
-            last = out.message
+            last = out.reason
             refs = self.store.list_refs()
             lost = [i for i in todo if any(refs.get(u.ref) != u.old for u in items[i][0])]
             for i in lost:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
+from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
 from gitlease.core.clock import SYSTEM, Clock
@@ -155,6 +156,10 @@ class LeaseService:
         self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
         self.held = HeldState(repo.private_dir())
         self._trust: Trust | None = None
+        if self.store.kind == "remote" and self.store.on_applied is None:
+            # what lands is written into the last listing the hooks and the edit guard read (no network there):
+            # a lease released here stops blocking at once, a new one blocks at once
+            self.store.on_applied = _RefsCache(repo.shared_dir(), self.store.name).patch
 
     # ------------------------------------------------------------------ writing versions
     def _write_version(self, rec: Record, parent: str | None, action: str) -> str:
@@ -722,7 +727,8 @@ class LeaseService:
     def _renewing(self, lease_id: str) -> Iterator[None]:
         """A per-lease lock file in the worktree's state folder, waited for at most the store timeout."""
         try:
-            fh = lock_file(self._renew_lock_path(lease_id), wait=float(self.store.timeout), clock=self.clock)
+            wait = gitcmd.remaining(float(self.store.timeout)) or 0.0
+            fh = lock_file(self._renew_lock_path(lease_id), wait=wait, clock=self.clock)
         except LockBusy:
             raise RemoteUnavailable(f"another renewal of {lease_id} in this worktree did not finish in time") from None
         with fh:
@@ -1381,6 +1387,19 @@ class _RefsCache:
             write_json(self.path, {"fetchedAt": fetched_at, "refs": refs})
         except OSError:
             pass  # a cache that cannot be written only costs freshness
+
+    def patch(self, updates: Sequence[RefUpdate]) -> None:
+        """The writes that just landed, applied to the kept listing (when there is one)."""
+        got = self.load()
+        if got is None:
+            return
+        refs, fetched_at = got
+        for u in updates:
+            if u.new is None:
+                refs.pop(u.ref, None)
+            else:
+                refs[u.ref] = u.new
+        self.save(refs, fetched_at)
 
     def load(self) -> tuple[dict[str, str], float] | None:
         try:

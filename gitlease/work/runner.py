@@ -19,6 +19,12 @@ backoff up to ``attempts`` (its work quarantined and the ref named in its outcom
 refused at landing (4) fails the task at once, work kept. Outcomes live on the store
 (gitlease.service.outcomes): a second runner on another clone cooperates, a restarted one resumes.
 
+This module schedules; one task's attempt is gitlease/work/attempt.py, its landing gitlease/work/landing.py,
+what is reported gitlease/work/report.py, ``--status`` gitlease/work/status.py. Signals
+(gitlease/liveness/interrupts.py): the first Ctrl-C takes no more tasks and lets the running ones finish; a
+second one, or SIGTERM / SIGHUP, stops the running commands (their work quarantined); every lease is released
+and the exit code is 128 + the signal.
+
 The stable entry for Python (and the fleet soak): ``run_queue``. It prints nothing: events go to ``on_event``.
 """
 
@@ -26,37 +32,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
-import signal
-import subprocess
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gitlease.core import gitcmd
-from gitlease.core.clock import SYSTEM, Clock, iso
-from gitlease.core.errors import (
-    GitLeaseError,
-    HeldError,
-    LeaseLost,
-    NotHeld,
-    PushRejected,
-    RemoteUnavailable,
-    ScopeViolation,
-    UsageError,
-)
-from gitlease.core.refnames import QUARANTINE_PREFIX, TASK_PREFIX, decode_segment, outcome_ref, quarantine_ref
-from gitlease.core.store import RefUpdate, RemoteStore
+from gitlease.core.clock import SYSTEM, Clock
+from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable, UsageError
+from gitlease.core.refnames import TASK_PREFIX, decode_segment
+from gitlease.core.store import RemoteStore
+from gitlease.liveness.interrupts import Interrupts
 from gitlease.service.leases import LeaseService
 from gitlease.service.outcomes import Outcome, Outcomes
+from gitlease.work.attempt import TaskAttempt, slug
+from gitlease.work.landing import Lander
 from gitlease.work.queue import TaskSource, WorkTask
+from gitlease.work.report import Event, Summary, TaskStats
+from gitlease.work.status import TaskState, queue_status
 
 ACTIVE = ("claimed", "running", "verifying", "landing")  # a worker's states while it works on a task
 LAND_RETRIES = 20  # non-fast-forward retries of one landing (re-fetch, rebase, push)
-BACKOFF_CAP = 300.0
 
 
 @dataclass
@@ -82,116 +80,6 @@ class WorkOptions:
             raise UsageError("--workers must be at least 1")
         if self.attempts < 1:
             raise UsageError("--attempts must be at least 1")
-
-
-@dataclass(frozen=True)
-class Event:
-    kind: str  # claimed | refused | waiting | running | verifying | landing | landed | retry | failed | done
-    # | released | quarantined | swept | stopping | interrupted | error
-    worker: int
-    at: float
-    task: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def line(self) -> str:
-        d = self.detail
-        who = f"worker {self.worker}" if self.worker >= 0 else "runner"
-        task = f" {self.task}" if self.task else ""
-        extra = d.get("message") or " ".join(f"{k}={v}" for k, v in d.items() if v not in (None, "", [], {}))
-        return f"{who}: {self.kind}{task}" + (f": {extra}" if extra else "")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.kind, "worker": self.worker, "at": iso(self.at), "task": self.task, **self.detail}
-
-
-@dataclass
-class TaskStats:
-    id: str
-    state: str = "pending"
-    attempts: int = 0
-    landed: str | None = None
-    quarantine: str | None = None
-    reason: str = ""
-    busy: float = 0.0  # seconds a worker of this runner spent on it
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state,
-            "attempts": self.attempts,
-            "landed": self.landed,
-            "quarantine": self.quarantine,
-            "reason": self.reason,
-            "busySeconds": round(self.busy, 3),
-        }
-
-
-@dataclass
-class Summary:
-    done: list[str]  # tasks done (by any runner), queue order
-    failed: list[str]
-    pending: list[str]  # neither (interrupted, or left to other runners)
-    ran: int  # attempts this runner made
-    makespan: float  # seconds from start to end
-    busy: float  # worker seconds spent on tasks
-    lease_waits: int  # times a task that could be next waited for a lease (planned blocked, or refused)
-    retries: int  # failed attempts re-queued, and non-fast-forward landing retries
-    land_retries: int
-    interrupted: bool
-    workers: int
-    tasks: dict[str, TaskStats] = field(default_factory=dict)
-
-    @property
-    def speedup(self) -> float:
-        """Busy worker time over the makespan: how much faster than running the same attempts one at a time."""
-        return self.busy / self.makespan if self.makespan > 0 else 0.0
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        return 1 if self.failed else 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "done": self.done,
-            "failed": self.failed,
-            "pending": self.pending,
-            "attempts": self.ran,
-            "makespanSeconds": round(self.makespan, 3),
-            "busySeconds": round(self.busy, 3),
-            "speedup": round(self.speedup, 2),
-            "leaseWaits": self.lease_waits,
-            "retries": self.retries,
-            "landRetries": self.land_retries,
-            "interrupted": self.interrupted,
-            "workers": self.workers,
-            "tasks": [t.to_json() for t in self.tasks.values()],
-        }
-
-    def lines(self) -> list[str]:
-        out = [
-            f"done {len(self.done)}, failed {len(self.failed)}"
-            + (f", not finished {len(self.pending)}" if self.pending else "")
-            + f"; makespan {self.makespan:.1f}s, busy worker time {self.busy:.1f}s, speed-up {self.speedup:.2f}x "
-            f"over one at a time ({self.workers} worker{'s' if self.workers != 1 else ''})",
-            f"waits caused by leases {self.lease_waits}, retries {self.retries} "
-            f"(non-fast-forward landings {self.land_retries})",
-        ]
-        for tid in self.failed:
-            t = self.tasks.get(tid)
-            if t:
-                q = f"; work kept in {t.quarantine}" if t.quarantine else ""
-                out.append(f"failed: {tid} after {t.attempts} attempt{'s' if t.attempts != 1 else ''}: {t.reason}{q}")
-        return out
-
-
-class _Fail(Exception):
-    """An attempt that did not land: ``final`` fails the task at once (a scope violation)."""
-
-    def __init__(self, reason: str, *, final: bool = False, interrupted: bool = False) -> None:
-        super().__init__(reason)
-        self.reason, self.final, self.interrupted = reason, final, interrupted
 
 
 class Runner:
@@ -229,6 +117,7 @@ class Runner:
         self._inflight: set[str] = set()
         self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
         self._unreleased: dict[str, LeaseService] = {}  # leases whose release failed: the store unreachable
+        self._refused_releases: set[str] = set()  # leases whose release the store refused: left to the sweep
         # worktrees such a lease still binds: given back once its release goes through (_retry_releases)
         self._pending_back: dict[str, tuple[Any, str]] = {}
         self.stats: dict[str, TaskStats] = {}
@@ -244,7 +133,9 @@ class Runner:
         self._sweep_due = float("inf")  # an earlier sweep wanted (a lease lost, maybe left on the store)
         self._base: str | None = None
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
-        self._sigints = self._sigints_seen = 0
+        self._signals_seen = 0
+        self.signal = 0  # the signal that interrupted the run, 0: none
+        self.lander = Lander(self)
         self.last_outcomes: dict[str, Outcome] = {}
         self.finished: dict[str, str] = {}  # task -> done | failed, as this runner saw it (before the next read)
         self.last_tasks: list[str] = []
@@ -318,19 +209,20 @@ class Runner:
         self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
         return False
 
-    def _on_sigint(self, _signum, _frame) -> None:
-        self._sigints += 1
-        if self._sigints >= 2:
-            self.kill.set()  # at once: the workers stop their commands
-        self.stop.set()
-
-    def _handle_signals(self) -> None:
-        while self._sigints_seen < self._sigints:
-            self._sigints_seen += 1
-            if self._sigints_seen == 1:
-                self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
-            elif self._sigints_seen == 2:
-                self.emit("stopping", -1, message="stopping the running commands (their work is quarantined)")
+    def _handle_signals(self, interrupts: Interrupts | None) -> None:
+        """Act on the signals counted since the last look (in the main thread, never in a handler): the first
+        Ctrl-C stops taking tasks; a second one, SIGTERM or SIGHUP stops the running commands too."""
+        if interrupts is None or interrupts.seq == self._signals_seen:
+            return
+        self._signals_seen = interrupts.seq
+        if interrupts.any and not self.stop.is_set():
+            self.stop.set()
+            self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
+        if interrupts.stop_now and not self.kill.is_set():
+            self.kill.set()
+            self.emit("stopping", -1, message="stopping the running commands (their work is quarantined)")
+        code = interrupts.exit_code()
+        self.signal = code - 128 if code else 0
 
     def _pause(self, seconds: float) -> None:
         if type(self.clock).sleep is Clock.sleep:
@@ -342,11 +234,8 @@ class Runner:
     # --------------------------------------------------------------------------------- run
     def run(self, *, handle_signals: bool = True) -> Summary:
         start = self.clock.monotonic()
-        previous = None
-        if handle_signals and threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGINT)
-            # the handler only counts: printing from it could re-enter a lock the interrupted code holds
-            signal.signal(signal.SIGINT, self._on_sigint)
+        # counts only (gitlease/liveness/interrupts.py); acted on below, in this thread
+        interrupts = Interrupts().install() if handle_signals else None
         try:
             self._prune_dead(-1)
             threads = [
@@ -358,8 +247,8 @@ class Runner:
             for t in threads:
                 while t.is_alive():
                     t.join(0.1)
-                    self._handle_signals()
-            self._handle_signals()
+                    self._handle_signals(interrupts)
+            self._handle_signals(interrupts)
             self._final_sweep()
             with self._lock:  # worktrees whose lease's release never went through: free once it expired
                 pending, self._pending_back = list(self._pending_back.values()), {}
@@ -368,8 +257,8 @@ class Runner:
                     manager.give_back(wt)
             self._prune_dead(-1)  # what a dead runner's command still ran in at the start is free by now
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            if interrupts is not None:
+                interrupts.restore()
         return self._summary(self.clock.monotonic() - start)
 
     def _summary(self, makespan: float) -> Summary:
@@ -401,6 +290,7 @@ class Runner:
             self.stop.is_set(),
             self.opts.workers,
             {t.id: self.stats[t.id] for t in tasks},
+            signal=self.signal,
         )
 
     # ------------------------------------------------------------------------------ worker
@@ -428,7 +318,7 @@ class Runner:
             idle = 0
             task, prev = pick
             try:
-                self._attempt(svc, n, task, prev)
+                TaskAttempt(self, n, task, prev).run(svc)
             except GitLeaseError as exc:  # the store went away mid-task, a git failure: the task is re-planned
                 self.emit("error", n, task.id, message=exc.message)
                 self._pause(self.opts.poll)
@@ -582,7 +472,7 @@ class Runner:
             if by_branch is None:
                 by_branch = {}
                 with contextlib.suppress(GitLeaseError):
-                    by_branch = {f"work/{_slug(t.id)}-": t.id for t in self.source.tasks()}
+                    by_branch = {f"work/{slug(t.id)}-": t.id for t in self.source.tasks()}
             branch = branches.get(a.id, "")
             task = next(
                 (tid for pre, tid in by_branch.items() if branch.startswith(pre) and len(branch) == len(pre) + 8), None
@@ -603,253 +493,6 @@ class Runner:
         return open_service(
             at, remote=self.opts.remote, clock=self.clock, signer=svc.signer, agent=self.opts.agent, task=task.id
         )
-
-    def _attempt(self, svc: LeaseService, n: int, task: WorkTask, prev: Outcome | None) -> None:
-        from gitlease.liveness.heartbeat import Timing
-
-        attempt = (prev.attempts if prev else 0) + 1
-        tsvc = self._task_service(svc, task)
-        timing = Timing.for_ttl(self.ttl, timeout=min(tsvc.settings.timeout, self.ttl / 6), grace=None)
-        try:
-            got = tsvc.acquire(
-                task.scope,
-                ttl=self.ttl,
-                holder_pid=os.getpid(),
-                renew_every=max(1, int(timing.renew_every)),
-                stop_after=timing.stop_after,
-                task=task.id,
-            )
-        except HeldError as exc:
-            with self._lock:
-                self.lease_waits += 1
-            self.emit("refused", n, task.id, message=exc.message)
-            return
-        except RemoteUnavailable:
-            raise
-        except GitLeaseError as exc:  # claimed by another runner at another scope, a hook refused
-            self.emit("refused", n, task.id, message=exc.message)
-            self._pause(self.opts.poll)
-            return
-        lease_id = got.lease_id
-        with self._lock:
-            self.ran += 1
-            self._granted.add(lease_id)
-        self.emit("claimed", n, task.id, lease=lease_id, scope=" ".join(got.record.paths), attempt=attempt)
-        started = self.clock.monotonic()
-        st = self.stats.setdefault(task.id, TaskStats(task.id))
-        try:
-            refs = tsvc.store.list_refs()
-            with self._lock:
-                fresh = self._outcomes.read(refs).get(task.id)
-            if fresh is not None and (fresh.final or (prev is None or fresh.oid != prev.oid)):
-                # finished (or re-queued) by another runner between our read and our claim
-                self._release(tsvc, lease_id)
-                self.emit("released", n, task.id, message="another runner finished it meanwhile")
-                return
-            self._work(svc, tsvc, n, task, prev, attempt, got, timing, st)
-        finally:
-            spent = self.clock.monotonic() - started
-            with self._lock:
-                self.busy += spent
-                st.busy += spent
-
-    def _work(self, svc, tsvc, n, task, prev, attempt, got, timing, st) -> None:
-        from gitlease.liveness.heartbeat import Heartbeat, event_wait, service_attempt
-        from gitlease.liveness.supervise import PROGRESS_ENV, ProgressFile, progress_file
-        from gitlease.worktree.manager import WorktreeManager
-
-        lease_id = got.lease_id
-        manager = WorktreeManager(tsvc)
-        att = None
-        wsvc = tsvc
-        hb = None
-        beat = None
-        progress = None
-        try:
-            base_ref, base_oid = self._fetch_base()
-            att = manager.add(lease_id, base=base_oid, branch=_branch(task.id, lease_id))
-            # bound to this process until given back (also between the release and the give-back): a
-            # restarted runner prunes it only once this one is dead (_prune_dead)
-            manager.mark_busy(att.id, f"git lease work: task {task.id}")
-            wsvc = self._task_service(svc, task, att.path)
-            beat_svc = LeaseService(wsvc.repo, wsvc.settings, clock=self.clock, signer=wsvc.signer)
-            beats: list[Heartbeat] = []
-            progress = ProgressFile(
-                progress_file(wsvc.held.folder, lease_id), lambda note: self._progress(n, task.id, note, beats)
-            )
-            hb = Heartbeat(
-                service_attempt(beat_svc, lease_id, stop_after=timing.stop_after),
-                timing,
-                got.record.expires,
-                clock=self.clock,
-                stop_by=got.record.stop_deadline,
-                # waits in real time, also under an injected clock: a test clock then moves only when the
-                # runner itself waits (backoff, polling), never in a renewal loop of its own
-                wait=event_wait,
-                poll=progress.poll,
-            )
-            beats.append(hb)
-            beat = threading.Thread(target=hb.run, name=f"gitlease-work-beat-{n}", daemon=True)
-            beat.start()
-            env = self._env(task, lease_id, att.path, attempt)
-            env[PROGRESS_ENV] = progress.path  # `git lease progress NOTE` from the command
-            argv = [a.replace("{id}", task.id).replace("{path}", att.path) for a in self.opts.command]
-            self.emit("running", n, task.id, worktree=att.path, attempt=attempt)
-            rc = self._run(argv, att.path, env, hb, task, attempt, "command", input=json.dumps(env["__task"]))
-            if hb.lost.is_set():
-                raise _Fail(LeaseLost.say(lease_id, hb.reason or "no renewal confirmed"))
-            if self.kill.is_set():
-                raise _Fail("interrupted", interrupted=True)
-            if rc != 0:
-                raise _Fail(f"the command exited {rc}")
-            dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=all"], cwd=att.path).out.strip()
-            if dirt:
-                raise _Fail("the command left uncommitted changes (the runner commits nothing itself)")
-            if self.opts.verify:
-                self.emit("verifying", n, task.id)
-                vrc = self._run(["sh", "-c", self.opts.verify], att.path, env, hb, task, attempt, "verify")
-                if hb.lost.is_set():
-                    raise _Fail(LeaseLost.say(lease_id, hb.reason or "no renewal confirmed"))
-                if self.kill.is_set():
-                    raise _Fail("interrupted", interrupted=True)
-                if vrc != 0:
-                    raise _Fail(f"the verifier failed (exit {vrc})")
-                # what a verifier leaves untracked (build output) is not the task's work; a tracked file it
-                # changed is
-                dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=no"], cwd=att.path).out.strip()
-                if dirt:
-                    raise _Fail("the verifier changed tracked files")
-            self.emit("landing", n, task.id)
-            landed = self._land(wsvc, n, task, prev, attempt, lease_id, att.path, base_ref, st)
-        except _Fail as exc:
-            if hb is not None:
-                hb.stop()
-            self._failed(n, task, prev, attempt, lease_id, wsvc, manager, att, exc, st)
-            return
-        except BaseException:
-            if hb is not None:
-                hb.stop()
-            self._release(wsvc, lease_id)
-            if att is not None:
-                with contextlib.suppress(GitLeaseError):
-                    manager.give_back(att.id)
-            raise
-        finally:
-            if hb is not None:
-                hb.stop()
-            if beat is not None:
-                beat.join(timing.timeout + 1)
-            if progress is not None:
-                progress.remove()
-        st.state, st.attempts, st.landed = "done", attempt, landed
-        self.emit("landed", n, task.id, commit=landed, branch=self._target(task).removeprefix("refs/heads/"))
-        self._release(wsvc, lease_id)
-        with contextlib.suppress(GitLeaseError):
-            self._fetch_base()
-        self._give_back(n, task.id, manager, att.id, lease_id, say=True)
-        self.emit("done", n, task.id, attempt=attempt)
-
-    def _give_back(self, n: int, task_id: str, manager: Any, wt: str, lease_id: str, *, say: bool = False) -> None:
-        """The task's worktree back to the pool (quarantined when it holds work: said when ``say``). One its
-        lease still binds because the release failed (the store unreachable) is given back when the release
-        goes through (_retry_releases), not left bound to this live runner, which no prune would free."""
-        try:
-            state, ref = manager.give_back(wt)
-        except GitLeaseError:
-            return
-        if state == "quarantined" and say:
-            self.emit("quarantined", n, task_id, ref=ref)
-        if state != "kept":
-            return
-        with self._lock:
-            pending = lease_id in self._unreleased
-            if pending:
-                self._pending_back[lease_id] = (manager, wt)
-        if not pending:  # released meanwhile by another worker's retry: free now
-            with contextlib.suppress(GitLeaseError):
-                manager.give_back(wt)
-
-    def _failed(self, n, task, prev, attempt, lease_id, wsvc, manager, att, exc: _Fail, st: TaskStats) -> None:
-        ref = None
-        if att is not None:
-            try:
-                _state, ref = manager.give_back(att.id, quarantine_only=True)
-            except GitLeaseError as err:
-                self.emit("error", n, task.id, message=f"could not quarantine the worktree: {err.message}")
-        if ref:
-            if not exc.interrupted:  # an interrupted attempt runs again under the same number: kept here only
-                ref = self._park(n, task.id, attempt, ref)
-            self.emit("quarantined", n, task.id, ref=ref)
-        if exc.interrupted:
-            state, attempts, not_before = "retrying", attempt - 1, 0.0
-        else:
-            final = exc.final or attempt >= self.opts.attempts
-            state, attempts = ("failed" if final else "retrying"), attempt
-            not_before = 0.0 if final else self.clock.now() + min(BACKOFF_CAP, self.opts.backoff * 2 ** (attempt - 1))
-        reason = exc.reason
-        try:
-            wrote = self._outcomes.write(
-                task.id,
-                state,
-                attempts,
-                parent=prev.oid if prev else None,
-                reason=reason,
-                quarantine=ref,
-                not_before=not_before,
-            )
-        except GitLeaseError as err:
-            wrote = None
-            self.emit("error", n, task.id, message=f"outcome not recorded: {err.message}")
-        st.attempts, st.reason, st.quarantine = attempts, reason, ref or st.quarantine
-        if wrote is not None:
-            st.state = state
-        self._release(wsvc, lease_id)
-        if att is not None:
-            self._give_back(n, task.id, manager, att.id, lease_id)
-        if exc.interrupted:
-            self.emit("interrupted", n, task.id, quarantine=ref)
-        elif state == "failed":
-            self.emit("failed", n, task.id, message=f"{reason} (attempt {attempt}); work kept in {ref or 'nothing'}")
-        else:
-            with self._lock:
-                self.retries += 1
-            self.emit("retry", n, task.id, message=f"{reason} (attempt {attempt} of {self.opts.attempts})")
-
-    def _park(self, n: int, task_id: str, attempt: int, ref: str) -> str:
-        """Park the quarantined work of a failed attempt on the store too (``refs/leases-quarantine/<task>/<attempt>``,
-        created only, never overwritten), and under the same name here, so that the ref its outcome names can
-        be fetched from any clone. Returns that name; the local quarantine ref when the store is this
-        repository or the push fails (said in an event: the work is still kept here)."""
-        if not isinstance(self.svc.store, RemoteStore):
-            return ref
-        oid = gitcmd.run(["rev-parse", "--verify", "--quiet", ref], cwd=self.svc.repo.cwd, check=False).out.strip()
-        target = quarantine_ref(task_id, attempt)
-        if not oid:
-            return ref
-        try:
-            out = self.svc.store.apply([RefUpdate(target, oid, None)])
-            ok, why = out.ok, out.message or ", ".join(f"{r} {st}" for r, st in out.statuses.items())
-        except GitLeaseError as err:
-            ok, why = False, err.message
-        if not ok:
-            self.emit("error", n, task_id, message=f"work kept here in {ref}, not parked on the store: {why[:200]}")
-            return ref
-        gitcmd.run(["update-ref", target, oid], cwd=self.svc.repo.cwd, check=False)
-        return target
-
-    def _release(self, wsvc: LeaseService, lease_id: str) -> None:
-        try:
-            wsvc.release(lease_id)
-        except (LeaseLost, NotHeld):
-            # lost or gone already: nothing to give back. A lease lost to an ambiguous renewal (the server
-            # died mid-push) may still be on the store: sweep once it must have expired, not a whole
-            # sweep_every later
-            self._sweep_soon()
-        except GitLeaseError:
-            # the store unreachable (a server restart): tried again at each planning step, so the task is not
-            # kept claimed until the lease expires and a sweeper clears it
-            with self._lock:
-                self._unreleased[lease_id] = wsvc
 
     def _sweep_soon(self) -> None:
         due = self.clock.monotonic() + self.ttl + self.svc.settings.skew + 1
@@ -873,68 +516,6 @@ class Runner:
                 with contextlib.suppress(GitLeaseError):
                     back[0].give_back(back[1])
 
-    def _progress(self, n: int, task: str, note: str, beats: list[Any]) -> None:
-        """A progress note from the task's command: sent with the lease's next renewal, shown in the view."""
-        for hb in beats:
-            hb.report(note)
-        with self._lock:
-            view = self.workers_view.get(n)
-            if view is not None and view.get("task") == task:
-                view["note"] = f"progress: {note}"
-
-    def _env(self, task: WorkTask, lease_id: str, path: str, attempt: int) -> dict[str, Any]:
-        doc = dict(task.to_json(), attempt=attempt, lease=lease_id, worktree=path)
-        os.makedirs(self.log_dir, exist_ok=True)
-        task_file = os.path.join(self.log_dir, f"{_slug(task.id)}-{lease_id}.json")
-        with open(task_file, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh)
-        env: dict[str, Any] = {k: v for k, v in gitcmd.clean_env().items() if k != "LC_ALL" or "LC_ALL" in os.environ}
-        env.update(
-            GITLEASE_LEASE=lease_id,
-            GITLEASE_TASK=task.id,
-            GITLEASE_SCOPE=" ".join(task.scope),
-            GITLEASE_TASK_FILE=task_file,
-            GITLEASE_WORKTREE=path,
-            GITLEASE_ATTEMPT=str(attempt),
-        )
-        env["__task"] = doc
-        return env
-
-    def _run(self, argv, cwd, env, hb, task: WorkTask, attempt: int, what: str, input: str | None = None) -> int:
-        """Run ``argv`` in its own process group; stop the group when the lease is lost or on a second Ctrl-C.
-        Its output goes to a log file (``<git dir>/gitlease/work-logs``)."""
-        penv = {k: v for k, v in env.items() if k != "__task"}
-        log = os.path.join(self.log_dir, f"{_slug(task.id)}-{attempt}-{what}.log")
-        with open(log, "ab") as out:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=penv,
-                    stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise _Fail(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
-            if input is not None and proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.write(input.encode("utf-8"))
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-            while True:
-                try:
-                    rc = proc.wait(timeout=0.05)
-                    break
-                except subprocess.TimeoutExpired:
-                    if hb.lost.is_set() or self.kill.is_set():
-                        _stop_group(proc, self.opts.grace)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # what it left running in its group
-        return 128 - rc if rc < 0 else rc
-
-    # ----------------------------------------------------------------------------- landing
     def _base_branch(self) -> str:
         if self.opts.land:
             return self.opts.land
@@ -963,65 +544,7 @@ class Runner:
         return branch, oid
 
     def _target(self, task: WorkTask) -> str:
-        return f"refs/heads/{self.opts.land}" if self.opts.land else f"refs/heads/work/{_slug(task.id)}"
-
-    def _land(self, wsvc, n, task, prev, attempt, lease_id, path, base_ref, st) -> str | None:
-        from gitlease.enforce.push import fenced_push
-
-        target = self._target(task)
-        for i in range(self.opts.land_retries + 1):
-            _branch_name, fresh = self._fetch_base()
-            ahead = gitcmd.run(["rev-list", "--count", f"{fresh}..HEAD"], cwd=path).out.strip()
-            if ahead == "0":
-                parent = prev.oid if prev else None
-                if self._outcomes.write(task.id, "done", attempt, parent=parent, reason="nothing to land") is None:
-                    raise _Fail("the task's outcome changed meanwhile (another runner)")
-                return None
-            reb = gitcmd.run(["rebase", "--quiet", fresh], cwd=path, check=False)
-            if reb.returncode != 0:
-                gitcmd.run(["rebase", "--abort"], cwd=path, check=False)
-                raise _Fail(f"rebase onto {base_ref} failed: {(reb.err or reb.out).strip().splitlines()[-1:]}")
-            head = gitcmd.run(["rev-parse", "HEAD"], cwd=path).out.strip()
-            oid, _ = self._outcomes.make(task.id, "done", attempt, parent=prev.oid if prev else None, landed=head)
-            try:
-                fenced_push(wsvc, self.remote, [f"HEAD:{target}"], lease_id, also=[f"{oid}:{outcome_ref(task.id)}"])
-                return head
-            except ScopeViolation as exc:  # a lease lost meanwhile is LeaseLost (check_landing), not this
-                raise _Fail(exc.message, final=True) from None
-            except LeaseLost as exc:
-                raise _Fail(exc.message) from None
-            except PushRejected as exc:
-                if i >= self.opts.land_retries:
-                    raise _Fail(f"landing refused {i + 1} times: {exc.message}") from None
-                with self._lock:
-                    self.land_retries += 1
-                    self.retries += 1
-                self.emit("landing", n, task.id, message=f"not landed ({exc.message[:120]}); re-fetching, retrying")
-        raise _Fail("landing retries exhausted")
-
-
-def _stop_group(proc: subprocess.Popen, grace: float) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _slug(task_id: str) -> str:
-    """A task id as a branch and file name component (readable, and unique enough with a short hash)."""
-    import hashlib
-
-    base = re.sub(r"[^A-Za-z0-9._-]+", "-", task_id).strip(".-")[:60] or "task"
-    if base == task_id:
-        return base
-    return f"{base}-{hashlib.sha1(task_id.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
-
-
-def _branch(task_id: str, lease_id: str) -> str:
-    return f"work/{_slug(task_id)}-{lease_id[-8:]}"
+        return f"refs/heads/{self.opts.land}" if self.opts.land else f"refs/heads/work/{slug(task.id)}"
 
 
 # --------------------------------------------------------------------------- entry points
@@ -1106,89 +629,6 @@ def read_queue_file(path: str) -> tuple[list[str], str]:
         raise UsageError(f"cannot read queue {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise UsageError(f"queue {path} is not UTF-8") from None
-
-
-# ------------------------------------------------------------------------------ --status
-
-
-@dataclass
-class TaskState:
-    id: str
-    state: str  # done | failed | retrying | running | waiting | pending
-    attempts: int = 0
-    reason: str = ""
-    quarantine: str | None = None
-    landed: str | None = None
-    lease: str | None = None
-    holder: str | None = None
-    scope: tuple[str, ...] = ()
-    host: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state,
-            "attempts": self.attempts,
-            "reason": self.reason,
-            "quarantine": self.quarantine,
-            "landed": self.landed,
-            "lease": self.lease,
-            "holder": self.holder,
-            "scope": list(self.scope),
-            "host": self.host,
-        }
-
-    def line(self) -> str:
-        bits = [f"{self.state:<8} {self.id}", f"attempts={self.attempts}"]
-        if self.landed:
-            bits.append(f"landed={self.landed[:12]}")
-        if self.lease:
-            bits.append(f"lease={self.lease} by {self.holder}")
-        if self.quarantine:
-            local = self.host and not self.quarantine.startswith(QUARANTINE_PREFIX)  # parked: on the store
-            bits.append(f"quarantine={self.quarantine}" + (f" on {self.host}" if local else ""))
-        if self.reason and self.state != "done":
-            bits.append(f"reason: {self.reason}")
-        return "  ".join(bits)
-
-
-def queue_status(repo: str, tasks, *, granularity: str | None = None, remote: str | None = None, clock: Clock = SYSTEM):
-    """Every task's state from the store: done / failed / retrying (outcome), running (claimed by a live
-    lease), waiting (its scope is held), pending. Returns (list of TaskState, counts)."""
-    from gitlease.plan.planner import blocking_leases
-    from gitlease.service.factory import open_service
-
-    source = make_source(repo, tasks, granularity=granularity, remote=remote)
-    svc = open_service(repo, remote=remote, clock=clock)
-    snap = svc.snapshot(use_cache=False)
-    outs = Outcomes(svc).read(snap.listing)
-    now = clock.now()
-    claims: dict[str, Any] = {}
-    for lv in snap.leases:
-        for ref in lv.task_refs:
-            with contextlib.suppress(ValueError):
-                claims[decode_segment(ref[len(TASK_PREFIX) :])] = lv
-    held = blocking_leases(snap, now, svc.settings.skew)
-    from gitlease.core import scope as scopes
-
-    out = []
-    for t in source.tasks():
-        o = outs.get(t.id)
-        st = TaskState(t.id, "pending", scope=t.scope)
-        if o is not None:
-            st.state, st.attempts, st.reason = o.state, o.attempts, o.reason
-            st.quarantine, st.landed, st.host = o.quarantine, o.landed, o.host
-        v = claims.get(t.id)
-        if v is not None and not (o is not None and o.final):
-            st.state, st.lease = "running", v.lease_id
-            st.holder = f"{v.record.owner.agent_id}@{v.record.owner.host}" if v.record else "?"
-        elif st.state in ("pending", "retrying") and any(scopes.sets_overlap(p, t.scope) for _l, p in held):
-            st.state = "waiting" if st.state == "pending" else st.state
-        out.append(st)
-    counts: dict[str, int] = {}
-    for s in out:
-        counts[s.state] = counts.get(s.state, 0) + 1
-    return out, counts
 
 
 __all__ = [
