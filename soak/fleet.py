@@ -411,6 +411,8 @@ def leased_run(
     texts = {name: text(name) for name in logs}
     # the restarted runners' prunes of the worktrees the killed ones left (lines "runner: pruned ...")
     faults["pruned"] = sum(t.count(": pruned ") for t in texts.values())
+    # the tasks whose verifier failed (its marker file): the flaky one's failure happened, whichever runner ran it
+    faults["verify_failed"] = sorted(p.name.removeprefix("verify-failed-") for p in fleet.state.glob("verify-failed-*"))
     return {
         "faults": faults,
         "exit": {name: p.returncode for name, p in procs.items()},
@@ -578,6 +580,7 @@ def check(remote: Path, tasks: list[dict], ledger: Path, clones: list[Path]) -> 
         s: sum(1 for o in outcomes.values() if o["state"] == s) for s in ("done", "failed", "retrying")
     }
     counts["attempts"] = {t: o.get("attempts") for t, o in outcomes.items() if (o.get("attempts") or 1) > 1}
+    counts["state_of"] = {t: o["state"] for t, o in sorted(outcomes.items())}
     return anomalies, counts
 
 

@@ -429,7 +429,7 @@ def remove_stale_locks(bare: Path, older_than: float | None = None) -> int:
         return 0
     n = 0
     now = time.time()
-    for lock in list((bare / "refs").rglob("*.lock")) + [bare / "packed-refs.lock"]:
+    for lock in _lock_files(bare / "refs") + [bare / "packed-refs.lock"]:
         try:
             if older_than is not None and now - lock.stat().st_mtime < older_than:
                 continue
@@ -438,6 +438,13 @@ def remove_stale_locks(bare: Path, older_than: float | None = None) -> int:
         except FileNotFoundError:
             pass
     return n
+
+
+def _lock_files(refs: Path) -> list[Path]:
+    """Every ``*.lock`` file below ``refs``. ``os.walk`` skips a folder git deletes while it is listed (the last
+    ref of a folder removed by a push going on meanwhile); ``Path.rglob`` raised FileNotFoundError there, which
+    failed a soak under load."""
+    return [Path(top, name) for top, _dirs, files in os.walk(refs) for name in files if name.endswith(".lock")]
 
 
 def receive_pack_running(bare: Path) -> bool:

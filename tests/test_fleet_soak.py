@@ -26,19 +26,22 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # checker found the agent's edit under the quarantine ref named in the outcome); nothing else failed
     assert faults["stray"] == ["t01"] and counts["landed"] + counts["failed"] == 12
     assert counts["outcomes"]["retrying"] == 0 and counts["outcomes"]["done"] == counts["landed"]
-    # the verifier that failed once: re-queued, landed on a later attempt (its second, unless a slow renewal on a
-    # loaded machine lost its lease once more: the checker above judges that)
-    assert counts["attempts"]["t02"] >= 2
+    # the verifier that fails once failed, and its task landed all the same: re-queued and landed on a later
+    # attempt, or, when the runner was killed between the failure and the outcome it would have written, run
+    # again from the start by the restarted runner (which of the two depends on the machine's speed; the
+    # checker above finds the task on main exactly once either way)
+    assert faults["verify_failed"] == ["t02"] and counts["state_of"]["t02"] == "done"
     # a runner was killed with -9 mid-task: the slow task was running there; its leases were swept and the
     # task landed once (the checker: exactly once; its orphaned agent's unlanded run is in the ledger too)
     assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
     # a runner was killed with -9 while its landing push of t08 was held in the server's pre-receive: the
     # checker found t08 on main exactly once (the push it had started landed, or the task ran again)
     assert faults["midpush"]["task"] == "t08" and faults["restarts"] >= 1
-    assert counts["ledger_entries"] >= 12 + 1 + 1  # every task, the verifier's retry, the killed run's agent
+    assert counts["ledger_entries"] >= 12 + 1  # every task, and the flaky verifier's task ran its agent twice
     # the killed task ran again once the dead lease was gone (swept by the restarted runner, or taken over by an
-    # acquire once expired), and landed once (the checker)
-    assert counts["runs"]["t05"] >= 2
+    # acquire once expired), and landed once (the checker). Not "its agent ran twice": on a loaded machine the
+    # kill may come before the killed run's agent wrote its ledger line
+    assert counts["state_of"]["t05"] == "done"
     # the killed runner's task worktree was pruned by the restarted runner (quarantined: its agent's commit
     # kept); the checker allows no task worktree left outside the pool and the quarantine
     assert faults["pruned"] >= 1
