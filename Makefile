@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow fuzz test-stress check bench soak fleet-soak clean
+.PHONY: demo test test-slow test-agents fuzz test-stress check bench soak fleet-soak clean
 
 DURATION ?= 600
 WORKERS  ?= 16
@@ -25,6 +25,15 @@ test: $(STAMP)
 # the long races and soaks (marked slow), and the long fuzz profile; the default run keeps a short case of each
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) -m slow
+
+# the real coding-agent clients, from the npm registry, in a cache folder (not part of make test: it downloads)
+AGENT_CLIENTS ?= $(HOME)/.cache/gitlease/agent-clients
+AGENT_PACKAGES ?= @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 @google/gemini-cli@0.61.0 @modelcontextprotocol/inspector@2.12.0
+test-agents: $(STAMP)
+	mkdir -p $(AGENT_CLIENTS) && cd $(AGENT_CLIENTS) && { test -f package.json || echo '{"private": true}' > package.json; } \
+		&& npm install --no-audit --no-fund --loglevel=error $(AGENT_PACKAGES)
+	GITLEASE_AGENT_CLIENTS=$(AGENT_CLIENTS) GITLEASE_AGENT_COST=$(AGENT_CLIENTS)/cost.json \
+		$(BIN)/python -m pytest -v -n 2 tests/test_real_agents.py
 
 fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) --hypothesis-profile=long tests/test_fuzz.py tests/test_fuzz_cli.py tests/test_fuzz_hooks.py tests/test_fuzz_records.py tests/test_fuzz_trust.py

@@ -59,11 +59,21 @@ def setup(tmp: Path) -> dict[str, tuple[Path, str]]:
     git("worktree", "add", "-q", "--detach", str(holder), cwd=others)
     repo = Repo.discover(holder)
     LeaseService(repo, resolve(repo.config, env={}, agent="b", task="b")).acquire(["pkg19"], ttl=86400)
+    many = make_repo(tmp / "many")  # 1,000 leases of another worktree, in loose refs
+    holder = tmp / "many-holder"
+    git("worktree", "add", "-q", "--detach", str(holder), cwd=many)
+    repo = Repo.discover(holder)
+    svc = LeaseService(repo, resolve(repo.config, env={}, agent="m", task="m"))
+    for i in range(999):
+        svc.acquire([f"many/p{i:03d}"], ttl=86400)
+    svc.acquire(["pkg19"], ttl=86400)
     return {
         "allowed (strict)": (strict, "pkg00/mod1.py"),
         "refused (strict)": (strict, "pkg01/mod1.py"),
         "allowed (others)": (others, "pkg00/mod1.py"),
         "refused (others)": (others, "pkg19/mod1.py"),
+        "allowed (others, 1,000 leases)": (many, "pkg00/mod1.py"),
+        "refused (others, 1,000 leases)": (many, "pkg19/mod1.py"),
     }
 
 
@@ -120,7 +130,8 @@ def report(samples, runs: int, warmup: int, started: float, load0: float) -> str
         "",
         "`strict`: this worktree holds a lease on `pkg00` (the guard reads `git config` and held.json; a refusal "
         "also lists the lease refs to see who else holds the path). `others`: no lease here, another worktree "
-        "holds `pkg19` (the lease refs are read; a refusal reads the holder's record with `git cat-file`).",
+        "holds `pkg19` (the lease refs are read; a refusal reads the holder's record with `git cat-file`). `1,000 leases`: "
+        "the same with 1,000 leases of the other worktree in loose refs (the guard reads only the refs a path needs).",
         END,
     ]
     return "\n".join(lines) + "\n"

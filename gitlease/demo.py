@@ -81,7 +81,9 @@ def main() -> int:
         code, out = _lease(agents["agent-2"], "acquire", "--agent", "agent-2", "--task", "job_2", "--scope", "services")
         print(out + f"\n(exit {code})")
         if code == 0:
-            _lease(agents["agent-2"], "release", out.splitlines()[0].split(": ", 1)[1])
+            again = out.splitlines()[0].split(": ", 1)[1]
+            print(f"\n$ git lease release {again}    # in agent-2")
+            print(_lease(agents["agent-2"], "release", again)[1])
         _pipeline(base, agents)
         left = [
             line
@@ -146,12 +148,18 @@ def _pipeline(base: str, agents: dict[str, str]) -> None:
     with open(agent, "w") as fh:
         fh.write(AGENT)
     print(f"$ cat queue.jsonl\n{open(queue).read()}")
+    print(
+        "# bill-2's agent also edits services/tax/notes.py, outside its task's scope: the landing refuses that\n"
+        "# edit, so bill-2 fails on purpose (the one failure below) and its work is kept in a quarantine ref\n"
+    )
     code, out = _lease(agents["agent-3"], "acquire", "--agent", "agent-3", "--task", "hotfix", "--scope", "libs/tax")
     held = out.splitlines()[0].split(": ", 1)[1] if code == 0 else None
-    print("$ git lease acquire --scope libs/tax    # agent-3 holds libs/tax for a while, then releases it")
-    print(f"agent-3 holds libs/tax: {held}\n" if held else out + "\n")
+    print("$ git lease acquire --scope libs/tax    # in agent-3: calc-1 must wait for it")
+    print(out.splitlines()[0] + "\n" if held else out + "\n")
+    released: list[str] = []
     if held:
-        threading.Timer(3.0, lambda: _lease(agents["agent-3"], "release", held)).start()
+        print(f"# agent-3 releases {held} 3 s into the run (git lease release {held})\n")
+        threading.Timer(3.0, lambda: released.append(_lease(agents["agent-3"], "release", held)[1])).start()
     cmd = [
         "work",
         queue,
@@ -170,7 +178,11 @@ def _pipeline(base: str, agents: dict[str, str]) -> None:
     print("$ git lease work queue.jsonl --workers 3 --land main --verify 'python -m py_compile ...' -- ./agent.py")
     start = time.monotonic()
     code, out = _lease(where, *cmd)
-    print(out + f"\n(exit {code}: one task failed; {time.monotonic() - start:.1f}s)\n")
+    took = time.monotonic() - start
+    print(out + f"\n(exit {code}: bill-2 failed, as intended: its edit outside its scope was refused; {took:.1f}s)")
+    for line in released:
+        print(f"(agent-3, 3 s into the run: {line}; calc-1 ran after it)")
+    print()
     print("$ git lease work --status queue.jsonl")
     print(_lease(where, "work", "--status", queue)[1] + "\n")
     print("$ git log --oneline main    # on the remote")

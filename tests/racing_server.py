@@ -2,10 +2,11 @@
 
 dulwich writes each ref of a push on its own and does not report a compare-and-swap it lost, so concurrent
 pushers creating overlapping refs are all told they won: the server ``git lease doctor``'s concurrency probe
-must fail. Run as ``python racing_server.py PORT REPO [DELAY]``: serves REPO as git://127.0.0.1:PORT/store.git,
+must fail. Run as ``python racing_server.py PORT REPO [DELAY] [serial]``: serves REPO as git://127.0.0.1:PORT/store.git,
 says READY on stdout, and exits when its stdin closes (the test process went away). DELAY (seconds, default
 0.2) is waited after a push's pack arrived and before its refs are written: a slow disk, which makes the race
-show every time instead of now and then (without it, on a quiet machine, it shows in most rounds)."""
+show every time pushes overlap instead of now and then. ``serial``: dulwich's stock server, one connection at
+a time (it cannot race, and a push made while another is connected waits for it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import threading
 
 
-def main(port: int, path: str, delay: float) -> None:
+def main(port: int, path: str, delay: float, serial: bool = False) -> None:
     import time
 
     from dulwich.repo import Repo
@@ -34,7 +35,8 @@ def main(port: int, path: str, delay: float) -> None:
     class Threaded(socketserver.ThreadingMixIn, TCPGitServer):
         daemon_threads = True
 
-    server = Threaded(DictBackend({b"/store.git": Repo(path)}), "127.0.0.1", port)
+    cls = TCPGitServer if serial else Threaded
+    server = cls(DictBackend({b"/store.git": Repo(path)}), "127.0.0.1", port)
 
     def lifeline() -> None:
         sys.stdin.read()
@@ -46,4 +48,4 @@ def main(port: int, path: str, delay: float) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.2)
+    main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 0.2, "serial" in sys.argv[4:])

@@ -10,13 +10,13 @@ def test_the_demo_runs_clean_whatever_the_default_branch(isolated_git, tmp_path)
     res = subprocess.run([sys.executable, "-m", "gitlease.demo"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     out = res.stdout
-    assert len(re.findall(r"^lease acquired: lease_", out, re.M)) == 3
+    assert len(re.findall(r"^lease acquired: lease_", out, re.M)) == 4  # three agents, then agent-3 again
     assert re.search(
         r"git-lease: scope services is held: lease_\w+ on libs/tax services/billing by task=job_1 "
         r"agent=agent-1 \(\d+s left\)\n\(exit 3\)",
         out,
     ), out
-    assert "unsigned: no trust file (.gitlease/allowed_signers not on main" in out
+    assert "unsigned: no trust file (neither .gitlease/allowed_signers nor .gitlease/signers/*.pub on main" in out
     assert out.rstrip().endswith("lease refs left on the remote: none")
     assert "Traceback" not in out + res.stderr
 
@@ -38,3 +38,19 @@ def test_the_demo_shows_the_pipeline(tmp_path):
         r"^done 5, failed 1; makespan [\d.]+s; agents [\d.]+s, verify [\d.]+s, landing [\d.]+s; parallelism", out, re.M
     ), out
     assert re.search(r"^failed   bill-2  attempts=1  quarantine=refs/leases-quarantine/bill-2/1  ", out, re.M), out
+    # the one failure is announced as intended, before and after the run
+    assert "so bill-2 fails on purpose (the one failure below)" in out
+    assert "(exit 1: bill-2 failed, as intended: its edit outside its scope was refused;" in out
+    # every release is said: agent-2's second lease, and agent-3's lease that calc-1 waited for
+    assert re.search(r"^\$ git lease release (lease_\w+)    # in agent-2\nlease released: \1$", out, re.M), out
+    assert re.search(r"^\(agent-3, 3 s into the run: lease released: lease_\w+; calc-1 ran after it\)$", out, re.M), out
+
+
+def test_a_retry_message_is_shortened_at_a_word_end():
+    from gitlease.work.landing import shortened as _shortened
+
+    text = "push rejected, nothing landed: refs/heads/main atomic transaction failed; " * 4
+    short = _shortened(text)
+    assert len(short) <= 164 and short.endswith(" ...") and text.startswith(short[:-4])
+    assert text[len(short) - 4] == " " or short[:-4].endswith(("failed", "landed", "main", "transaction"))
+    assert _shortened("x" * 300).endswith("x ...") and _shortened("short") == "short"

@@ -28,11 +28,13 @@ REMOTE_PROBES = (
 
 
 def doctor_refs(bare) -> str:
-    return git(bare, "for-each-ref", "refs/leases/")
+    """The probe refs left (the verdict, refs/leases/verdict/, is kept on purpose: tests/test_verdict.py)."""
+    return git(bare, "for-each-ref", "refs/leases/doctor/")
 
 
 def run_doctor(cwd, url, *extra):
-    res = cli(cwd, "doctor", "--json", "--remote", url, *extra)
+    """doctor --json, with a few rounds of the concurrency probe (tests/test_race_probe.py runs it in full)."""
+    res = cli(cwd, "doctor", "--json", "--remote", url, "--rounds", "3", *extra)
     doc_ = json.loads(res.stdout)
     checks = doc_["result"]["checks"] if doc_["ok"] else doc_["error"]["details"]["checks"]
     return res, doc_, {c["name"]: c for c in checks}
@@ -329,3 +331,22 @@ def test_sigterm_during_a_probe_cleans_up_and_exits_130(remote_file, make_repo, 
     assert proc.returncode == 130, err
     assert json.loads(out)["error"]["kind"] == "interrupted"
     assert doctor_refs(remote_file.path) == ""
+
+
+def test_a_remote_that_forbids_rewinds_and_deletes_fails_deletes_only(remote_file, make_repo):
+    """Like gitolite's RW without +: creates and fast-forwards only. Lease refs are created, fast-forwarded
+    (renewals) and deleted, so deletes fail, with the server's reason; the compare-and-swap probe (fast-forwards
+    only) passes: the server's check is not what is wrong there."""
+    hook = remote_file.path / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\nz=0000000000000000000000000000000000000000\nwhile read old new ref; do\n"
+        '  [ "$new" = $z ] && { echo "DENIED: delete $ref" >&2; exit 1; }\n'
+        '  [ "$old" != $z ] && ! git merge-base --is-ancestor "$old" "$new" && { echo "DENIED: rewind" >&2; exit 1; }\n'
+        "done\nexit 0\n"
+    )
+    hook.chmod(0o755)
+    res, env, checks = run_doctor(make_repo(), remote_file.url)
+    assert res.returncode == 1
+    assert checks["compare-and-swap"]["status"] == "pass", checks["compare-and-swap"]
+    assert checks["deletes"]["status"] == "fail" and "DENIED: delete" in checks["deletes"]["message"]
+    assert [c["name"] for c in checks.values() if c["status"] == "fail"] == ["deletes", "cleanup"]

@@ -31,17 +31,17 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # again from the start by the restarted runner (which of the two depends on the machine's speed; the
     # checker above finds the task on main exactly once either way)
     assert faults["verify_failed"] == ["t02"] and counts["state_of"]["t02"] == "done"
-    # a runner was killed with -9 mid-task: the slow task was running there; its leases were swept and the
-    # task landed once (the checker: exactly once; its orphaned agent's unlanded run is in the ledger too)
+    # a runner was killed with -9 mid-task: the slow task was running there; its agent died with it (the watchdog
+    # and kill-on-parent-death), its leases were swept and the task landed once (the checker: exactly once)
     assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
     # a runner was killed with -9 while its landing push of t08 was held in the server's pre-receive: the
     # checker found t08 on main exactly once (the push it had started landed, or the task ran again)
     assert faults["midpush"]["task"] == "t08" and faults["restarts"] >= 1
     assert counts["ledger_entries"] >= 12 + 1  # every task, and the flaky verifier's task ran its agent twice
     # the killed task ran again once the dead lease was gone (swept by the restarted runner, or taken over by an
-    # acquire once expired), and landed once (the checker). Not "its agent ran twice": on a loaded machine the
-    # kill may come before the killed run's agent wrote its ledger line
-    assert counts["state_of"]["t05"] == "done"
+    # acquire once expired), and landed once (the checker); the killed runner's agent never finished its run:
+    # it did not outlive its runner
+    assert counts["state_of"]["t05"] == "done" and counts["runs"].get("t05", 1) == 1
     # the killed runner's task worktree was pruned by the restarted runner (quarantined: its agent's commit
     # kept); the checker allows no task worktree left outside the pool and the quarantine
     assert faults["pruned"] >= 1

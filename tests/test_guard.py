@@ -87,7 +87,8 @@ def test_symlinks_outside_the_repository_and_git_dir(repo, tmp_path):
     os.symlink("../src", repo / "docs" / "to-src")  # outside the lease, writes inside it
     res = edit(repo, "src/link.md")
     assert res.returncode == 2 and "docs/real.md is outside" in res.stderr
-    assert edit(repo, "docs/to-src/a.py").returncode == 0
+    res = edit(repo, "docs/to-src/a.py")  # the file written is in the lease, the path the client reads is not
+    assert res.returncode == 2 and "docs/to-src/a.py writes src/a.py through a symbolic link" in res.stderr
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     assert edit(repo, outside / "notes.txt").returncode == 0  # not in any repository: not gitlease's business
@@ -95,7 +96,7 @@ def test_symlinks_outside_the_repository_and_git_dir(repo, tmp_path):
     assert edit(repo, "src/out.txt").returncode == 0
     for bad in (".git/config", ".git/hooks/pre-commit", "src/../.git/HEAD"):
         res = edit(repo, bad)
-        assert res.returncode == 2 and "is inside a .git folder" in res.stderr, bad
+        assert res.returncode == 2 and "is inside a git directory" in res.stderr, bad
 
 
 def test_payloads_of_each_agent(repo):
@@ -153,33 +154,6 @@ def test_extend_lets_the_refused_edit_through(repo):
     assert edit(repo, "docs/b.md").returncode == 2
 
 
-def test_post_shell_reports_changes_outside_the_lease(repo):
-    lease = acquire(repo, "src")
-    payload = {"hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {"command": "x"}, "cwd": str(repo)}
-    assert hook(repo, "post-shell", payload=payload).returncode == 0  # nothing changed
-    (repo / "src").mkdir()
-    (repo / "src" / "a.py").write_text("ok\n")
-    assert hook(repo, "post-shell", payload=payload).returncode == 0  # inside the lease
-    (repo / "README").write_text("changed\n")
-    (repo / "notes.txt").write_text("new\n")
-    (repo / ".gitignore").write_text("build/\n")
-    (repo / "build").mkdir()
-    (repo / "build" / "out.o").write_text("ignored\n")
-    res = hook(repo, "post-shell", payload=payload)
-    assert res.returncode == 2
-    assert res.stderr.splitlines() == [
-        "gitlease: after this command, 3 changed paths of the worktree lie outside what this worktree may write "
-        "(lease.enforce=strict):",
-        f"  .gitignore is outside this worktree's leases ({lease}: src)",
-        f"  README is outside this worktree's leases ({lease}: src)",
-        f"  notes.txt is outside this worktree's leases ({lease}: src)",
-        f"gitlease: revert them (git checkout -- PATH; delete what is new), or extend the lease: git lease extend "
-        f"{lease} --scope .gitignore --scope README --scope notes.txt; the commit hook refuses them as they are",
-    ]
-    outside = dict(payload, cwd=str(repo.parent))
-    assert hook(repo, "post-shell", payload=outside).returncode == 0  # not in a repository
-
-
 def test_check_path(repo, tmp_path):
     lease = acquire(repo, "src")
     res = hook(repo, "check-path", "src/a.py", str(tmp_path / "elsewhere.txt"))
@@ -230,3 +204,121 @@ def test_fast_expiry_reader_refuses_what_strptime_refuses(stamp):
     if want is not None and not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp):
         return  # strptime reads "1-1-1T..." forms too; records never hold them (fixed width): refusing is safer
     assert got == want
+
+
+# ------------------------------------------------------------- the path the client writes, git dirs, the fence
+
+
+@pytest.fixture
+def two(repo):
+    """``repo`` holds ``scope``; another worktree of it holds ``docs`` (agent b)."""
+    other = repo.parent / "other"
+    git(repo, "worktree", "add", "-q", "--detach", str(other))
+    mine = acquire(repo, "scope")
+    theirs = acquire(other, "docs", agent="b", task="tb")
+    return repo, mine, theirs
+
+
+def test_a_path_is_judged_as_the_client_normalises_it(two, tmp_path):
+    repo, _, theirs = two
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (repo / "scope").mkdir()
+    os.symlink(deep, repo / "scope" / "link")
+    # the kernel would resolve this to tmp/a/docs/x (outside every repository); the client normalises it first
+    # and writes the repository's docs/x, inside b's lease
+    res = edit(repo, "scope/link/../../docs/x.md")
+    assert res.returncode == 2 and f"docs/x.md is held by {theirs}" in res.stderr, res.stderr
+
+
+def test_an_empty_git_folder_is_no_repository(two):
+    repo, mine, theirs = two
+    (repo / "docs" / ".git").mkdir(parents=True)
+    res = edit(repo, "docs/x.md")
+    assert res.returncode == 2 and f"docs/x.md is held by {theirs}" in res.stderr, res.stderr
+    (repo / "lib" / ".git").mkdir(parents=True)
+    res = edit(repo, "lib/y.py")
+    assert res.returncode == 2 and f"lib/y.py is outside this worktree's leases ({mine}: scope)" in res.stderr
+    res = edit(repo, "lib/.git/config")
+    assert res.returncode == 2 and "is inside a git directory" in res.stderr
+
+
+def test_every_patch_header_form_is_checked(repo):
+    acquire(repo, "src")
+    for header in ("*** Add File: docs/a.md", "   *** Add File: docs/a.md", "\t*** Update File:   docs/a.md  "):
+        patch = f"*** Begin Patch\n{header}\n+x\n*** End Patch\n"
+        res = hook(repo, "pre-edit", payload={"tool_name": "apply_patch", "tool_input": {"command": patch}})
+        assert res.returncode == 2 and "docs/a.md is outside" in res.stderr, header
+
+
+def test_writes_into_any_git_directory_are_refused(repo, tmp_path):
+    store = tmp_path / "store.git"
+    git(tmp_path, "init", "-q", "--bare", str(store))
+    separate = tmp_path / "sep"
+    git(tmp_path, "init", "-q", f"--separate-git-dir={tmp_path / 'sep.git'}", str(separate))
+    for bad in (store / "hooks" / "pre-receive", store / "refs" / "leases" / "x", tmp_path / "sep.git" / "config"):
+        res = edit(repo, bad)
+        assert res.returncode == 2 and "is inside a git directory" in res.stderr, bad
+    assert edit(repo, tmp_path / "plain" / "file.txt").returncode == 0  # outside every repository
+
+
+def test_the_fence_files_are_never_editable(repo, isolated_git):
+    acquire(repo, ".")  # the whole repository: still refused
+    home = isolated_git
+    for path in (
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".codex/hooks.json",
+        ".gemini/settings.json",
+        home / ".claude" / "settings.json",
+        home / ".codex" / "config.toml",
+    ):
+        res = edit(repo, path)
+        assert res.returncode == 2 and "is an agent's hook settings" in res.stderr, path
+    assert edit(repo, ".claude/commands/x.md").returncode == 0
+
+
+def test_reads_are_never_refused(repo):
+    acquire(repo, "src")
+    for tool in ("Read", "Grep", "read_file", "read_many_files"):
+        assert edit(repo, "docs/secret.md", tool=tool).returncode == 0, tool
+    assert edit(repo, ".git/config", tool="Read").returncode == 0
+    cursor = {"hook_event_name": "beforeReadFile", "file_path": str(repo / "docs/a.md")}
+    assert hook(repo, "pre-edit", payload=cursor).returncode == 0
+
+
+def test_a_forged_held_json_does_not_widen_the_lease(repo):
+    lease = acquire(repo, "src")
+    held = repo / ".git" / "gitlease" / "held.json"
+    doc = json.loads(held.read_text())
+    doc["leases"][lease]["paths"].append("docs")
+    held.write_text(json.dumps(doc))
+    assert edit(repo, "src/a.py").returncode == 0
+    res = edit(repo, "docs/a.md")
+    assert res.returncode == 2 and "does not hold it on the lease store" in res.stderr, res.stderr
+    (repo / "docs").mkdir()
+    (repo / "docs" / "a.md").write_text("x\n")
+    git(repo, "add", "docs")
+    from test_hooks import hook as git_hook
+
+    cli(repo, "install-hooks")
+    res = git_hook(repo, "pre-commit")
+    assert res.returncode == 4 and "does not hold it on the lease store" in res.stderr
+
+
+def test_a_lease_gone_from_the_local_store_stops_the_edits(repo):
+    lease = acquire(repo, "src")
+    git(repo, "update-ref", "-d", f"refs/leases/id/{lease}")
+    res = edit(repo, "src/a.py")
+    assert res.returncode == 2 and "is gone from the lease store" in res.stderr, res.stderr
+
+
+def test_holders_are_found_in_packed_and_loose_refs(two):
+    repo, _, theirs = two
+    git(repo, "pack-refs", "--all")
+    assert not (repo / ".git" / "refs" / "leases" / "scope" / "docs").exists()
+    res = edit(repo, "docs/x.md")
+    assert res.returncode == 2 and f"is held by {theirs} (task=tb agent=b" in res.stderr, res.stderr
+    other = acquire(repo.parent / "other", "libs", agent="b", task="tc")  # a loose ref next to packed ones
+    res = edit(repo, "libs/y.py")
+    assert res.returncode == 2 and f"is held by {other}" in res.stderr

@@ -162,6 +162,52 @@ def test_stored_signature_verifies_with_ssh_keygen(signed, tmp_path):
     assert res.returncode != 0
 
 
+# --------------------------------------------------------------------- one file per signer, beside the trust file
+
+
+def test_signer_files_beside_the_trust_file_are_trusted_with_it_and_removing_one_revokes(signed, tmp_path):
+    signed.keys["d"] = sshsig.generate_key(str(tmp_path / "key_d"), comment="d")
+    got_a = signed.agent("a").acquire(["svc/a"])
+    signed.publish_trust(f'd namespaces="gitlease" {signed.keys["d"].public_key()}\n', ".gitlease/signers/host-d.pub")
+    # not signer files: another suffix, a folder below, a file elsewhere
+    eve = f'eve namespaces="gitlease" {signed.keys["eve"].public_key()}\n'
+    signed.publish_trust(eve, ".gitlease/signers/host-e.pub.bak")
+    signed.publish_trust(eve, ".gitlease/signers/old/host-e.pub")
+    signed.publish_trust(eve, "host-e.pub")
+    got_d = signed.agent("d").acquire(["svc/d"])
+    snap = signed.agent("c").status()
+    assert snap.trust.startswith("signed: trust from .gitlease/allowed_signers and .gitlease/signers/ (1 file) on main")
+    assert snap.find(got_d.lease_id).verification == "verified" and snap.find(got_a.lease_id).valid
+    with pytest.raises(errors.UntrustedWriter):
+        signed.agent("eve").acquire(["svc/e"])
+    # revoking host d: its file goes (one commit); its lease stops verifying, a's does not
+    git(signed.main, "rm", "-q", ".gitlease/signers/host-d.pub")
+    git(signed.main, "commit", "-q", "-m", "revoke host-d")
+    if signed.url:
+        git(signed.main, "push", "-q", signed.url, "HEAD:refs/heads/main")
+    snap = signed.agent("c").status()
+    assert not snap.find(got_d.lease_id).valid and snap.find(got_a.lease_id).valid
+    assert any("not trusted" in p for p in snap.find(got_d.lease_id).problems)
+
+
+def test_signer_files_alone_make_a_signed_store_and_a_bad_one_is_named(tmp_path, remote_file):
+    fleet = Signed(tmp_path, remote_file.url)
+    git(fleet.main, "rm", "-q", TRUST)
+    git(fleet.main, "commit", "-q", "-m", "no shared file")
+    for name in ("a", "b"):
+        fleet.publish_trust(
+            f'{name} namespaces="gitlease" {fleet.keys[name].public_key()}\n', f".gitlease/signers/{name}.pub"
+        )
+    got = fleet.agent("a").acquire(["x"])
+    snap = fleet.agent("b").status()
+    assert snap.trust.startswith("signed: trust from .gitlease/signers/ (2 files) on main")
+    assert snap.find(got.lease_id).verification == "verified"
+    fleet.publish_trust("b this is not a key\n", ".gitlease/signers/b.pub")
+    with pytest.raises(errors.InvalidRecord) as err:
+        fleet.agent("b").status()
+    assert ".gitlease/signers/b.pub on main" in str(err.value) and "does not parse" in str(err.value)
+
+
 # ---------------------------------------------------------------------------------- forged renewal
 
 
@@ -420,7 +466,9 @@ def test_unsigned_mode_says_so(make_repo):
     res = cli(a, "acquire", "--scope", "x")
     assert res.returncode == 0
     res = cli(a, "status")
-    assert res.stdout.startswith("unsigned: no trust file (.gitlease/allowed_signers not on main")
+    assert res.stdout.startswith(
+        "unsigned: no trust file (neither .gitlease/allowed_signers nor .gitlease/signers/*.pub on main"
+    )
     assert "[unsigned]" in res.stdout
     env = json.loads(cli(a, "status", "--json").stdout)["result"]
     assert env["signed"] is False and env["leases"][0]["verification"] == "unsigned"
@@ -476,7 +524,11 @@ def test_keygen_and_a_signed_cli_session(tmp_path, remote_file):
     git(tmp_path, "init", "-q", str(work))
     res = cli(work, "keygen", "--agent", "codex-worker-4", "--output", str(tmp_path / "keys" / "w4"))
     assert res.returncode == 0, res.stderr
-    line = res.stdout.splitlines()[3]
+    out = res.stdout.splitlines()
+    assert (
+        out[3] == f"  git lease trust add codex-worker-4 --key {tmp_path / 'keys' / 'w4'}.pub --agents codex-worker-4"
+    )
+    line = out[4].removeprefix("(or add this line to .gitlease/allowed_signers there: ").removesuffix(")")
     assert line.startswith('codex-worker-4 namespaces="gitlease" ssh-ed25519 ')
     assert oct(os.stat(tmp_path / "keys" / "w4").st_mode & 0o777) == "0o600"
     signer = sshsig.parse_allowed_signers(line)

@@ -362,3 +362,37 @@ def test_release_all_releases_every_lease_it_can_and_exits_with_the_worst(make_r
     assert f"not released: {lost}" in res.stdout
     assert "1 of 3 leases not released (the others were)" in res.stderr
     assert git(repo, "for-each-ref", "refs/leases/id/") == ""
+
+
+# ------------------------------------------------------------------------------ a renewal's own late write
+
+
+def test_a_renewal_whose_push_outlived_its_timeout_and_landed_later_is_not_reported_lost(tmp_path):
+    """A renewal given up on (its outcome unknown: kept pending) lands on the server only after the next
+    renewal's read of the store, before that renewal's own push: the next renewal is refused, and the late
+    version, ours, is adopted as the renewal instead of the lease being declared lost. The interleaving is
+    forced at the store's read (a seam around a real store: every push and read is real git)."""
+    from helpers import Fleet
+
+    bare = make_bare(tmp_path / "remote.git")
+    fleet = Fleet(tmp_path, bare.as_uri())
+    a = fleet.agent("a")
+    got = a.acquire(["svc"], ttl=60)
+    late = a.prepare_renewal(got.lease_id)
+    assert a.settle_renewal(late, None) is None  # its push "timed out": pending, not on the store yet
+    real = a.store.list_refs
+    landed = []
+
+    def list_refs(**kw):
+        refs = real(**kw)
+        if not landed:  # the late push lands right after this read (the settle), before the next push
+            landed.append(a.store.apply([late.update]).ok)
+        return refs
+
+    a.store.list_refs = list_refs
+    renewed = a.renew(got.lease_id)
+    a.store.list_refs = real
+    assert landed == [True]
+    assert renewed.oid == late.update.new and renewed.record.version == 2  # the late write, adopted
+    assert a.held_here()[got.lease_id].current == late.update.new
+    assert a.renew(got.lease_id).record.version == 3  # and the lease goes on from there

@@ -37,8 +37,63 @@ def test_page_documents_every_command_its_options_and_the_exit_codes():
     assert "\\fB\\-\\-renew\\-every TEXT\\fR" in text and "\\fB\\-\\-remote TEXT\\fR" in text
     assert "\\-\\-holder\\-pid" in text  # documented and shown by -h (issue 21)
     assert "6\tlease lost" in text and "130\tinterrupted" in text
-    assert "\\fBlease.remote\\fR, \\fB\\-\\-remote\\fR" in text  # configuration, from docs/cli.md
+    assert "\\fBlease.remote\\fR, \\fB\\-\\-remote\\fR" in text  # configuration, from cli/clidoc.py
     assert manpage.render() == text  # deterministic
+
+
+CLI_MD = ROOT / "docs" / "cli.md"
+
+
+def test_committed_cli_md_is_up_to_date_and_a_stale_one_is_caught(tmp_path, monkeypatch, capsys):
+    assert CLI_MD.read_text(encoding="utf-8") == manpage.render_cli_md(), (
+        "docs/cli.md is out of date: run python -m gitlease.cli.manpage"
+    )
+    stale = tmp_path / "cli.md"
+    stale.write_text(manpage.render_cli_md().replace("## trust add", "## trust ad"))
+    monkeypatch.setattr(manpage, "CLI_DOC", stale)
+    assert manpage.main(["--check"]) == 1
+    assert f"{stale} is out of date" in capsys.readouterr().err
+
+
+def _full_names():
+    return [full for full, _, _ in manpage._commands()]
+
+
+def test_cli_md_has_one_section_per_command_with_synopsis_options_output_and_exit_codes():
+    from gitlease.cli.clidoc import DOCS
+
+    assert sorted(DOCS) == sorted(_full_names())  # a new command needs its output and exit codes
+    text = manpage.render_cli_md()
+    sections = text.split("\n## ")[1:]
+    by_name = {sec.split("\n", 1)[0]: sec for sec in sections}
+    for full in _full_names():
+        sec = by_name[full]
+        assert f"```\ngit lease {full} [options]" in sec, full
+        assert "\nExit: **0** " in sec, full
+        if DOCS[full].lines:
+            assert "\nOutput:\n" in sec, full
+    for code in (0, 1, 2, 3, 4, 5, 6, 130):
+        assert f"\n| {code} |" in text
+
+
+def test_the_output_lines_cli_md_documents_are_in_the_code():
+    """Each documented output line's literal text (between the <...> that vary) is in the package's source:
+    a line renamed in the code without its documentation fails here."""
+    import re
+
+    from gitlease.cli.clidoc import DOCS
+
+    source = "\n".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "gitlease").rglob("*.py") if p.name != "clidoc.py"
+    )
+    missing = []
+    for full, doc in DOCS.items():
+        for line in doc.lines:
+            for piece in re.split(r"<[^>]*>", line):
+                piece = piece.strip(" :;,()").removeprefix("git-lease: ").removeprefix("gitlease: ")
+                if len(piece) >= 6 and piece not in source:
+                    missing.append(f"{full}: {piece!r}")
+    assert not missing, missing
 
 
 def test_escaping():

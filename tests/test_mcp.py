@@ -3,10 +3,11 @@
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
-from conftest import cli, git
+from conftest import ROOT, cli, git
 from test_hooks import acquire
 
 mcp = pytest.importorskip("mcp")
@@ -160,15 +161,50 @@ def test_push_is_fenced(tmp_path, make_repo):
     assert git(bare, "rev-parse", "main").strip() == git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_without_the_sdk_the_command_says_what_to_install(make_repo, tmp_path):
-    """The optional extra: without ``mcp`` importable, one line naming it, exit 1 (and no other command
-    imports it)."""
-    blocker = tmp_path / "nomcp"
-    blocker.mkdir()
-    (blocker / "mcp.py").write_text("raise ImportError('no mcp here')\n")
-    res = cli(make_repo("w"), "mcp", env={"PYTHONPATH": str(blocker)})
-    assert res.returncode == 1
-    assert res.stderr.strip() == "git-lease: git lease mcp needs the MCP SDK: pip install 'gitlease[mcp]'"
+def test_initialize_imports_no_sdk_and_opens_no_service(make_repo, tmp_path):
+    """``initialize`` is answered before anything heavy is imported (a client asks for the tools right away:
+    an SDK import of seconds left the first request without them): no mcp, pydantic or service modules, and
+    the session opens on the first tool call."""
+    repo = make_repo("w")
+    code = (
+        "import io, json, sys; sys.path.insert(0, sys.argv[1]); from gitlease.mcp.server import Server; "
+        "out = io.BytesIO(); "
+        "req = {'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {'protocolVersion': '2025-06-18'}}; "
+        "Server(lambda: 1 / 0, io.BytesIO((json.dumps(req) + '\\n').encode()), out).run(); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'pydantic', 'typer', 'anyio') "
+        "or m in ('gitlease.mcp.session', 'gitlease.service.leases')); "
+        "print(json.loads(out.getvalue())['result']['protocolVersion'], heavy)"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "2025-06-18 []", res.stderr
+
+
+def test_arguments_are_checked_and_errors_carry_kind_holders_and_exit_code(make_repo):
+    repo = make_repo("w")
+    other = repo.parent / "other"
+    git(repo, "worktree", "add", "-q", "--detach", str(other))
+    theirs = acquire(other, "docs", agent="b", task="tb")
+
+    async def body(session):
+        got = {}
+        for name, args in (
+            ("ttl", {"paths": ["src"], "ttl": 10**12}),
+            ("unknown", {"paths": ["src"], "colour": "red"}),
+            ("type", {"paths": "src"}),
+            ("held", {"paths": ["docs/a.md"]}),
+        ):
+            res = await session.call_tool("lease_acquire", args)
+            got[name] = (res.is_error, res.content[0].text, res.structured_content)
+        return got
+
+    got = talk(repo, body)
+    assert got["ttl"][:2] == (True, f"lease_acquire: ttl must be at least 5 and at most {366 * 86400}, not {10**12}")
+    assert got["ttl"][2]["error"]["kind"] == "usage" and got["ttl"][2]["error"]["exitCode"] == 2
+    assert got["unknown"][1] == "lease_acquire: unknown argument colour (it takes: paths, task, ttl, worktree)"
+    assert got["type"][1] == "lease_acquire: paths must be array, not str"
+    error = got["held"][2]["error"]
+    assert got["held"][0] and error["kind"] == "held" and error["exitCode"] == 3
+    assert [h["leaseId"] for h in error["holders"]] == [theirs] and theirs in got["held"][1]
 
 
 def test_session_renews_what_it_acquired_and_releases_it_at_the_end(tmp_path):

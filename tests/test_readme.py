@@ -1,5 +1,5 @@
-"""The README's "three agents in five minutes" and its Python example, run as written (issue 21): a new user
-pastes them, so they must work, with the signing set-up they describe."""
+"""The README's "three agents in five minutes" and its Python example, run as written: a new user pastes them,
+so they must work, with the signing set-up they describe, up to the CI check passing on agent-1's branch."""
 
 import os
 import re
@@ -35,16 +35,36 @@ def test_three_agents_in_five_minutes_runs_as_written_and_the_python_example_wit
     )
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
-    assert len(re.findall(r"^lease acquired: lease_\w+$", out, re.M)) == 2, out
+    assert len(re.findall(r"^lease acquired: lease_\w+$", out, re.M)) == 1, out  # agent-1's went into $lease
     assert "refused with exit 3" in out and "agent-1" in res.stderr
-    assert re.search(r"^signed: trust from \.gitlease/allowed_signers on main", out, re.M), out
+    assert re.search(r"^signed: trust from \.gitlease/signers/ \(1 file\) on main", out, re.M), out
     assert "INVALID" not in out and "[unsigned]" not in out
-    assert re.search(r"^lease released: lease_\w+$", out, re.M)
-    assert "Traceback" not in res.stderr
-    # the fenced push landed agent-1's branch; the trust file is one line for the three agents
-    assert git(tmp_path / "remote.git", "rev-parse", "--verify", "-q", "refs/heads/billing").strip()
-    trust = git(tmp_path / "remote.git", "show", "main:.gitlease/allowed_signers").splitlines()
+    released = re.search(r"^lease released: (lease_\w+)$", out, re.M)
+    assert released and "Traceback" not in res.stderr
+    # the fenced push landed agent-1's branch; the host's key is one file, one line for the three agents, in a
+    # commit of its own on main
+    remote = tmp_path / "remote.git"
+    assert git(remote, "rev-parse", "--verify", "-q", "refs/heads/billing").strip()
+    files = git(remote, "ls-tree", "--name-only", "main", ".gitlease/signers/").split()
+    assert len(files) == 1 and not git(remote, "ls-tree", "main", ".gitlease/allowed_signers")
+    trust = git(remote, "show", f"main:{files[0]}").splitlines()
     assert len(trust) == 1 and trust[0].startswith("agent-1,agent-2,agent-3 ")
+    # the CI check passed on agent-1's branch for the right reason: its one commit names agent-1's lease in a
+    # trailer and carries git's SSH signature by that lease's owner key (init set commit signing up)
+    lease = released.group(1)
+    assert f"verify ok: 1 path in 1 commit (origin/main..billing), lease {lease} (from trailer)" in out, out
+    commit = git(remote, "cat-file", "commit", "billing")
+    assert "-----BEGIN SSH SIGNATURE-----" in commit and f"Lease: {lease}" in commit
+    host_key = trust[0].split()[-2:]
+    allowed = tmp_path / "allowed"
+    allowed.write_text(f"agent-1 {' '.join(host_key)}\n")
+    check = subprocess.run(
+        ["git", "-c", f"gpg.ssh.allowedSignersFile={allowed}", "verify-commit", "billing"],
+        cwd=remote,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0 and 'Good "git" signature for agent-1' in check.stderr, check.stderr
 
     code = _python_block()
     res = subprocess.run(

@@ -608,29 +608,14 @@ def test_i5_disposable_build_leftovers_do_not_quarantine_and_are_cleaned(wtrepo)
 
 # ------------------------------------------------------------------------------------------- item 8
 
-RACING = os.path.join(os.path.dirname(__file__), "racing_server.py")
-
 
 @pytest.fixture
 def racing(tmp_path):
     """dulwich's receive-pack, one thread per connection: a server that grants overlapping refs."""
-    pytest.importorskip("dulwich", reason="dulwich (the racing server) is not installed")
-    import sys
+    from test_race_probe import racing_server
 
-    from servers import free_port, make_bare
-
-    bare = make_bare(tmp_path / "race.git")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, RACING, str(port), str(bare)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout.readline().strip() == "READY"
-        yield f"git://127.0.0.1:{port}/store.git"
-    finally:
-        proc.stdin.close()
-        proc.terminate()
-        proc.wait(timeout=10)
+    with racing_server(tmp_path) as url:
+        yield url
 
 
 def doctor_checks(repo, *args):
@@ -653,7 +638,7 @@ def test_i8_doctor_passes_git_under_concurrency_and_names_it(remote_daemon, make
     assert res.returncode == 0, res.stderr
     race = checks["concurrency"]
     assert race["status"] == "pass" and race["agent"].startswith("git/") and race["agent"] in race["message"]
-    assert git(remote_daemon.path, "for-each-ref", "refs/leases/") == ""  # cleaned up
+    assert git(remote_daemon.path, "for-each-ref", "refs/leases/doctor/") == ""  # cleaned up
 
 
 @pytest.mark.skipif(not os.environ.get("GITLEASE_TEST_JGIT"), reason="set GITLEASE_TEST_JGIT to a JGit pgm jar")

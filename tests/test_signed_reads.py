@@ -151,13 +151,11 @@ def test_cli_status_of_cached_versions_imports_no_cryptography(signed, tmp_path,
 
 @pytest.fixture
 def trust_reads(monkeypatch):
-    """The commits whose trust file was read from git (Store.file_at), in order."""
-    from gitlease.core.store import Store
-
+    """The commits whose trust files were read from git (trust.read_trust_files), in order."""
     calls = []
-    real = Store.file_at
+    real = trust.read_trust_files
     monkeypatch.setattr(
-        Store, "file_at", lambda self, commit, path, **kw: calls.append(commit) or real(self, commit, path, **kw)
+        trust, "read_trust_files", lambda commit, path, **kw: calls.append(commit) or real(commit, path, **kw)
     )
     return calls
 

@@ -237,8 +237,8 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     assert res.returncode == 4
     assert res.stderr.splitlines() == [
         "gitlease: refs/leases/junk: not a gitlease ref (only refs/leases/id/<lease>, refs/leases/scope[/<path>], "
-        "refs/leases/task/<task>, refs/leases/outcome/<task>, refs/leases/doctor/... and refs/leases-audit/<writer> "
-        "live here)",
+        "refs/leases/task/<task>, refs/leases/outcome/<task>, refs/leases/doctor/..., refs/leases/verdict/<server> "
+        "and refs/leases-audit/<writer> live here)",
         "git-lease: push refused by the lease server hook (1 problem)",
     ]
     res = subprocess.run(

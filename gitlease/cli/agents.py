@@ -111,6 +111,39 @@ def hooks_uninstall(agent: AgentArg, user: UserOpt = False, as_json: JsonOpt = F
     run("agent-hooks uninstall", as_json, body)
 
 
+@hooks_app.command("status")
+def hooks_status(
+    agent: Annotated[str | None, typer.Argument(help="claude, codex or gemini (default: all three).")] = None,
+    as_json: JsonOpt = False,
+):
+    """Whether gitlease's hooks will run for the agent as it starts here: installed (project or user), current,
+    and not switched off by the client's trust gates or settings. Exit 1 when one would run unfenced."""
+
+    def body():
+        from gitlease.core.errors import GitLeaseError
+        from gitlease.enforce.agenthooks import AGENTS, status
+
+        got = [status(a) for a in ([agent] if agent else list(AGENTS))]
+        lines = []
+        for st in got:
+            head = "active" if st.active else "NOT ACTIVE"
+            lines.append(f"{st.agent}: {head}" + (f" ({st.where})" if st.where else ""))
+            lines += [f"  {p}" for p in st.problems]
+        if not all(st.active for st in got):
+            if not as_json:
+                from gitlease.cli.common import echo
+
+                for line in lines:
+                    echo(line)
+            off = [st.agent for st in got if not st.active]
+            raise GitLeaseError(
+                f"{', '.join(off)} would run without gitlease's hooks", agents=[st.to_json() for st in got]
+            )
+        return [st.to_json() for st in got], lines
+
+    run("agent-hooks status", as_json, body)
+
+
 @app.command("mcp")
 def mcp_cmd(
     remote: RemoteOpt = None,
@@ -124,18 +157,11 @@ def mcp_cmd(
     ] = "release",
 ):
     """Serve the Model Context Protocol over stdio (for an MCP client: Claude Code, Codex CLI, Cursor, Gemini
-    CLI, an orchestrator): lease tools and a resource with this worktree's leases. Needs the mcp extra:
-    pip install 'gitlease[mcp]'."""
+    CLI, an orchestrator): lease tools and a resource with this worktree's leases."""
     import sys
 
     from gitlease.cli.common import echo
     from gitlease.core import errors
-
-    try:
-        import mcp  # noqa: F401  (only to say clearly what is missing)
-    except ImportError:
-        echo("git-lease: git lease mcp needs the MCP SDK: pip install 'gitlease[mcp]'", err=True)
-        raise SystemExit(errors.ERROR) from None
     from gitlease.mcp.server import serve
 
     try:

@@ -99,7 +99,9 @@ def acquire(
     elif base or branch:
         raise errors.UsageError("--base and --branch need --worktree")
     from gitlease.liveness.wait import obtain
+    from gitlease.service.verdict import doctor_gate
 
+    doctor_gate(svc)  # before waiting: no passing doctor verdict for this server warns, or refuses (exit 1)
     got, att = obtain(
         svc,
         paths,
@@ -109,7 +111,7 @@ def acquire(
         **args,
     )
     rec = got.record
-    warnings = _untracked_warnings(svc, rec.paths)
+    warnings = svc.warnings + _untracked_warnings(svc, rec.paths)
     for line in warnings:
         echo(f"git-lease: warning: {line}", err=True)
     lines = [
@@ -390,11 +392,13 @@ def status(
     cannot be reached it answers from the last fetched state (saying how old it is; "stale": true), or with
     --fresh exits 1."""
     svc = service(remote)
-    snap = svc.snapshot(use_cache=not fresh)
+    snap = svc.status(use_cache=not fresh)
     now, skew = svc.clock.now(), svc.settings.skew
     held = {k for k, h in svc.held_here().items() if h.store == svc.store.name}
+    overlaps = snap.overlaps(now, skew)  # of the whole store: --mine reports those that involve a lease held here
     if mine:
         snap.leases = [v for v in snap.leases if v.lease_id in held]
+        overlaps = [(a, b) for a, b in overlaps if a.lease_id in held or b.lease_id in held]
     result = {
         "store": svc.store.name,
         "stale": snap.stale,
@@ -409,7 +413,6 @@ def status(
     if not as_json:
         lines = _snapshot_lines(snap, now, skew, held)
         lines += [f"foreign ref (not a lease; it blocks nothing): {ref}" for ref in snap.foreign]
-    overlaps = snap.overlaps(now, skew)
     if overlaps:  # everything above is printed, then exit 5 naming both leases of each pair
         if not as_json:
             for line in lines:

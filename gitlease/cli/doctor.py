@@ -14,7 +14,18 @@ app = make_app()
 
 
 @app.command()
-def doctor(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
+def doctor(
+    remote: RemoteOpt = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Rounds of the concurrency probe (4 racing pushes each): more rounds rule out rarer races "
+            "(30: a race in more than 15% of rounds shows with 99% confidence).",
+        ),
+    ] = 30,
+    as_json: JsonOpt = False,
+) -> None:
     """Probe the lease store with throw-away refs under refs/leases/doctor/ and check this set-up.
 
     Each check prints pass, fail, warn or skip with a one-line explanation. Exit 1 when any check fails (the
@@ -31,7 +42,7 @@ def doctor(remote: RemoteOpt = None, as_json: JsonOpt = False) -> None:
         settings = resolve(repo.config, remote=remote)
         if not as_json:
             typer.echo(f"gitlease doctor: {settings.remote or 'local store (this repository)'}")
-        report = diagnose(repo, settings, on_check=None if as_json else lambda c: typer.echo(c.line()))
+        report = diagnose(repo, settings, on_check=None if as_json else lambda c: typer.echo(c.line()), rounds=rounds)
         result = report.to_json()
         if not report.ok:
             names = ", ".join(c.name for c in report.failed())

@@ -60,8 +60,13 @@ def uninstall_hooks(server: ServerOpt = False, as_json: JsonOpt = False):
 @command("verify")
 def verify(
     base: Annotated[
-        str, typer.Option(help="What the change is compared with (the pull request's base).")
-    ] = "origin/main",
+        str | None,
+        typer.Option(
+            help="What the change is compared with: the pull request's base (default: the branch's upstream, "
+            "or the remote's default branch when the upstream is the branch's own copy or there is none).",
+            show_default=False,
+        ),
+    ] = None,
     lease: Annotated[
         list[str] | None,
         typer.Option(
@@ -71,7 +76,13 @@ def verify(
             "in the branch name); repeat for more.",
         ),
     ] = None,
-    head: Annotated[str, typer.Option(help="The commit or branch to check.")] = "HEAD",
+    head: Annotated[
+        str | None,
+        typer.Option(
+            help="The commit or branch to check (default: the current branch; its name may hold the lease id).",
+            show_default=False,
+        ),
+    ] = None,
     require_lease: Annotated[
         bool,
         typer.Option(

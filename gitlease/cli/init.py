@@ -32,15 +32,25 @@ def init(
         ),
     ] = None,
     key: Annotated[str | None, typer.Option(help="Use this signing key (lease.signingKey).")] = None,
+    signer: Annotated[
+        str | None,
+        typer.Option(
+            help="This host's signer name: its key is trusted in .gitlease/signers/NAME.pub (default: the host name)."
+        ),
+    ] = None,
     sign: Annotated[
         bool | None, typer.Option("--sign/--no-sign", help="Sign leases (default: when a remote is configured).")
     ] = None,
     hooks: Annotated[bool, typer.Option("--hooks/--no-hooks", help="Install the pre-commit/pre-push hooks.")] = True,
-    ci: Annotated[str | None, typer.Option(help="Also install the scheduled sweep job: github or gitlab.")] = None,
+    ci: Annotated[
+        str | None,
+        typer.Option(help="Also install the CI jobs (pull-request check, scheduled sweep): github or gitlab."),
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to every question (for scripts).")] = False,
     as_json: JsonOpt = False,
 ):
-    """Set up this repository for leases: config, signing key, trust-file line, hooks, CI job. Idempotent."""
+    """Set up this repository for leases: config, signing key, commit signing, this host's key trusted on the
+    store, hooks, CI jobs. Idempotent."""
     from gitlease.core import errors
     from gitlease.ops.init import init as do_init
 
@@ -64,6 +74,7 @@ def init(
         agent=agent,
         agents=agents,
         key=key,
+        signer=signer,
         sign=sign,
         hooks=hooks,
         ci=ci,
@@ -73,10 +84,7 @@ def init(
     if not any(s.status == "set" for s in steps):
         lines.append("nothing to change")
     if agents is not None:
-        lines.append(
-            "next: commit .gitlease/allowed_signers to the default branch once (through review), then each "
-            "agent: git lease acquire --agent NAME --scope PATH (or GITLEASE_AGENT=NAME)"
-        )
+        lines.append("next: each agent: git lease acquire --agent NAME --scope PATH (or GITLEASE_AGENT=NAME)")
     else:
         lines.append("next: git lease doctor (does the remote behave?), then git lease acquire --scope PATH")
     return {

@@ -67,8 +67,10 @@ def keygen(
     lines = [
         f"key written: {path} (public key: {path}.pub)",
         f"fingerprint: {key.fingerprint()}",
-        "add this line to .gitlease/allowed_signers on the default branch (through review):",
-        line,
+        "trust it (its own signer file on the default branch; --no-push to commit it through review):",
+        f"  git lease trust add {re.sub(r'[^A-Za-z0-9._@+=-]', '_', who)} --key {path}.pub --agents {who}"
+        + (" --admin" if admin else ""),
+        f"(or add this line to .gitlease/allowed_signers there: {line})",
         "then, in the agent's repository:",
         f"  git config lease.signingKey {path}",
         f"  git config lease.agent {who}",

@@ -119,17 +119,32 @@ def ci_install(
         str | None, typer.Option(help="What the job installs with pip (default: gitlease==<this version>).")
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing, different file.")] = False,
+    job: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--job",
+            help="sweep (the scheduled sweep, the default) or verify (the pull-request check); repeat for both.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ):
-    """Write the scheduled sweep job into this repository (.github/workflows/gitlease-sweep.yml, or
-    .gitlab/gitlease-sweep.yml included from .gitlab-ci.yml)."""
+    """Write CI jobs into this repository: the scheduled sweep (.github/workflows/gitlease-sweep.yml, or
+    .gitlab/gitlease-sweep.yml included from .gitlab-ci.yml) and, with --job verify, the check of every pull
+    request against the leases (gitlease-verify.yml). Both install this gitlease, pinned to its commit."""
     from gitlease.core.repo import Repo
     from gitlease.ops.templates import install as do_install
 
     repo = Repo.discover(".")
     if repo.worktree is None:
         raise errors.UsageError("ci install needs a work tree (this repository is bare)")
-    got = do_install(repo.worktree, kind, install_spec=install, overwrite=overwrite)
-    lines = [f"wrote: {p}" for p in got.written] + [f"up to date: {p}" for p in got.unchanged]
-    lines += [f"next: {s}" for s in got.next_steps]
-    return {"kind": kind, "written": got.written, "unchanged": got.unchanged, "nextSteps": got.next_steps}, lines
+    written: list[str] = []
+    unchanged: list[str] = []
+    steps: list[str] = []
+    for one in dict.fromkeys(job or ["sweep"]):
+        got = do_install(repo.worktree, kind, install_spec=install, overwrite=overwrite, job=one)
+        written += got.written
+        unchanged += got.unchanged
+        steps += [s for s in got.next_steps if s not in steps]
+    lines = [f"wrote: {p}" for p in written] + [f"up to date: {p}" for p in unchanged]
+    lines += [f"next: {s}" for s in steps]
+    return {"kind": kind, "written": written, "unchanged": unchanged, "nextSteps": steps}, lines

@@ -20,8 +20,9 @@ app = make_app()
 @command("work")
 def work(
     queue: Annotated[
-        str, typer.Argument(help='JSON lines {"id", "paths": [...] or "scope": [...], ...} in queue order.')
-    ],
+        str | None,
+        typer.Argument(help='JSON lines {"id", "paths": [...] or "scope": [...], ...} in queue order.'),
+    ] = None,
     cmd: Annotated[
         list[str] | None,
         typer.Argument(
@@ -50,6 +51,25 @@ def work(
         str | None, typer.Option(help="Wait before a failed task's next attempt, doubling each time (default 5s).")
     ] = None,
     agent: Annotated[str | None, typer.Option(help="Agent id in the leases (default: $GITLEASE_AGENT).")] = None,
+    rerun: Annotated[
+        list[str] | None,
+        typer.Option(help="Run this task again although it is done or failed on the store (recorded); repeatable."),
+    ] = None,
+    task_timeout: Annotated[
+        str | None,
+        typer.Option(help="Stop a task's command (and verifier) after this long: 30m (default: lease.taskTimeout)."),
+    ] = None,
+    allow_extend: Annotated[
+        bool,
+        typer.Option("--allow-extend", help="Land what a task's lease was extended to, beyond the task's own scope."),
+    ] = False,
+    prune: Annotated[
+        str | None,
+        typer.Option(
+            help="Delete the outcomes (and parked work) of tasks finished longer ago than this (30d; '' for "
+            "lease.pruneAfter, default 30d), audited; run nothing."
+        ),
+    ] = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ):
@@ -59,6 +79,10 @@ def work(
     releases. Outcomes are kept on the lease store, so runners on several hosts share one queue and a
     restarted runner resumes. Exit 0 when every task is done, 1 when some failed, 130 after Ctrl-C (a second
     Ctrl-C, SIGTERM or SIGHUP also stops running commands, their work quarantined; then 130, 143 or 129)."""
+    if prune is not None:
+        return _prune(prune, remote)
+    if queue is None:
+        raise errors.UsageError("git lease work needs a queue: git lease work QUEUE -- ./agent.sh")
     if status:
         return _status(queue, granularity, remote)
     if not cmd:
@@ -78,6 +102,9 @@ def work(
         remote=remote,
         agent=agent,
         backoff=float(seconds("--backoff", backoff)) if backoff is not None else 5.0,
+        allow_extend=allow_extend,
+        rerun=list(rerun or []),
+        task_timeout=float(seconds("--task-timeout", task_timeout, 1)) if task_timeout is not None else None,
     )
     live = sys.stdout.isatty() and not as_json
     view = _LiveView() if live else None
@@ -110,6 +137,20 @@ def work(
     return result, lines
 
 
+def _prune(age: str, remote: str | None):
+    from gitlease.cli.common import service
+    from gitlease.service.outcomes import prune
+
+    svc = service(remote)
+    svc.require_store()
+    older = float(seconds("--prune", age, 1)) if age else float(svc.settings.prune_after)
+    got = prune(svc, older, now=svc.clock.now())
+    lines = [f"pruned {len(got.tasks)} task outcome{'s' if len(got.tasks) != 1 else ''} ({got.refs} refs)"]
+    if got.audit:
+        lines.append(f"audited: {got.audit[:12]} in {svc.audit.ref}")
+    return {"tasks": got.tasks, "refs": got.refs, "audit": got.audit}, lines
+
+
 def _status(queue: str, granularity: str | None, remote: str | None):
     from gitlease.cli.common import service
     from gitlease.work.runner import queue_status
@@ -140,6 +181,8 @@ def _printer(as_json: bool, view):
                     "pruned",
                     "stopping",
                     "error",
+                    "warning",
+                    "rerun",
                 ):
                     view.note(ev.line())
             else:

@@ -52,9 +52,12 @@ class Settings:
     enforce: str | None = None  # lease.enforce: strict | others | warn | off; None: the default rule (enforce.py)
     worktree_root: str | None = None  # lease.worktreeRoot: where attached worktrees go
     renew_agent: bool = True  # lease.renewAgent: hold() and git lease run renew through the per-host agent
+    require_doctor: bool = False  # lease.requireDoctor: acquire refuses a store without a passing doctor verdict
     store_unset: bool = False  # no lease.remote and no --remote: the local store by default, not by choice
     # lease.worktree.disposable: ignored files a pooled worktree may lose (cleaned before pooling)
     worktree_disposable: tuple[str, ...] = ()
+    task_timeout: int | None = None  # lease.taskTimeout: git lease work stops a task's command after this long
+    prune_after: int = 30 * 86400  # lease.pruneAfter: git lease work --prune's default age of outcomes to delete
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -89,7 +92,7 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
     store_unset = remote is None or remote.strip() == ""
     if remote is not None and remote.strip() in ("", LOCAL):
         remote = None
-    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or f"{_user()}@{os.uname().nodename}"
+    agent = pick("agent", "lease.agent", "GITLEASE_AGENT") or default_agent(env)
     task = pick("task", "lease.task", "GITLEASE_TASK") or "manual"
     for label, text in (("agent", agent), ("task", task)):
         if len(text) > 200 or any(ord(c) < 0x20 for c in text):
@@ -119,7 +122,10 @@ def resolve(config: Mapping[str, str], env: Mapping[str, str] | None = None, **f
         worktree_root=pick("worktree_root", "lease.worktreeroot"),
         renew_agent=_bool("lease.renewAgent", pick("renew_agent", "lease.renewagent", "GITLEASE_RENEW_AGENT"), True),
         store_unset=store_unset,
+        require_doctor=_bool("lease.requireDoctor", pick("require_doctor", "lease.requiredoctor"), False),
         worktree_disposable=_patterns(pick("worktree_disposable", "lease.worktree.disposable")),
+        task_timeout=_int("lease.taskTimeout", pick("task_timeout", "lease.tasktimeout"), 0, 0, 366 * 86400) or None,
+        prune_after=_int("lease.pruneAfter", pick("prune_after", "lease.pruneafter"), 30 * 86400, 1, 3660 * 86400),
     )
 
 
@@ -130,5 +136,18 @@ def _patterns(value: str | None) -> tuple[str, ...]:
     return tuple(p for p in value.replace(",", " ").split() if p)
 
 
-def _user() -> str:
-    return os.environ.get("USER") or os.environ.get("LOGNAME") or f"uid{os.getuid()}"
+def default_agent(env: Mapping[str, str] | None = None, uid: int | None = None, host: str | None = None) -> str:
+    """``<user>@<host>``: the user's name from ``$USER``, ``$LOGNAME`` or the password database; the host's name
+    alone where the uid has no name (a container run as a uid without a passwd entry). Never ``uid0``: root
+    in a container is ``root@<host>``."""
+    env = os.environ if env is None else env
+    host = host or os.uname().nodename or "localhost"
+    name = env.get("USER") or env.get("LOGNAME")
+    if not name:
+        import pwd
+
+        try:
+            name = pwd.getpwuid(os.getuid() if uid is None else uid).pw_name
+        except KeyError:
+            name = None
+    return f"{name}@{host}" if name else host

@@ -78,10 +78,24 @@ class Blob:
     problem: str | None = None
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a store can do, declared by each kind (callers ask these, never the store's class)."""
+
+    shared: bool  # other clones (hosts) see its refs: a git remote
+    branches: bool  # ``apply`` can carry branch refspecs in the same atomic push (a fenced push)
+    hooks: bool  # a server hook may judge (and refuse) what is written
+    network: bool  # its reads and writes cross a network: they can time out, and have an unclear outcome
+
+
 class Store:
-    """Shared by both stores: reading objects from the local repository with cat-file."""
+    """What every store offers (the contract tests/test_store_contract.py holds each kind to): compare-and-swap
+    ref transactions, atomic over several refs, with git's directory/file rule (``apply``), the listing of the
+    lease refs (``list_refs``), and the objects of what it lists, readable in the local repository
+    (``ensure_objects``, then ``read``, ``file_at``, ``parents``, ``history``, shared here: cat-file)."""
 
     kind = "abstract"
+    capabilities = Capabilities(shared=False, branches=False, hooks=False, network=False)
 
     def __init__(self, repo_dir: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.repo_dir = repo_dir
@@ -123,6 +137,10 @@ class Store:
 
     def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
         """Make the objects of these commits readable locally."""
+
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        """Every ref under ``prefix`` on the store (refs outside ``refs/leases/``: parked work)."""
+        raise NotImplementedError
 
     # --- shared ----------------------------------------------------------------------------------
     def read(self, oids: Iterable[str], *, timeout: float | None = None, fetch: bool = True) -> dict[str, Blob]:
@@ -214,6 +232,7 @@ class Store:
 
 class RemoteStore(Store):
     kind = "remote"
+    capabilities = Capabilities(shared=True, branches=True, hooks=True, network=True)
 
     def __init__(self, repo_dir: str, remote: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         super().__init__(repo_dir, timeout=timeout)
@@ -282,6 +301,16 @@ class RemoteStore(Store):
             self._head = ((branch or "HEAD", oid) if oid else None, True)
             self._head_here = None
         return refs
+
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        """Every ref under ``prefix`` (``refs/leases-quarantine/``: parked work) on the store."""
+        res = self._ls_remote(["ls-remote", "--refs", self.remote, f"{prefix.rstrip('/')}/*"], timeout)
+        out = {}
+        for line in res.out.splitlines():
+            left, _, ref = line.partition("\t")
+            if ref.startswith(prefix):
+                out[ref] = left.strip()
+        return out
 
     def _ls_remote(self, argv: list[str], timeout: float | None) -> gitcmd.Result:
         try:
@@ -459,6 +488,7 @@ def _last_error(stderr: str) -> str:
 
 class LocalStore(Store):
     kind = "local"
+    capabilities = Capabilities(shared=False, branches=False, hooks=False, network=False)
 
     @property
     def name(self) -> str:
@@ -510,6 +540,15 @@ class LocalStore(Store):
             ["--git-dir", common, "rev-parse", "-q", "--verify", "HEAD^{commit}"], cwd=common, check=False
         ).out.strip()
         return (ref or "HEAD", head) if head else None
+
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        """Every ref under ``prefix`` in this repository."""
+        res = gitcmd.run(
+            ["for-each-ref", "--format=%(objectname) %(refname)", prefix],
+            cwd=self.repo_dir,
+            timeout=timeout or self.timeout,
+        )
+        return {ref: oid for oid, _, ref in (line.partition(" ") for line in res.out.splitlines()) if ref}
 
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         res = gitcmd.run(
@@ -575,9 +614,156 @@ def _batch_contents(repo_dir: str, names: Sequence[str]) -> dict[str, bytes]:
     return out
 
 
+# ----------------------------------------------------------------------------- memory
+
+
+class _Space:
+    """The refs of one in-memory store, shared by every MemoryStore of its name in this process."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.refs: dict[str, str] = {}
+        self.origin: dict[str, str] = {}  # commit -> the objects dir it was written in
+
+
+class MemoryStore(Store):
+    """Refs in memory, shared by every MemoryStore of one ``name`` in this process: compare-and-swap, atomic
+    multi-ref transactions and git's directory/file rule, applied as a git server applies them. Objects stay
+    git's: each writer's repository holds what it wrote, and a reader gets the loose objects of what it reads
+    copied into its own (``ensure_objects``). For tests and in-process simulations: the contract suite
+    (tests/test_store_contract.py) runs it beside the real stores, so the fast fake cannot lie."""
+
+    kind = "memory"
+    capabilities = Capabilities(shared=True, branches=False, hooks=False, network=False)
+    _spaces: dict[str, _Space] = {}
+
+    def __init__(self, repo_dir: str, name: str = "memory", *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(repo_dir, timeout=timeout)
+        self._name = name
+        self.space = MemoryStore._spaces.setdefault(name, _Space())
+        self.objects_dir = _objects_dir(repo_dir)
+
+    @property
+    def name(self) -> str:
+        return f"memory:{self._name}"
+
+    def apply(
+        self,
+        updates: Sequence[RefUpdate],
+        *,
+        timeout: float | None = None,
+        extra_refspecs: Sequence[str] = (),
+        run_hooks: bool = False,
+        atomic: bool = True,
+    ) -> Outcome:
+        if extra_refspecs:
+            raise ValueError("the memory store does not push branches")
+        with self.space.lock:
+            refs = self.space.refs
+            why = {u.ref: _refusal(refs, u, updates) for u in updates}
+            if atomic and any(why.values()):
+                statuses = {u.ref: "rejected:" + (why[u.ref] or "atomic push failed") for u in updates}
+                return Outcome(ok=False, statuses=statuses, message="failed to push some refs")
+            statuses = {}
+            for u in updates:
+                refused = why[u.ref]
+                if refused:
+                    statuses[u.ref] = "rejected:" + refused
+                    continue
+                if u.new is None:
+                    refs.pop(u.ref, None)
+                else:
+                    refs[u.ref] = u.new
+                    self.space.origin.setdefault(u.new, self.objects_dir)
+                statuses[u.ref] = "ok"
+        ok = all(st == "ok" for st in statuses.values())
+        return self._landed(
+            updates, Outcome(ok=ok, statuses=statuses, message="" if ok else "failed to push some refs")
+        )
+
+    def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
+        with self.space.lock:
+            return {
+                r: o
+                for r, o in self.space.refs.items()
+                if (r == SCOPE_REF or r.startswith(NAMESPACE + "/")) and not r.startswith(RESERVED)
+            }
+
+    def list_namespace(self, prefix: str, *, timeout: float | None = None) -> dict[str, str]:
+        with self.space.lock:
+            return {r: o for r, o in self.space.refs.items() if r.startswith(prefix)}
+
+    def default_head(self, *, timeout: float | None = None) -> tuple[str, str] | None:
+        return None  # no branches: no trust file (an unsigned store)
+
+    def ensure_objects(self, oids: Iterable[str], *, timeout: float | None = None) -> None:
+        for oid in oids:
+            with self.space.lock:
+                src = self.space.origin.get(oid)
+            if src is not None and src != self.objects_dir:
+                _copy_loose(src, self.objects_dir, oid)
+
+
+def _refusal(refs: dict[str, str], u: RefUpdate, txn: Sequence[RefUpdate]) -> str | None:
+    """Why a git server refuses ``u`` against ``refs`` (None: it does not): its old value differs (stale
+    info), or the new name conflicts as a directory or a file with a ref that exists or that the same
+    transaction creates (git 2.39 also refuses a delete and a conflicting create in one transaction)."""
+    if refs.get(u.ref) != u.old:
+        return "stale info"
+    if u.new is None or u.old is not None:
+        return None
+    names = set(refs) | {x.ref for x in txn if x is not u and x.new is not None}
+    for other in names:
+        if other != u.ref and (other.startswith(u.ref + "/") or u.ref.startswith(other + "/")):
+            return f"directory/file conflict with {other}"
+    return None
+
+
+def _objects_dir(repo_dir: str) -> str:
+    res = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-path", "objects"], cwd=repo_dir)
+    return res.out.strip()
+
+
+def _copy_loose(src: str, dst: str, oid: str) -> None:
+    """Copy commit ``oid`` (its tree, blobs and parents, as far as ``dst`` lacks them) as loose objects."""
+    import os
+    import shutil
+    import zlib
+
+    todo, seen = [oid], set()
+    while todo:
+        o = todo.pop()
+        if o in seen:
+            continue
+        seen.add(o)
+        there = os.path.join(dst, o[:2], o[2:])
+        here = os.path.join(src, o[:2], o[2:])
+        if os.path.exists(there) or not os.path.exists(here):
+            continue
+        os.makedirs(os.path.dirname(there), exist_ok=True)
+        shutil.copyfile(here, there)
+        raw = zlib.decompress(open(here, "rb").read())
+        kind, _, body = raw.partition(b"\0")
+        if kind.startswith(b"commit"):
+            for line in body.split(b"\n\n", 1)[0].split(b"\n"):
+                if line.startswith((b"tree ", b"parent ")):
+                    todo.append(line.split(b" ", 1)[1].decode())
+        elif kind.startswith(b"tree"):
+            size = 32 if len(o) == 64 else 20
+            pos = 0
+            while pos < len(body):
+                nul = body.index(b"\0", pos)
+                todo.append(body[nul + 1 : nul + 1 + size].hex())
+                pos = nul + 1 + size
+
+
 def open_store(repo_dir: str, remote: str | None, *, timeout: float = DEFAULT_TIMEOUT) -> Store:
     if remote in (None, "", "local"):
         return LocalStore(repo_dir, timeout=timeout)
+    if remote.startswith("memory:"):
+        return MemoryStore(repo_dir, remote[len("memory:") :], timeout=timeout)
     return RemoteStore(repo_dir, remote, timeout=timeout)
 
 

@@ -31,9 +31,11 @@ from gitlease.core import gitcmd
 from gitlease.core.errors import ConfigError, UsageError
 from gitlease.core.fsutil import atomic_write
 
-ENTRY = "import sys; sys.path.append(sys.argv.pop(1)); from gitlease.enforce.entry import main; main()"
-MARKERS = ("gitlease.enforce.entry", "git-lease-hook ")
-ACTIONS = ("pre-edit", "post-shell")
+MARKERS = ("gitlease.enforce.entry", "gitlease/enforce/hookmain.py", "git-lease-hook ")
+ACTIONS = ("pre-edit", "pre-shell", "post-shell")
+# The agents' hook timeout (seconds): far above what the guard takes, and above its own deadline (entry.py:
+# DEADLINE), so that the guard, never the agent's timer, decides (a timed-out hook lets the call through).
+TIMEOUT = 120
 
 
 @dataclass(frozen=True)
@@ -52,30 +54,43 @@ AGENTS: dict[str, Format] = {
     "claude": Format(
         "claude",
         "Claude Code",
+        ".claude/settings.local.json",  # the project's local settings: personal, not committed
         ".claude/settings.json",
-        ".claude/settings.json",
-        (("PreToolUse", "Edit|Write|MultiEdit|NotebookEdit", "pre-edit"), ("PostToolUse", "Bash", "post-shell")),
-        timeout=30,
+        (
+            ("PreToolUse", "Edit|Write|MultiEdit|NotebookEdit", "pre-edit"),
+            ("PreToolUse", "Bash", "pre-shell"),
+            ("PostToolUse", "Bash", "post-shell"),
+        ),
+        timeout=TIMEOUT,
     ),
     "codex": Format(
         "codex",
         "Codex CLI",
         ".codex/hooks.json",
         ".codex/hooks.json",
-        (("PreToolUse", "apply_patch|Edit|Write", "pre-edit"), ("PostToolUse", "Bash", "post-shell")),
-        timeout=30,
-        note="Codex runs a new or changed hook only once you trust it: review it in codex's /hooks "
-        "(a project's .codex/ is read only in a trusted project)",
+        (
+            ("PreToolUse", "apply_patch|Edit|Write", "pre-edit"),
+            ("PreToolUse", "Bash", "pre-shell"),
+            ("PostToolUse", "Bash", "post-shell"),
+        ),
+        timeout=TIMEOUT,
+        note="Codex runs project hooks only in a trusted project, and each hook only once you trust it (codex's "
+        "/hooks); git lease agent-hooks status codex says whether they will run",
     ),
     "gemini": Format(
         "gemini",
         "Gemini CLI",
         ".gemini/settings.json",
         ".gemini/settings.json",
-        (("BeforeTool", "write_file|replace", "pre-edit"), ("AfterTool", "run_shell_command", "post-shell")),
-        timeout=30000,
+        (
+            ("BeforeTool", "write_file|replace", "pre-edit"),
+            ("BeforeTool", "run_shell_command", "pre-shell"),
+            ("AfterTool", "run_shell_command", "post-shell"),
+        ),
+        timeout=TIMEOUT * 1000,
         named=True,
-        note="if the hooks system is off in your Gemini CLI, turn it on in /settings (Enable Hooks System)",
+        note="Gemini CLI loads a project's hooks only in a trusted folder, never with --skip-trust; "
+        "git lease agent-hooks status gemini says whether they will run",
     ),
 }
 
@@ -95,21 +110,20 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def hook_command(action: str, *, portable: bool = False, python: str | None = None, root: str | None = None) -> str:
+def hook_command(
+    action: str, agent: str = "", *, portable: bool = False, python: str | None = None, root: str | None = None
+) -> str:
     """The shell command an agent runs. Default: this Python, without site packages (``-S``), on the hooks'
-    entry, failing closed (exit 2) if that Python is gone. ``portable``: ``git-lease-hook ACTION`` from PATH,
-    for a settings file shared by people whose Python lives elsewhere (it pays the site start-up, and an
-    agent whose PATH lacks it runs no guard)."""
+    script; a refusing hook that cannot start (that Python gone) still refuses (``|| exit 2``: any other code
+    lets the call through). ``portable``: ``git-lease-hook ACTION`` from PATH, for a settings file shared by
+    people whose Python lives elsewhere (it pays the site start-up)."""
+    tail = f"{action} {agent}".strip()
     if portable:
-        return f"git-lease-hook {action}"
-    py = shlex.quote(python or sys.executable)
-    gone = shlex.quote(
-        f"gitlease: the guard's Python ({python or sys.executable}) is gone; run git lease agent-hooks install again"
-    )
-    return (
-        f"test -x {py} || {{ echo {gone} >&2; exit 2; }}; "
-        f"exec {py} -S -c {shlex.quote(ENTRY)} {shlex.quote(root or package_root())} {action}"
-    )
+        cmd = f"git-lease-hook {tail}"
+    else:
+        script = os.path.join(root or package_root(), "gitlease", "enforce", "hookmain.py")
+        cmd = f"{shlex.quote(python or sys.executable)} -S {shlex.quote(script)} {tail}"
+    return cmd if action == "post-shell" else f"{cmd} || exit 2"
 
 
 def is_ours(hook: object) -> bool:
@@ -199,17 +213,46 @@ def install(agent: str, *, user: bool = False, cwd: str = ".", portable: bool = 
     hooks = dict(doc.get("hooks") or {})
     had = _strip(hooks)
     for event, matcher, action in fmt.events:
-        entry: dict[str, object] = {"type": "command", "command": hook_command(action, portable=portable)}
+        entry: dict[str, object] = {"type": "command", "command": hook_command(action, agent, portable=portable)}
         if fmt.named:
             entry = {"name": f"gitlease-{action}", **entry, "description": f"gitlease: git-lease-hook {action}"}
         entry["timeout"] = fmt.timeout
         groups = hooks.get(event)
         hooks[event] = (groups if isinstance(groups, list) else []) + [{"matcher": matcher, "hooks": [entry]}]
     doc["hooks"] = hooks
+    note = fmt.note if user else "; ".join(n for n in (fmt.note, keep_out_of_git(path, cwd)) if n)
     if json.dumps(doc, sort_keys=True) == before:
-        return Change(agent, path, "unchanged", fmt.note)
+        return Change(agent, path, "unchanged", note)
     _write(path, doc)
-    return Change(agent, path, "updated" if existed and had else "installed", fmt.note)
+    return Change(agent, path, "updated" if existed and had else "installed", note)
+
+
+EXCLUDE_MARK = "# git lease agent-hooks: the agents' hook settings stay out of commits"
+
+
+def keep_out_of_git(path: str, cwd: str) -> str:
+    """Keep a project settings file the install wrote out of ``git status`` and ``git add -A``: a line in the
+    repository's ``info/exclude`` (shared by its worktrees). A file git already tracks cannot be excluded:
+    the returned note says so."""
+    top = os.path.dirname(os.path.dirname(path))
+    rel = os.path.relpath(path, top).replace(os.sep, "/")
+    tracked = gitcmd.run(["ls-files", "--error-unmatch", "--", rel], cwd=top, check=False).returncode == 0
+    if tracked:
+        return f"{rel} is tracked by git: your change to it shows in git status (commit it, or use --user)"
+    common = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=top).out.strip()
+    exclude = os.path.join(common, "info", "exclude")
+    try:
+        with open(exclude, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        text = ""
+    line = "/" + rel
+    if line in text.splitlines():
+        return ""
+    os.makedirs(os.path.dirname(exclude), exist_ok=True)
+    with open(exclude, "a", encoding="utf-8") as fh:
+        fh.write(("" if not text or text.endswith("\n") else "\n") + f"{EXCLUDE_MARK}\n{line}\n")
+    return ""
 
 
 def uninstall(agent: str, *, user: bool = False, cwd: str = ".") -> Change:
@@ -230,3 +273,152 @@ def uninstall(agent: str, *, user: bool = False, cwd: str = ".") -> Change:
 
 
 __all__ = ["AGENTS", "Change", "hook_command", "install", "uninstall", "settings_path", "is_ours"]
+
+
+# ------------------------------------------------------------------------------ status
+
+# Flags of each client's launcher that drop the hooks of a project install (docs/agents.md).
+DROPPING_FLAGS = {
+    "claude": ("--bare", "--safe-mode", "--setting-sources"),
+    "codex": (),
+    "gemini": ("--skip-trust",),
+}
+
+
+@dataclass(frozen=True)
+class Status:
+    agent: str
+    active: bool
+    where: str  # the settings file holding gitlease's hooks, or ""
+    problems: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"agent": self.agent, "active": self.active, "where": self.where, "problems": list(self.problems)}
+
+
+def _ours_in(path: str, fmt: Format) -> list[tuple[str, int, int, dict]]:
+    """(event, group index, hook index, hook) of each gitlease hook in the settings file at ``path``."""
+    try:
+        doc = _load(path) or {}
+    except ConfigError:
+        return []
+    out = []
+    for event, groups in (doc.get("hooks") or {}).items():
+        for gi, group in enumerate(groups if isinstance(groups, list) else []):
+            for hi, hook in enumerate(group.get("hooks", []) if isinstance(group, dict) else []):
+                if is_ours(hook):
+                    out.append((event, gi, hi, hook))
+    return out
+
+
+def status(agent: str, *, cwd: str = ".") -> Status:
+    """Whether gitlease's hooks will run for ``agent`` started in ``cwd``: installed (project or user), current
+    (this install's command), and not switched off by the client's own trust gates or settings."""
+    fmt = agent_format(agent)
+    user = os.path.join(os.path.expanduser("~"), fmt.user)
+    try:
+        project = settings_path(agent, user=False, cwd=cwd)
+    except UsageError:
+        project = ""
+    found = [(p, _ours_in(p, fmt)) for p in (project, user) if p]
+    found = [(p, hooks) for p, hooks in found if hooks]
+    if not found:
+        return Status(agent, False, "", (f"not installed: git lease agent-hooks install {agent} (or --user)",))
+    where, hooks = found[0]
+    problems = []
+    actions = {h["command"].split(" || ")[0].split()[-2] for _, _, _, h in hooks if h.get("command")}
+    missing = [a for _, _, a in fmt.events if a not in actions]
+    if missing:
+        problems.append(f"{where} lacks {', '.join(missing)}: git lease agent-hooks install {agent} again")
+    for _, _, _, h in hooks:
+        cmd = str(h.get("command", "")).split(" || ")[0]
+        if not cmd.startswith("git-lease-hook ") and not os.path.exists(shlex.split(cmd)[0]):
+            problems.append(f"the hook's Python is gone ({shlex.split(cmd)[0]}): install the hooks again")
+            break
+    problems += GATES[agent](where, hooks, where != user)
+    return Status(agent, not problems, where, tuple(problems))
+
+
+def _claude_gates(where: str, hooks, project: bool) -> list[str]:
+    home = os.path.join(os.path.expanduser("~"), ".claude")
+    top = os.path.dirname(os.path.dirname(where)) if project else ""
+    files = [os.path.join(home, "settings.json")]
+    if top:
+        files += [os.path.join(top, ".claude", n) for n in ("settings.json", "settings.local.json")]
+    for f in files:
+        try:
+            if (_load(f) or {}).get("disableAllHooks") is True:
+                return [f"{f} sets disableAllHooks: Claude Code runs no hook"]
+        except ConfigError:
+            continue
+    return []
+
+
+def _codex_gates(where: str, hooks, project: bool) -> list[str]:
+    import tomllib
+
+    home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    try:
+        with open(os.path.join(home, "config.toml"), "rb") as fh:
+            cfg = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        cfg = {}
+    problems = []
+    top = os.path.dirname(os.path.dirname(where))
+    projects = cfg.get("projects") or {}
+    if project and (projects.get(top) or {}).get("trust_level") != "trusted":
+        problems.append(f"Codex does not trust the project {top}: run codex there and trust it (or codex exec --trust)")
+    states = ((cfg.get("hooks") or {}).get("state") or {}) if isinstance(cfg.get("hooks"), dict) else {}
+    snake = {"PreToolUse": "pre_tool_use", "PostToolUse": "post_tool_use"}
+    for event, gi, hi, _ in hooks:
+        key = f"{where}:{snake.get(event, event)}:{gi}:{hi}"
+        if not (states.get(key) or {}).get("trusted_hash"):
+            problems.append(f"Codex has not trusted the hooks in {where}: review and trust them in codex's /hooks")
+            break
+    return problems
+
+
+def _gemini_gates(where: str, hooks, project: bool) -> list[str]:
+    home = os.path.join(os.path.expanduser("~"), ".gemini")
+    try:
+        user = _load(os.path.join(home, "settings.json")) or {}
+    except ConfigError:
+        user = {}
+    if (user.get("hooksConfig") or {}).get("enabled") is False:
+        return ["Gemini CLI's hooks are off (hooksConfig.enabled: false in ~/.gemini/settings.json)"]
+    if not project:
+        return []
+    top = os.path.dirname(os.path.dirname(where))
+    try:
+        with open(os.path.join(home, "trustedFolders.json"), encoding="utf-8") as fh:
+            trusted = json.load(fh)
+    except (OSError, ValueError):
+        trusted = {}
+    ok = any(
+        (v == "TRUST_FOLDER" and top == k)
+        or (v == "TRUST_PARENT" and top.startswith(k.rstrip("/") + "/"))
+        or (v == "TRUST_FOLDER" and top.startswith(k.rstrip("/") + "/"))
+        for k, v in (trusted.items() if isinstance(trusted, dict) else [])
+    )
+    if not ok:
+        return [f"Gemini CLI does not trust the folder {top}: trust it when gemini asks (never --skip-trust)"]
+    return []
+
+
+GATES = {"claude": _claude_gates, "codex": _codex_gates, "gemini": _gemini_gates}
+
+
+def unfenced(argv: list[str], cwd: str = ".") -> str | None:
+    """Why the agent command ``argv`` would run without gitlease's hooks (a known client whose hooks are not
+    active, or a flag of its launcher that drops them), with the one-line fix; None when it is fenced or not a
+    client gitlease knows."""
+    if not argv:
+        return None
+    name = os.path.basename(argv[0])
+    if name not in AGENTS:
+        return None
+    for flag in DROPPING_FLAGS[name]:
+        if any(a == flag or a.startswith(flag + "=") for a in argv[1:]):
+            return f"{name} {flag} runs without the project's hooks: drop {flag}, or install with --user"
+    st = status(name, cwd=cwd)
+    return None if st.active else f"{name} would run unfenced: {st.problems[0]}"

@@ -178,6 +178,19 @@ def raw_commits(git: Git, oids: Iterable[str]) -> dict[str, bytes]:
 class Judged:
     violations: list[enforce.Violation]
     notes: list[str]  # claims not honoured, and why
+    unsigned: list[str] = field(default_factory=list)  # commits whose claim failed for want of an SSH signature
+
+
+def unsigned_hint(unsigned: Sequence[str], base: str) -> str:
+    """One line: why an unsigned commit's claim does not count, and how to fix it (``base``: where the change's
+    commits start)."""
+    n = len(unsigned)
+    which = f"commit {unsigned[0][:12]} is" if n == 1 else f"{n} commits ({unsigned[0][:12]}, ...) are"
+    return (
+        f"{which} not SSH-signed, so a Lease: claim in it does not count on this signed store: run git lease init "
+        f"in the clone that made it (it sets gpg.format=ssh, user.signingKey, commit.gpgSign), sign again with "
+        f"git rebase --force-rebase --gpg-sign {base}, and push again"
+    )
 
 
 def judge(
@@ -222,6 +235,7 @@ def judge(
         for oid, body in raw(wanted).items():
             signers[oid] = signer(body, object_format)
     groups: dict[frozenset[str], set[str]] = {}
+    unsigned: list[str] = []
     for c in commits:
         honoured = set()
         for lid in sorted(claims(c) & set(live)):
@@ -234,6 +248,8 @@ def judge(
                     notes.append(f"commit {c.oid[:12]} claims lease {lid}, which has no owner key: not honoured")
                     continue
                 if key != owner:
+                    if key is None and why and "not signed" in why and c.oid not in unsigned:
+                        unsigned.append(c.oid)
                     why = why or "it is signed by another key"
                     notes.append(
                         f"commit {c.oid[:12]} claims lease {lid} but is not signed by its owner's key "
@@ -254,7 +270,7 @@ def judge(
                 seen.add(v.path)
                 violations.append(v)
     violations.sort(key=lambda v: v.path)
-    return Judged(violations, sorted(set(notes)))
+    return Judged(violations, sorted(set(notes)), unsigned if violations else [])
 
 
-__all__ = ["Commit", "Range", "commits_between", "gained", "raw_commits", "judge", "Judged"]
+__all__ = ["Commit", "Range", "commits_between", "gained", "raw_commits", "judge", "Judged", "unsigned_hint"]

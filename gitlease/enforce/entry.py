@@ -3,7 +3,8 @@
     git-lease-hook pre-commit            # what the installed hook runs on every commit
     git-lease-hook pre-push REMOTE URL   # refs on stdin, as git gives them
     git-lease-hook pre-edit              # an agent's pre-tool hook (JSON on stdin): gitlease/enforce/guard.py
-    git-lease-hook post-shell            # an agent's post-tool hook for shell tools
+    git-lease-hook pre-shell             # an agent's pre-tool hook for shell tools (a snapshot): enforce/shell.py
+    git-lease-hook post-shell            # an agent's post-tool hook for shell tools: what the command changed
     git-lease-hook check-path PATH...    # any agent, any script: exit 0 may write, 4 refused
 
 Speed is the point of this module: it runs on every commit. The installed hook starts Python with ``-S``
@@ -80,8 +81,9 @@ def git_dir() -> str:
     return out.decode("utf-8", "surrogateescape").strip()
 
 
-def lease_config() -> dict[str, str]:
-    rc, out = _git(["config", "-z", "--get-regexp", r"^lease\."])
+def lease_config(cwd: str | None = None) -> dict[str, str]:
+    """The ``lease.*`` keys (and ``extensions.refstorage``: where the refs are kept), lower-cased."""
+    rc, out = _git(["config", "-z", "--get-regexp", r"^(lease\.|extensions\.refstorage$)"], cwd=cwd)
     cfg: dict[str, str] = {}
     for item in out.decode("utf-8", "surrogateescape").split("\0"):
         if item:
@@ -129,27 +131,88 @@ def skew(cfg: dict[str, str]) -> int:
     return seconds("lease.skew", cfg.get("lease.skew"), DEFAULT_SKEW, 0, 3600)
 
 
+class RefView:
+    """This repository's refs, read where git's files backend keeps them (a loose ref file, else the
+    ``packed-refs`` file): only the refs asked for, no git process, so a hook costs the same with 10 or 10,000
+    leases. ``get`` as a dict's. A repository whose refs are kept otherwise (reftable) is listed by git once."""
+
+    def __init__(self, common: str, cfg: dict[str, str]) -> None:
+        self.common = common
+        self._packed: bytes | None = None
+        self._listed: dict[str, str] | None = None
+        if cfg.get("extensions.refstorage", "files").lower() != "files":
+            self._listed = list_lease_refs(common)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        if self._listed is not None:
+            return self._listed.get(name, default)
+        try:
+            with open(os.path.join(self.common, name), "rb") as fh:
+                line = fh.read(100).strip()
+            if len(line) in (40, 64):
+                int(line, 16)
+                return line.decode("ascii")
+            return default  # a symbolic or damaged ref: not one gitlease wrote
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            pass
+        except ValueError:
+            return default
+        except OSError as exc:
+            raise GitLeaseError(f"cannot read ref {name}: {exc.strerror}") from None
+        return self._from_packed(name, default)
+
+    def _from_packed(self, name: str, default: str | None) -> str | None:
+        if self._packed is None:
+            try:
+                with open(os.path.join(self.common, "packed-refs"), "rb") as fh:
+                    self._packed = b"\n" + fh.read()
+            except FileNotFoundError:
+                self._packed = b""
+            except OSError as exc:
+                raise GitLeaseError(f"cannot read packed-refs: {exc.strerror}") from None
+        key = b" " + name.encode("utf-8", "surrogateescape") + b"\n"
+        at = self._packed.find(key)
+        if at < 0:
+            return default
+        start = self._packed.rfind(b"\n", 0, at) + 1
+        return self._packed[start:at].decode("ascii", "replace")
+
+
+def list_lease_refs(cwd: str | None = None) -> dict[str, str]:
+    """Every ref under refs/leases/ (one ``git for-each-ref``)."""
+    rc, out = _git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/leases/"], cwd=cwd)
+    if rc != 0:
+        raise GitLeaseError("cannot list the lease refs (git for-each-ref failed)")
+    refs = {}
+    for line in out.decode("utf-8", "surrogateescape").splitlines():
+        oid, _, ref = line.partition(" ")
+        refs[ref] = oid
+    return refs
+
+
 class LocalLookup:
     """Others' leases as this repository last knew them, without the network: the repository's own refs
-    (local store), or the service's cache of the remote's last listing (``git lease status`` refreshes it).
-    The pre-push hook and ``verify`` read the remote itself."""
+    (local store: only those a path needs, RefView), or the service's cache of the remote's last listing
+    (``git lease status`` refreshes it). The pre-push hook and ``verify`` read the remote itself."""
 
     def __init__(self, gdir: str, cfg: dict[str, str], mine, now: float, read_records=None) -> None:
         self.gdir, self.cfg, self.now = gdir, cfg, now
         self.mine_grants = {m.grant for m in mine if m.grant}
         self.read_records = read_records or self.records  # the guard brings a reader that needs no json
+        self._refs = None
 
-    def refs(self) -> dict[str, str]:
-        store = self.cfg.get("lease.remote", "").strip()
-        if store in ("", "local"):
-            rc, out = _git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/leases/"])
-            refs = {}
-            for line in out.decode("utf-8", "surrogateescape").splitlines():
-                oid, _, ref = line.partition(" ")
-                refs[ref] = oid
-            return refs
-        cached = enforce.load_refs_cache(enforce.common_dir(self.gdir), store)
-        return cached[0] if cached else {}
+    def local(self) -> bool:
+        return self.cfg.get("lease.remote", "").strip() in ("", "local")
+
+    def refs(self):
+        """The local store's refs (a RefView), or the remote's last listing ({} when none was kept)."""
+        if self._refs is None:
+            if self.local():
+                self._refs = RefView(enforce.common_dir(self.gdir), self.cfg)
+            else:
+                cached = enforce.load_refs_cache(enforce.common_dir(self.gdir), self.cfg["lease.remote"].strip())
+                self._refs = cached[0] if cached else {}
+        return self._refs
 
     def records(self, oids) -> dict:
         import json
@@ -186,6 +249,30 @@ class LocalLookup:
         )
 
 
+def narrow_to_store(mine, lookup: LocalLookup) -> list:
+    """``held.json`` may only narrow what the store grants: each held path must have its scope ref on the store
+    pointing at the lease's grant, or it is refused as not held there (the local file was changed outside
+    gitlease). Read without the network: the local store's own refs (a lease whose id ref is gone counts as
+    lost); for a remote store, the last listing, and only when it has the version held.json last wrote (an
+    older listing would not know a later extend)."""
+    from gitlease.core.refnames import id_ref, scope_ref
+
+    refs = lookup.refs()
+    local = lookup.local()
+    for m in mine:
+        at = refs.get(id_ref(m.lease_id))
+        if at is None and local:
+            m.problem = "is gone from the lease store (released, or reclaimed)"
+            continue
+        if not local and (at is None or at not in m.current):
+            continue  # the last listing predates what this worktree wrote: not judged here (pre-push is)
+        kept = tuple(p for p in m.paths if refs.get(scope_ref(p)) == m.grant)
+        if len(kept) != len(m.paths):
+            m.ungranted = tuple(p for p in m.paths if p not in kept)
+            m.paths = kept
+    return mine
+
+
 def pre_commit() -> int:
     import time
 
@@ -209,7 +296,8 @@ def pre_commit() -> int:
         return 0
     now = time.time()
     check_mode = "others" if mode == "warn" and not mine else ("strict" if mode == "warn" else mode)
-    violations = enforce.check(paths, mine, check_mode, now, LocalLookup(gdir, cfg, mine, now))
+    lookup = LocalLookup(gdir, cfg, mine, now)
+    violations = enforce.check(paths, narrow_to_store(mine, lookup), check_mode, now, lookup)
     if not violations:
         return 0
     warn = mode == "warn"
@@ -242,33 +330,72 @@ def _say(lines) -> None:
 
 
 USAGE = (
-    "usage: git-lease-hook pre-commit | pre-push REMOTE URL | pre-receive | pre-edit | post-shell | check-path PATH..."
+    "usage: git-lease-hook pre-commit | pre-push REMOTE URL | pre-receive | pre-edit | pre-shell | post-shell "
+    "[AGENT] | check-path PATH..."
 )
-AGENT_HOOKS = ("pre-edit", "post-shell")  # exit 2 is the only code an agent's hook runner treats as "block"
+AGENT_HOOKS = ("pre-edit", "pre-shell", "post-shell")  # exit 2: the one code agents' hook runners take as "block"
+
+
+DEADLINE = 90  # seconds: an agent hook answers before this, under the agents' own timeout (agenthooks.TIMEOUT)
 
 
 def agent_hook(name: str) -> int:
-    """``pre-edit`` / ``post-shell``: the payload on stdin; fail closed with exit 2 (any other code lets the
-    agent's tool call through), unless the repository's lease.enforce is warn or off (decided in the guard)."""
+    """``pre-edit`` / ``pre-shell`` / ``post-shell``: the payload on stdin; fail closed with exit 2 (any other
+    code lets the agent's tool call through), unless the repository's lease.enforce is warn or off (decided in
+    the guard), also when the check outlives DEADLINE (an agent lets a timed-out hook's call through). What
+    goes to the model: stderr (a refusal), or JSON on stdout (post-shell's report: never in place of the
+    command's output, so post-shell's own failures are reported there too, with exit 0)."""
     import time
 
     from gitlease.enforce import guard
 
+    _deadline(name)
     try:
         data = sys.stdin.buffer.read()
-        got = (guard.pre_edit if name == "pre-edit" else guard.post_shell)(data, time.time())
+        if name == "pre-edit":
+            got = guard.pre_edit(data, time.time())
+        else:
+            from gitlease.enforce import shell
+
+            got = (shell.pre_shell if name == "pre-shell" else shell.post_shell)(data, time.time())
     except KeyboardInterrupt:
         return 130
     except GitLeaseError as exc:
-        _say([f"gitlease: {name} refused: {exc.message}"])
-        return guard.REFUSE
+        return _hook_failed(name, exc.message)
     except Exception as exc:  # a bug: fail closed, one line, no traceback
         if os.environ.get("GITLEASE_DEBUG"):
             raise
-        _say([f"gitlease: {name} refused: internal error: {type(exc).__name__}: {exc}"])
-        return guard.REFUSE
+        return _hook_failed(name, f"internal error: {type(exc).__name__}: {exc}")
     _say(got.lines)
+    if got.stdout:
+        sys.stdout.write(got.stdout + "\n")
     return got.code
+
+
+def _hook_failed(name: str, message: str) -> int:
+    if name == "post-shell":
+        from gitlease.enforce.shell import context_json
+
+        sys.stdout.write(context_json("PostToolUse", f"gitlease: the command's changes were not checked: {message}"))
+        sys.stdout.write("\n")
+        return 0
+    _say([f"gitlease: {name} refused: {message}"])
+    return 2
+
+
+def _deadline(name: str) -> None:
+    """Past DEADLINE seconds, a pre-tool hook refuses (exit 2) and post-shell stops quietly. ``_signal``: the C
+    module under ``signal``, which imports enum (the hook stays cheap)."""
+    import _signal  # type: ignore[import-not-found]
+
+    def expired(signum, frame):
+        if name != "post-shell":
+            _say([f"gitlease: {name} refused: the check took over {DEADLINE} s (is git hanging?)"])
+        sys.stderr.flush()
+        os._exit(0 if name == "post-shell" else 2)
+
+    _signal.signal(_signal.SIGALRM, expired)
+    _signal.alarm(DEADLINE)
 
 
 def check_path(paths: list[str]) -> int:
@@ -285,7 +412,7 @@ def run(argv: list[str]) -> int:
     if not argv:
         _say([USAGE])
         return 2
-    if argv[0] in AGENT_HOOKS and len(argv) == 1:
+    if argv[0] in AGENT_HOOKS and len(argv) <= 2:  # the agent's name may follow (agent-hooks writes it)
         return agent_hook(argv[0])
     try:
         if argv[0] == "check-path" and len(argv) >= 2:

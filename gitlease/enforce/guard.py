@@ -35,7 +35,28 @@ from gitlease.enforce import rules as enforce
 # Tools that write the file their payload names: a payload of one of these without a path is refused.
 EDIT_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "replace"})
 PATH_KEYS = ("file_path", "notebook_path", "path")
-PATCH_HEADERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+# Tools that only read: never refused, whatever path they name.
+READ_TOOLS = frozenset(
+    {
+        "Read",
+        "NotebookRead",
+        "Glob",
+        "Grep",
+        "LS",
+        "WebFetch",
+        "WebSearch",
+        "read_file",
+        "read_many_files",
+        "list_directory",
+        "glob",
+        "search_file_content",
+        "grep_search",
+        "web_fetch",
+        "google_web_search",
+    }
+)
+READ_EVENTS = frozenset({"beforeReadFile"})  # Cursor
+PATCH_HEADERS = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
 GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY")
 
 REFUSE = 2  # what an agent's hook runner treats as "block, and tell the model why" (stderr)
@@ -45,10 +66,10 @@ CHECK_REFUSED = 4  # check-path: the pre-commit hook's code for a path that may 
 class Outcome:
     """What the entry prints (to stderr) and the exit code."""
 
-    __slots__ = ("code", "lines")
+    __slots__ = ("code", "lines", "stdout")
 
-    def __init__(self, code: int = 0, lines=()) -> None:
-        self.code, self.lines = code, list(lines)
+    def __init__(self, code: int = 0, lines=(), stdout: str = "") -> None:
+        self.code, self.lines, self.stdout = code, list(lines), stdout
 
 
 # ----------------------------------------------------------------------------- payloads
@@ -96,8 +117,8 @@ def edited_paths(doc: dict) -> list[str]:
 def patch_paths(patch: str) -> list[str]:
     """Every path a Codex ``apply_patch`` patch adds, updates, deletes or moves a file to."""
     out = []
-    for line in patch.split("\n"):
-        line = line.rstrip("\r")
+    for line in patch.splitlines():
+        line = line.strip()  # Codex's parser trims each header line: leading spaces and tabs too
         for head in PATCH_HEADERS:
             if line.startswith(head) and line[len(head) :].strip():
                 out.append(line[len(head) :].strip())
@@ -106,25 +127,111 @@ def patch_paths(patch: str) -> list[str]:
 
 # ------------------------------------------------------------------------------- paths
 
+# The agents' own hook settings: what keeps the fence up. No agent edits them (pre-edit refuses, post-shell puts
+# them back); matched by their last two path components, wherever they are.
+FENCE_FILES = frozenset(
+    {
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".codex/hooks.json",
+        ".codex/config.toml",
+        ".gemini/settings.json",
+        ".cursor/hooks.json",
+        "claude-code/managed-settings.json",
+        "gemini-cli/settings.json",
+    }
+)
 
-def locate(path: str, *, folder: bool = False) -> tuple[str, str] | None:
-    """(worktree root, path relative to it) of the file ``path`` (absolute) writes: symlinks resolved (a
-    missing tail is kept as it is), the root the nearest folder above it (or, ``folder``, at it) that has a
-    ``.git``. None outside every git worktree."""
-    real = os.path.realpath(path)
-    here = real if folder else os.path.dirname(real)
+
+def is_fence_file(path: str) -> bool:
+    head, _, name = path.rpartition("/")
+    return f"{head.rpartition('/')[2]}/{name}" in FENCE_FILES
+
+
+def is_git_dir(d: str) -> bool:
+    """Whether ``d`` is a git directory (git's own test, in short: a HEAD, and objects and refs or, for a linked
+    worktree's, a commondir): a bare repository, a ``.git`` folder, a worktree's admin folder."""
+    j = os.path.join
+    if not os.path.isfile(j(d, "HEAD")):
+        return False
+    return os.path.isfile(j(d, "commondir")) or (os.path.isdir(j(d, "objects")) and os.path.isdir(j(d, "refs")))
+
+
+def worktree_git_dir(top: str) -> str | None:
+    """The git dir of the worktree whose top is ``top``: its ``.git`` folder, or where its ``.git`` file points,
+    if that is a real git dir (as git finds repositories: an empty ``.git`` folder is no repository)."""
+    dot = os.path.join(top, ".git")
+    if os.path.isdir(dot):
+        return dot if is_git_dir(dot) else None
+    try:
+        with open(dot, encoding="utf-8") as fh:
+            first = fh.readline().strip()
+    except OSError:
+        return None
+    if not first.startswith("gitdir: "):
+        return None
+    target = os.path.normpath(os.path.join(top, first[len("gitdir: ") :]))
+    return target if is_git_dir(target) else None
+
+
+class Place:
+    """Where an absolute path lies: in a worktree (``root``, ``rel``), inside a git directory (``git``: a
+    ``.git`` folder, a bare repository such as a lease store), or outside every repository (both None)."""
+
+    __slots__ = ("root", "rel", "git")
+
+    def __init__(self, root: str | None = None, rel: str = "", git: str | None = None) -> None:
+        self.root, self.rel, self.git = root, rel, git
+
+
+def locate(path: str, *, folder: bool = False) -> Place:
+    """The Place of ``path`` (absolute, taken as it is: callers resolve it first), found from the folder it is
+    in (``folder``: from itself) upwards."""
+    here = path if folder else os.path.dirname(path)
     while True:
-        if os.path.lexists(os.path.join(here, ".git")):
-            rel = os.path.relpath(real, here)
-            return here, ("." if rel == os.curdir else rel.replace(os.sep, "/"))
+        if worktree_git_dir(here) is not None:
+            rel = os.path.relpath(path, here)
+            rel = "." if rel == os.curdir else rel.replace(os.sep, "/")
+            if inside_git_dir(rel):
+                return Place(git=os.path.join(here, ".git"))
+            return Place(here, rel)
+        if is_git_dir(here):
+            return Place(git=here)
         parent = os.path.dirname(here)
         if parent == here:
-            return None
+            return Place()
         here = parent
 
 
 def inside_git_dir(rel: str) -> bool:
     return any(part == ".git" for part in rel.split("/"))
+
+
+class Target:
+    """One path an edit writes: as the client reads it (``lexical``: joined to the cwd and normalised without
+    following links, as the agents do) and the file the kernel then writes (``real``: links followed)."""
+
+    __slots__ = ("given", "lexical", "real", "lex_place", "real_place")
+
+    def __init__(self, given: str, cwd: str) -> None:
+        self.given = given
+        self.lexical = os.path.normpath(os.path.join(cwd, given))  # an absolute path stays itself
+        self.real = os.path.realpath(self.lexical)
+        self.real_place = locate(self.real)
+        self.lex_place = self.real_place if self.real == self.lexical else locate(self.lexical)
+
+    def shown(self) -> str:
+        p = self.lex_place if self.lex_place.root else self.real_place
+        return enforce.show_path(p.rel if p.root else self.lexical)
+
+    def refusal(self) -> str | None:
+        """Why the path is refused whatever the leases say (a git directory, the fence's own files), or None."""
+        if self.real_place.git or self.lex_place.git:
+            where = self.real_place.git or self.lex_place.git or ""
+            return f"is inside a git directory ({enforce.show_path(where)}: git's own files); leave it alone"
+        if is_fence_file(self.lexical) or is_fence_file(self.real):
+            return "is an agent's hook settings (what keeps the leases enforced); agents may not change it"
+        return None
 
 
 # ------------------------------------------------------------------------------- checks
@@ -142,6 +249,14 @@ class Verdict:
         self.mine: list = []
         self.warn = False
         self.error: GitLeaseError | None = None
+
+    def cover(self, rel: str, now: float) -> str | None:
+        """The scope of this worktree's current lease that holds ``rel`` (as ``lease scope``), or None."""
+        for m in self.mine:
+            s = enforce.covering(m.paths, rel) if m.usable(now) else None
+            if s is not None:
+                return f"{m.lease_id} {s}"
+        return None
 
 
 def check_worktree(root: str, rels: list[str], now: float) -> Verdict:
@@ -169,6 +284,7 @@ def check_worktree(root: str, rels: list[str], now: float) -> Verdict:
         mode = enforce.effective_mode(configured, bool(v.mine))
         v.mode = "others" if mode == "warn" and not v.mine else ("strict" if mode == "warn" else mode)
         lookup = entry.LocalLookup(gdir, cfg, v.mine, now, read_records)
+        v.mine = entry.narrow_to_store(v.mine, lookup)
         v.violations = enforce.check(rels, v.mine, v.mode, now, lookup, who="this worktree")
     except GitLeaseError as exc:
         v.error = exc
@@ -192,21 +308,76 @@ def read_records(oids) -> dict:
     return out
 
 
-def group(paths: list[str], cwd: str) -> tuple[dict[str, list[str]], list[str]]:
-    """{worktree root: [relative paths]} of the files ``paths`` write, and the paths inside a .git folder."""
+class Checked:
+    """Every path of one tool call judged: lines refusing, lines warning."""
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+        self.warned: list[str] = []
+
+
+def judge(
+    paths: list[str], cwd: str, now: float, prefix: str = "edit refused: ", what: str = "edit", raises: bool = False
+) -> Checked:
+    """Judge the files ``paths`` (relative to ``cwd``) write: git directories and the fence's files always
+    refused; the rest by the leases of the worktree each is in, the path as the client reads it and the file
+    it writes (through links) both, and refused when the two lie in different scopes. ``raises``: a worktree
+    that cannot be checked raises its error (check-path's exit codes) instead of a refusal line."""
+    out = Checked()
+    targets = [Target(p, cwd) for p in paths]
     by_root: dict[str, list[str]] = {}
-    in_git: list[str] = []
-    for p in paths:
-        found = locate(os.path.join(cwd, p))  # an absolute p stays itself
-        if found is None:
-            continue  # outside every repository: not gitlease's business
-        root, rel = found
-        if inside_git_dir(rel):
-            in_git.append(rel)
+    for t in targets:
+        why = t.refusal()
+        if why is not None:
+            out.refused.append(f"gitlease: {prefix}{t.shown()} {why}")
             continue
-        if rel != ".":
-            by_root.setdefault(root, []).append(rel)
-    return by_root, in_git
+        for place in (t.lex_place, t.real_place):
+            if place.root is not None and place.rel != "." and place.rel not in by_root.get(place.root, ()):
+                by_root.setdefault(place.root, []).append(place.rel)
+    verdicts = {}
+    for root, rels in by_root.items():
+        verdict = verdicts[root] = check_worktree(root, rels, now)
+        if raises and verdict.error is not None and not verdict.warn:
+            raise verdict.error
+        report(verdict, now, out, prefix, what)
+    for t in targets:
+        if t.lexical != t.real and t.refusal() is None and disagree(t, verdicts, now):
+            real = enforce.show_path(t.real_place.rel or t.real)
+            out.refused.append(
+                f"gitlease: {prefix}{t.shown()} writes {real} through a symbolic link, in another scope than its "
+                f"own path; edit {real} by its own path, or leave it alone"
+            )
+    return out
+
+
+def disagree(t: Target, verdicts: dict, now: float) -> bool:
+    """Whether a path written through a link lies in another scope (worktree, or lease of it) than the path as
+    given. A link out of every repository writes nothing gitlease guards: no disagreement."""
+    real, lex = t.real_place, t.lex_place
+    if real.root is None:
+        return False
+    if lex.root is None or os.path.realpath(lex.root) != os.path.realpath(real.root):
+        return True
+    v = verdicts.get(real.root)
+    return v is None or v.cover(lex.rel, now) != v.cover(real.rel, now)
+
+
+def report(verdict: Verdict, now: float, out: Checked, prefix: str, what: str) -> None:
+    """One worktree's verdict as lines: an error (fail closed unless warn), and each violation."""
+    warn = "gitlease: warning (lease.enforce=warn): "
+    if verdict.error is not None:
+        if verdict.warn:
+            out.warned.append(f"{warn}{what} not checked: {verdict.error.message}")
+        else:
+            out.refused.append(f"gitlease: {prefix}{verdict.error.message}")
+        return
+    for v in verdict.violations:
+        why, todo = explain(v, verdict, now)
+        line = f"{enforce.show_path(v.path)} {why}; {todo}"
+        if verdict.warn:
+            out.warned.append(f"{warn}{what} of {line}")
+        else:
+            out.refused.append(f"gitlease: {prefix}{line}")
 
 
 def explain(v, verdict: Verdict, now: float) -> tuple[str, str]:
@@ -239,129 +410,43 @@ def explain(v, verdict: Verdict, now: float) -> tuple[str, str]:
     return (f"({v.reason})", "stop writing, and acquire the lease again (git lease status shows what is held)")
 
 
-def _mode_label(verdict: Verdict) -> str:
-    return "warn" if verdict.warn else verdict.mode
-
-
 # ------------------------------------------------------------------------------ commands
 
 
 def pre_edit(data: bytes, now: float) -> Outcome:
-    """The agent's pre-tool hook: refuse (exit 2, one line per path) an edit the leases do not allow."""
+    """The agent's pre-tool hook: refuse (exit 2, one line per path) an edit the leases do not allow. A read
+    is never refused."""
     doc = parse_payload(data)
+    if doc.get("tool_name") in READ_TOOLS or doc.get("hook_event_name") in READ_EVENTS:
+        return Outcome()
     paths = edited_paths(doc)
     if not paths:
         if doc.get("tool_name") in EDIT_TOOLS:
             raise GitLeaseError(f"cannot tell which file the {doc.get('tool_name')} call writes (no file_path)")
         return Outcome()
-    by_root, in_git = group(paths, payload_cwd(doc))
-    lines = [
-        f"gitlease: edit refused: {enforce.show_path(p)} is inside a .git folder (git's own files); leave it alone"
-        for p in in_git
-    ]
-    warnings: list[str] = []
-    for root, rels in by_root.items():
-        verdict = check_worktree(root, rels, now)
-        if verdict.error is not None:
-            if verdict.warn:
-                warnings.append(f"gitlease: warning (lease.enforce=warn): edit not checked: {verdict.error.message}")
-                continue
-            lines.append(f"gitlease: edit refused: {verdict.error.message}")
-            continue
-        for v in verdict.violations:
-            why, todo = explain(v, verdict, now)
-            line = f"{enforce.show_path(v.path)} {why}; {todo}"
-            if verdict.warn:
-                warnings.append(f"gitlease: warning (lease.enforce=warn): edit of {line}")
-            else:
-                lines.append(f"gitlease: edit refused: {line}")
-    if lines:
-        return Outcome(REFUSE, lines + warnings)
-    return Outcome(0, warnings)
+    got = judge(paths, payload_cwd(doc), now)
+    return Outcome(REFUSE if got.refused else 0, got.refused + got.warned)
 
 
-def changed_paths(root: str) -> list[str]:
-    """Paths of the worktree at ``root`` that differ from HEAD (staged or not), new (not ignored) or deleted."""
-    from gitlease.enforce import entry
-
-    rc, out = entry._git(["status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all"], cwd=root)
-    if rc != 0:
-        raise GitLeaseError("cannot list the worktree's changes (git status failed)")
-    return sorted({item[3:] for item in enforce.zsplit(out) if len(item) > 3})
-
-
-def post_shell(data: bytes, now: float) -> Outcome:
-    """After a shell tool: every changed or new path of the worktree that the leases do not allow, reported
-    (exit 2) so that the model reverts it or extends its lease. The command has run: this cannot undo it."""
-    doc = parse_payload(data)
-    found = locate(payload_cwd(doc), folder=True)
-    if found is None:
-        return Outcome()
-    root = found[0]
-    paths = changed_paths(root)
-    in_git = [p for p in paths if inside_git_dir(p)]
-    paths = [p for p in paths if not inside_git_dir(p)]
-    if not paths and not in_git:
-        return Outcome()
-    verdict = check_worktree(root, paths, now)
-    if verdict.error is not None:
-        if verdict.warn:
-            return Outcome(0, [f"gitlease: warning (lease.enforce=warn): changes not checked: {verdict.error.message}"])
-        return Outcome(REFUSE, [f"gitlease: the command's changes could not be checked: {verdict.error.message}"])
-    rows = [(enforce.show_path(p), "is inside a .git folder (git's own files)", "") for p in in_git]
-    for v in verdict.violations:
-        why, todo = explain(v, verdict, now)
-        rows.append((enforce.show_path(v.path), why, todo))
-    if not rows:
-        return Outcome()
-    n = len(rows)
-    head = (
-        f"gitlease: after this command, {n} changed path{'s' if n != 1 else ''} of the worktree "
-        f"{'lie' if n != 1 else 'lies'} outside what this worktree may write (lease.enforce={_mode_label(verdict)}):"
-    )
-    lines = [head] + [f"  {p} {why}" for p, why, _ in rows[:50]]
-    if n > 50:
-        lines.append(f"  ... and {n - 50} more")
-    lines.append(_revert_hint(verdict, now))
-    if verdict.warn:
-        return Outcome(0, ["gitlease: warning (lease.enforce=warn): " + lines[0][len("gitlease: ") :]] + lines[1:-1])
-    return Outcome(REFUSE, lines)
-
-
-def _revert_hint(verdict: Verdict, now: float) -> str:
+def revert_hint(verdict: Verdict, now: float) -> str:
     outside = [v.path for v in verdict.violations if v.holder is None and v.reason.startswith("not leased by")]
     usable = [m for m in verdict.mine if m.usable(now)]
     scopes = " ".join(f"--scope {enforce.show_path(p)}" for p in outside[:10])
-    hint = "gitlease: revert them (git checkout -- PATH; delete what is new)"
+    hint = "gitlease: undo those changes (git checkout -- PATH, or remove a file the command created)"
     if outside and len(usable) == 1:
         hint += f", or extend the lease: git lease extend {usable[0].lease_id} {scopes}"
     elif outside and usable:
         hint += f", or extend one of your leases: git lease extend LEASE {scopes}"
     elif outside:
         hint += f", or acquire them: git lease acquire {scopes}"
-    return hint + "; the commit hook refuses them as they are"
+    return hint
 
 
 def check_path(paths: list[str], now: float) -> Outcome:
     """``check-path PATH...`` (relative to the current folder): exit 0 when each may be written (this
     worktree's, or free and allowed by lease.enforce, or outside every repository), 4 when one may not."""
-    by_root, in_git = group(paths, os.getcwd())
-    lines = [f"gitlease: {enforce.show_path(p)} is inside a .git folder (git's own files): refused" for p in in_git]
-    warnings: list[str] = []
-    for root, rels in by_root.items():
-        verdict = check_worktree(root, rels, now)
-        if verdict.error is not None:
-            if verdict.warn:
-                warnings.append(f"gitlease: warning (lease.enforce=warn): not checked: {verdict.error.message}")
-                continue
-            raise verdict.error
-        for v in verdict.violations:
-            why, todo = explain(v, verdict, now)
-            line = f"{enforce.show_path(v.path)} {why}; {todo}"
-            (warnings if verdict.warn else lines).append(
-                f"gitlease: warning (lease.enforce=warn): {line}" if verdict.warn else f"gitlease: refused: {line}"
-            )
-    return Outcome(CHECK_REFUSED if lines else 0, lines + warnings)
+    got = judge(paths, os.getcwd(), now, prefix="refused: ", what="write", raises=True)
+    return Outcome(CHECK_REFUSED if got.refused else 0, got.refused + got.warned)
 
 
-__all__ = ["Outcome", "pre_edit", "post_shell", "check_path", "locate", "edited_paths", "patch_paths"]
+__all__ = ["Outcome", "pre_edit", "check_path", "locate", "judge", "edited_paths", "patch_paths"]

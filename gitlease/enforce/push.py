@@ -249,10 +249,13 @@ def fenced_push(
     *,
     ttl: int | None = None,
     also: Sequence[str] = (),
+    within: Sequence[str] | None = None,
 ) -> PushResult:
     """Check every commit the push would land, then push the branches and renew ``lease_id`` in one atomic
     push (module docstring). ``also``: more ``OID:REF`` refspecs outside ``refs/heads/`` (fast-forwards, never
     ``+``) landed in the same atomic push (the queue runner's task outcome: gitlease.service.outcomes).
+    ``within``: scopes every landed path must also lie in (the queue runner's task scope: a lease extended
+    mid-task lands no more than its task declared), whatever the lease holds now.
     Raises UsageError (exit 2), NotHeld, ScopeViolation (exit 4), LeaseLost (6),
     PushRejected (1, the server's reasons in ``details["server"]``), RemoteUnavailable (1)."""
     svc.check_fence(remote)
@@ -261,6 +264,8 @@ def fenced_push(
     targets = resolve_targets(svc, remote, refspecs)
     paths, commits = landing(svc.repo.cwd, targets)
     mode, violations, warnings = check_landing(svc, lease_id, paths)
+    if within is not None and mode != "off":
+        violations = violations + _outside(paths, within, {v.path for v in violations})
     if violations:
         _refuse(lease_id, mode, violations, targets)
     got = svc.push_fenced(lease_id, remote, [t.refspec for t in targets] + list(also), ttl=ttl)
@@ -275,6 +280,45 @@ def fenced_push(
         paths=paths,
         warnings=warnings,
     )
+
+
+def check_task_landing(
+    svc: LeaseService,
+    remote: str,
+    lease_id: str,
+    head: str,
+    base: str | None,
+    *,
+    within: Sequence[str] | None = None,
+) -> list[str]:
+    """The check ``fenced_push`` makes, for one commit of a landing that pushes several (the queue runner's
+    landing train, which pushes the branch and every task's renewal itself): every path of the commits ``head``
+    brings over ``base`` (None: over the remote's default branch) must lie in ``lease_id`` as the store has it,
+    outside every other live lease, and in ``within`` when given. Returns those paths; raises ScopeViolation (exit
+    4) or LeaseLost (exit 6), as ``fenced_push`` does, and nothing is pushed."""
+    svc.check_fence(remote)
+    if lease_id not in svc.held_here():
+        raise LeaseLost(f"lease lost: {lease_id} is no longer held by this worktree; nothing was pushed (stop writing)")
+    if base is None:
+        _olds, base = remote_heads(svc, remote, [])
+    paths = sorted(touched_paths(svc.repo.cwd, [head], [base] if base else []))
+    mode, violations, _warnings = check_landing(svc, lease_id, paths)
+    if within is not None and mode != "off":
+        violations = violations + _outside(paths, within, {v.path for v in violations})
+    if violations:
+        target = Target(head, head, head, "refs/heads/?", None, base)
+        _refuse(lease_id, mode, violations, [target])
+    return paths
+
+
+def _outside(paths: Sequence[str], within: Sequence[str], seen: set[str]) -> list[enforce.Violation]:
+    """A violation for each path outside ``within`` (and not refused already)."""
+    why = f"outside the task's own scope ({' '.join(within)}; --allow-extend lets it grow)"
+    return [
+        enforce.Violation(p, enforce.suggest_scope(p), why)
+        for p in paths
+        if p not in seen and enforce.covering(within, p) is None
+    ]
 
 
 def _refuse(lease_id: str, mode: str, violations: list[enforce.Violation], targets: Sequence[Target]) -> None:
@@ -338,6 +382,7 @@ __all__ = [
     "resolve_targets",
     "landing",
     "check_landing",
+    "check_task_landing",
     "push_defaults",
     "push_remote",
     "current_branch",

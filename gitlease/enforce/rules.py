@@ -17,7 +17,7 @@ import os
 
 from gitlease.core.errors import InvalidRecord
 from gitlease.core.modes import MODES, effective_mode, parse_mode  # noqa: F401  (re-exported for the hooks)
-from gitlease.core.refnames import ID_PREFIX, SCOPE_REF, prefix_refs
+from gitlease.core.refnames import ID_PREFIX, prefix_refs
 
 ROOT = "."
 
@@ -80,7 +80,7 @@ def zsplit(data: bytes) -> list[str]:
 class Mine:
     """A lease the checker holds (from held.json, or named to ``verify``), as far as it is known."""
 
-    __slots__ = ("lease_id", "paths", "expires_at", "grant", "problem", "ungranted")
+    __slots__ = ("lease_id", "paths", "expires_at", "grant", "problem", "ungranted", "current")
 
     def __init__(
         self,
@@ -95,6 +95,7 @@ class Mine:
         self.lease_id, self.paths, self.expires_at, self.grant = lease_id, tuple(paths), expires_at, grant
         self.problem = problem  # why it no longer counts (lost on the remote, ...), None if fine
         self.ungranted = tuple(ungranted)  # paths the local state lists that the store does not grant it
+        self.current: tuple[str, ...] = ()  # held.json's current (and pending) version oids, when read from it
 
     def usable(self, now: float) -> bool:
         return self.problem is None and not expired(self.expires_at, now)
@@ -336,7 +337,9 @@ def load_held(path: str) -> list[Mine]:
             paths = h["paths"]
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
                 raise ValueError("paths")
-            out.append(Mine(str(h["lease_id"]), paths, _stop_by(h), str(h["grant"])))
+            m = Mine(str(h["lease_id"]), paths, _stop_by(h), str(h["grant"]))
+            m.current = tuple(str(o) for o in (h.get("current"), h.get("pending")) if o)
+            out.append(m)
         return out
     except (ValueError, TypeError, AttributeError, KeyError, UnicodeDecodeError):
         raise InvalidRecord(
@@ -388,17 +391,15 @@ def load_refs_cache(common: str, store_name: str) -> tuple[dict, float] | None:
 # ------------------------------------------------------------------ others' leases from refs
 
 
-def holders_from_refs(paths, refs: dict, mine_grants, records, now: float, skew: int) -> dict:
-    """{path: Holder} for the paths some lease in ``refs`` (a listing of refs/leases/*) covers, other than
-    ours (``mine_grants``: grant oids of our leases) and not expired beyond ``skew``. ``records(oids)``
-    returns {oid: record dict or None (unreadable)}; called once, only when some path is covered."""
-    scope_refs = {r: o for r, o in refs.items() if r == SCOPE_REF or r.startswith(SCOPE_REF + "/")}
-    if not scope_refs:
-        return {}
+def holders_from_refs(paths, refs, mine_grants, records, now: float, skew: int) -> dict:
+    """{path: Holder} for the paths some lease in ``refs`` covers, other than ours (``mine_grants``: grant oids
+    of our leases) and not expired beyond ``skew``. ``refs``: a listing of refs/leases/* (a dict), or anything
+    with the dict's ``get`` (the hooks read only the refs asked for: entry.RefView). ``records(oids)`` returns
+    {oid: record dict or None (unreadable)}; called once, only when some path is covered."""
     hits: dict[str, tuple[str, str]] = {}  # path -> (scope, grant oid)
     for p in paths:
         for ref, scope in prefix_refs(p):
-            oid = scope_refs.get(ref)
+            oid = refs.get(ref)
             if oid is not None and oid not in mine_grants:
                 hits[p] = (scope, oid)
                 break
@@ -410,8 +411,9 @@ def holders_from_refs(paths, refs: dict, mine_grants, records, now: float, skew:
     for g in grants:
         rec = recs.get(g)
         lid = rec.get("leaseId") if isinstance(rec, dict) else None
-        if isinstance(lid, str) and refs.get(ID_PREFIX + lid):
-            current[g] = refs[ID_PREFIX + lid]
+        cur = refs.get(ID_PREFIX + lid) if isinstance(lid, str) else None
+        if cur:
+            current[g] = cur
     recs.update(records(set(current.values()) - set(recs)))
     out: dict[str, Holder] = {}
     for p, (scope, g) in hits.items():

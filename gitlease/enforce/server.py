@@ -40,6 +40,7 @@ from gitlease.core.refnames import (
     QUARANTINE_PREFIX,
     SCOPE_REF,
     TASK_PREFIX,
+    VERDICT_PREFIX,
     decode_segment,
     is_scope_ref,
     path_of_scope_ref,
@@ -114,7 +115,7 @@ def _server_trust():
     if _TRUST_CACHE:
         return _TRUST_CACHE[0]
     from gitlease.core.config import resolve
-    from gitlease.identity.trust import Trust, _parse
+    from gitlease.identity.trust import Trust, describe_files, parse_files, read_trust_files
 
     try:
         config = dict(
@@ -126,11 +127,12 @@ def _server_trust():
     except ValueError:
         config = {}
     path = resolve(config, env={}).allowed_signers
-    res = gitcmd.run(["cat-file", "blob", f"HEAD:{path}"], check=False, keep_repo_env=True)
-    if res.returncode != 0:
+    files = read_trust_files("HEAD", path, cwd=None, keep_repo_env=True)  # and the signer files beside it
+    if not files:
         trust = Trust(None, f"no trust file ({path} not on this repository's HEAD)")
     else:
-        trust = Trust(_parse(res.stdout, f"{path} on HEAD"), f"{path} on HEAD")
+        signers, origins = parse_files(files, "HEAD")
+        trust = Trust(signers, f"{describe_files(path, files)} on HEAD", origins)
     _TRUST_CACHE.append(trust)
     return trust
 
@@ -165,7 +167,8 @@ def parked(ref: str) -> bool:
 
 
 def shape(ref: str) -> str | None:
-    """id | scope | task | outcome | probe | audit for a ref name of one of gitlease's shapes, else None."""
+    """id | scope | task | outcome | probe | verdict | audit for a ref name of one of gitlease's shapes, else
+    None."""
     if ref.startswith(ID_PREFIX):
         return "id" if records.LEASE_ID.match(ref[len(ID_PREFIX) :]) else None
     if is_scope_ref(ref):
@@ -190,6 +193,8 @@ def shape(ref: str) -> str | None:
         return "outcome" if name and "/" not in name else None
     if ref.startswith(PROBE_PREFIX):
         return "probe" if len(ref) > len(PROBE_PREFIX) else None
+    if ref.startswith(VERDICT_PREFIX):
+        return "verdict" if re.fullmatch(r"[0-9a-f]{20}", ref[len(VERDICT_PREFIX) :]) else None
     if ref.startswith(AUDIT_PREFIX):
         name = ref[len(AUDIT_PREFIX) :]
         return "audit" if name and "/" not in name else None
@@ -222,7 +227,8 @@ class _Push:
             if kind is None:
                 self.problems.append(
                     f"{ref}: not a gitlease ref (only {ID_PREFIX}<lease>, {SCOPE_REF}[/<path>], "
-                    f"{TASK_PREFIX}<task>, {OUTCOME_PREFIX}<task>, {PROBE_PREFIX}... and {AUDIT_PREFIX}<writer> "
+                    f"{TASK_PREFIX}<task>, {OUTCOME_PREFIX}<task>, {PROBE_PREFIX}..., {VERDICT_PREFIX}<server> and "
+                    f"{AUDIT_PREFIX}<writer> "
                     "live here)"
                 )
             elif not ZERO.match(new):
@@ -234,6 +240,7 @@ class _Push:
                     pass
         self._scope_changes()
         self._pair_creates()
+        self._check_parked()
         self._check_deletes()
         return self.problems
 
@@ -294,33 +301,67 @@ class _Push:
         self.task_creates.setdefault(new, set()).add(decode_segment(ref[len(TASK_PREFIX) :]))
 
     def _write_outcome(self, old: str, new: str, ref: str) -> None:
-        """A queued task's outcome (gitlease.service.outcomes): a commit holding only its canonical record,
-        naming that task, whose first parent is the outcome it replaces (none for the first)."""
-        from gitlease.service.outcomes import FILE, check_record
+        """A queued task's outcome (gitlease.service.outcomes): a commit holding only its canonical record (and,
+        signed, its signature), naming that task, whose first parent is the outcome it replaces (none for the
+        first); signed by a key trusted for its writer on a signed store; moving only forward (a final outcome
+        reopened only by a rerun); and, for a task done, naming a landed commit that the branch it names holds
+        (after this push)."""
+        from gitlease.service.outcomes import FILE, SIG_FILE, move_problem, parse_record
 
-        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}"])
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}", f"{new}:{SIG_FILE}", f"{old}:{FILE}"])
         kind, body = got.get(new, (None, b""))
         parents = tuple(ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent "))
         kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
+        sig = got.get(f"{new}:{SIG_FILE}", (None, None))[1]
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
-        problem = None
-        if kind != "commit" or kind_f != "blob" or _tree_names(tree) != [FILE]:
-            problem = f"a commit holding only {FILE}"
+        task = decode_segment(ref[len(OUTCOME_PREFIX) :])
+        problem, doc = None, None
+        if kind != "commit" or kind_f != "blob" or sorted(_tree_names(tree) or ()) not in ([FILE], [FILE, SIG_FILE]):
+            problem = f"a commit holding only {FILE} (and, signed, {SIG_FILE})"
         elif parents != (() if ZERO.match(old) else (old,)):
             problem = "its parent must be exactly the outcome it replaces"
         else:
-            problem = check_record(data, decode_segment(ref[len(OUTCOME_PREFIX) :]))
+            doc, problem = parse_record(data, task)
+        if doc is not None:
+            from gitlease.identity.trust import check_outcome
+
+            previous = None if ZERO.match(old) else parse_record(got.get(f"{old}:{FILE}", (None, b""))[1], task)[0]
+            problem = (
+                check_outcome(_server_trust(), doc, data, sig)
+                or move_problem(previous, doc)
+                or self._landed_problem(doc)
+            )
         if problem:
             self.problems.append(f"{ref}: not a gitlease task outcome ({problem})")
+
+    def _landed_problem(self, doc: dict) -> str | None:
+        """A ``done`` outcome naming a commit: that commit must be on the branch it names, as this push leaves
+        that branch."""
+        landed, branch = doc.get("landed"), doc.get("branch")
+        if doc.get("state") != "done" or landed is None or branch is None:
+            return None
+        if not isinstance(branch, str) or not branch.startswith("refs/heads/"):
+            return f"the branch it landed on must be a branch, not {branch!r}"
+        tip = next((n for _o, n, r in self.updates if r == branch), None)
+        if tip is None:
+            tip = _read(["rev-parse", "--verify", "--quiet", branch], check=False).out.strip()
+        if not tip or ZERO.match(tip):
+            return f"it names {branch}, which this repository does not have"
+        res = _read(["merge-base", "--is-ancestor", str(landed), tip], check=False)
+        if res.returncode != 0:
+            return f"the commit it says landed ({str(landed)[:12]}) is not on {branch}"
+        return None
 
     def _write_probe(self, old: str, new: str, ref: str) -> None:
         got = _cat([new, f"{new}^{{tree}}", f"{new}:{PROBE_FILE}"])
         kind, body = got.get(new, (None, b""))
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
         kind_f, data = got.get(f"{new}:{PROBE_FILE}", (None, b""))
+        head = body.split(b"\n\n", 1)[0].split(b"\n")
+        parents = [line[len(b"parent ") :].decode() for line in head if line.startswith(b"parent ")]
         ok = (
             kind == "commit"
-            and b"\nparent " not in body.split(b"\n\n", 1)[0]
+            and parents in ([], [] if ZERO.match(old) else [old])  # new, or a fast-forward of the probe before
             and kind_f == "blob"
             and data.startswith(PROBE_MAGIC)
             and len(data) <= PROBE_MAX_BYTES
@@ -328,8 +369,37 @@ class _Push:
         )
         if not ok:
             self.problems.append(
-                f"{ref}: not a doctor probe (a parentless commit holding only {PROBE_FILE}); nothing else "
+                f"{ref}: not a doctor probe (a commit holding only {PROBE_FILE}, parentless or on top of the "
+                f"probe it replaces); nothing else "
                 f"may be parked under {PROBE_PREFIX}"
+            )
+
+    def _write_verdict(self, old: str, new: str, ref: str) -> None:
+        """doctor's verdict (gitlease/service/verdict.py): a commit holding only its record (and, signed, its
+        signature), on top of the verdict it replaces. Its signature is checked by its readers."""
+        from gitlease.service.verdict import FILE, MAX_BYTES, SCHEMA, SIG
+
+        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}"])
+        kind, body = got.get(new, (None, b""))
+        head = body.split(b"\n\n", 1)[0].split(b"\n")
+        parents = [line[len(b"parent ") :].decode() for line in head if line.startswith(b"parent ")]
+        names = _tree_names(got.get(f"{new}^{{tree}}", (None, b""))[1])
+        kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
+        try:
+            doc = json.loads(data.decode("utf-8")) if kind_f == "blob" and len(data) <= MAX_BYTES else None
+        except (ValueError, UnicodeDecodeError):
+            doc = None
+        ok = (
+            kind == "commit"
+            and parents == ([] if ZERO.match(old) else [old])
+            and names in ([FILE], sorted([FILE, SIG]))
+            and isinstance(doc, dict)
+            and doc.get("schema") == SCHEMA
+        )
+        if not ok:
+            self.problems.append(
+                f"{ref}: not a doctor verdict (a commit holding only {FILE} of schema {SCHEMA}, and {SIG} when "
+                "signed, on top of the verdict it replaces)"
             )
 
     def _write_audit(self, old: str, new: str, ref: str) -> None:
@@ -337,7 +407,7 @@ class _Push:
         holding only the canonical entry (and, signed, its signature) whose first parent is the entry before it
         and, for the writer's first entry, at most the reclaimed version as its one parent; writer, prev and seq
         continue the log from ``old``. Every entry of the chain is judged and recorded."""
-        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, SCHEMA, canonical
+        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, MAX_ENTRY_BYTES, SCHEMA, canonical
 
         where = f"{ref}: not a gitlease audit entry"
         writer = ref[len(AUDIT_PREFIX) :]
@@ -371,7 +441,7 @@ class _Push:
             if (
                 kind != "commit"
                 or kind_e != "blob"
-                or len(data) > 64 * 1024
+                or len(data) > MAX_ENTRY_BYTES
                 or sorted(_tree_names(tree) or ()) != expect
             ):
                 self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
@@ -464,6 +534,23 @@ class _Push:
                 self.problems.append(
                     f"task refs {', '.join(sorted(tasks))}: created only with the lease of that task, at its "
                     "version 1, in the same push"
+                )
+
+    def _check_parked(self) -> None:
+        """Task outcomes and parked work only move forward: an outcome ref, or a quarantine ref (created once,
+        never overwritten), is deleted only by a prune that an audit entry of the same push records
+        (``git lease work --prune``): otherwise deleting a done task's outcome would let it land again."""
+        pruned = {r for d in self.audit if d.get("action") == "prune" for r in (d.get("refs") or {})}
+        for old, new, ref in self.updates:
+            if not (shape(ref) == "outcome" or parked(ref)) or ZERO.match(old):
+                continue
+            if not ZERO.match(new):
+                if parked(ref):
+                    self.problems.append(f"{ref}: parked work is never overwritten")
+            elif ref not in pruned:
+                self.problems.append(
+                    f"{ref}: outcomes and parked work are deleted only by a recorded prune "
+                    "(git lease work --prune AGE), never by a plain delete"
                 )
 
     def _check_deletes(self) -> None:
@@ -589,7 +676,7 @@ def check_lease_updates(updates: list[tuple[str, str, str]]) -> list[str]:
     """Problems with the updates of one push under refs/leases/ and refs/leases-audit/ (``(old, new, ref)``,
     zero oids for none): anything that is not gitlease's own record shapes (``_Push``)."""
     push = _Push(updates)
-    if not push.ours:
+    if not push.ours and not any(parked(r) for _o, _n, r in updates):
         return []
     return push.check()
 
@@ -723,6 +810,8 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     if lines[-1].startswith("acquire the scope first"):
         lines.pop()
     lines += judged.notes
+    if judged.unsigned:
+        lines.append(claims_mod.unsigned_hint(judged.unsigned, "BASE (where the branch starts)"))
     if untrusted is not None:
         lines.append(f"no lease claim is honoured until the trust file is fixed: {untrusted}")
     elif snap.signed_store:

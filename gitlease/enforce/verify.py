@@ -323,6 +323,7 @@ class Verdict:
     violations: list[enforce.Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     signed: bool | None = None  # whether the store is signed (claims need the owner key's commit signature)
+    unsigned: list[str] = field(default_factory=list)  # commits whose claim failed for want of an SSH signature
 
     @property
     def ok(self) -> bool:
@@ -341,6 +342,7 @@ class Verdict:
             "violations": [v.to_json() for v in self.violations],
             "notes": self.notes,
             "signed": self.signed,
+            "unsigned": self.unsigned,
         }
 
 
@@ -357,7 +359,8 @@ def _rev(cwd: str, name: str, what: str) -> str:
 
 def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple[list[str], str]:
     """The leases a change says it was made under: ``Lease:`` trailers of its commits, else a lease id in
-    the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions)."""
+    the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions, $CI_MERGE_REQUEST_SOURCE_BRANCH_NAME in
+    GitLab CI)."""
     res = gitcmd.run(
         ["log", f"--format=%(trailers:key={TRAILER},valueonly,separator=%x00)%x00", head, "--not", base, "--"], cwd=cwd
     )
@@ -366,17 +369,57 @@ def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple
     )
     if ids:
         return ids, "trailer"
-    for name in (head_name, os.environ.get("GITHUB_HEAD_REF")):
+    for name in (head_name, os.environ.get("GITHUB_HEAD_REF"), os.environ.get("CI_MERGE_REQUEST_SOURCE_BRANCH_NAME")):
         m = LEASE_IN_TEXT.search(name or "")
         if m:
             return [m.group(1)], "branch"
     return [], "none"
 
 
+def _git_out(cwd: str, *args: str) -> str:
+    res = gitcmd.run(list(args), cwd=cwd, check=False)
+    return res.out.strip() if res.returncode == 0 else ""
+
+
+def default_head(cwd: str) -> str:
+    """The current branch (its name may hold its lease's id), or HEAD when detached."""
+    return _git_out(cwd, "symbolic-ref", "-q", "--short", "HEAD") or "HEAD"
+
+
+def default_base(cwd: str, head: str) -> str:
+    """What ``head`` is compared with when no base is given: its upstream; the remote's default branch when the
+    upstream is the branch's own copy on the remote (a pushed feature branch), or when there is none."""
+    branch = head if head != "HEAD" and _git_out(cwd, "rev-parse", "--verify", "-q", f"refs/heads/{head}") else ""
+    remote = (_git_out(cwd, "config", f"branch.{branch}.remote") if branch else "") or "origin"
+    if branch:
+        upstream = _git_out(cwd, "rev-parse", "--abbrev-ref", "--symbolic-full-name", f"{branch}@{{upstream}}")
+        if upstream and _git_out(cwd, "config", f"branch.{branch}.merge") != f"refs/heads/{branch}":
+            return upstream
+    if remote == ".":  # tracking a branch of this repository: the remote's default is origin's
+        remote = "origin"
+    default = _git_out(cwd, "symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD")
+    for name in (default, f"{remote}/main", f"{remote}/master"):
+        if name and _git_out(cwd, "rev-parse", "--verify", "-q", f"{name}^{{commit}}"):
+            return name
+    raise UsageError(
+        f"no base to compare {head} with: it has no upstream and {remote} has no default branch here "
+        "(pass --base, e.g. --base origin/main)"
+    )
+
+
 def verify(
-    svc: LeaseService, *, base: str, head: str = "HEAD", lease_ids: list[str] | None = None, require_lease: bool = False
+    svc: LeaseService,
+    *,
+    base: str | None = None,
+    head: str | None = None,
+    lease_ids: list[str] | None = None,
+    require_lease: bool = False,
 ) -> Verdict:
+    """Check the commits of ``base..head`` (by default: the current branch against its upstream, see
+    ``default_head`` and ``default_base``) against the store."""
     cwd = svc.repo.cwd
+    head = head or default_head(cwd)
+    base = base or default_base(cwd, head)
     head_oid, base_oid = _rev(cwd, head, "head"), _rev(cwd, base, "base")
     count = gitcmd.run(["rev-list", "--count", head_oid, "--not", base_oid, "--"], cwd=cwd).out.strip()
     paths = touched_paths(cwd, [head_oid], [base_oid])
@@ -421,6 +464,7 @@ def verify(
         who="this change",
     )
     verdict.violations, verdict.notes, verdict.signed = judged.violations, judged.notes, snap.signed_store
+    verdict.unsigned = judged.unsigned
     return verdict
 
 
@@ -435,6 +479,10 @@ def describe(verdict: Verdict) -> list[str]:
     if verdict.ok:
         return [f"verify ok: {n} path{'s' if n != 1 else ''} in {c} commit{'s' if c != 1 else ''} ({span}), {scope}"]
     lines = [f"gitlease: {note}" for note in verdict.notes]
+    if verdict.unsigned:
+        from gitlease.enforce.claims import unsigned_hint
+
+        lines.append(f"gitlease: {unsigned_hint(verdict.unsigned, verdict.base)}")
     lines += enforce.refusal("verify", verdict.mode, verdict.violations, why=scope, mine="the change's leases")
     if verdict.leases and verdict.signed is False:
         lines.append("gitlease: this store is unsigned: the lease a change names is taken on trust (docs/limits.md)")

@@ -27,12 +27,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
+from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.fsutil import cache_path, locked, write_json
 from gitlease.core.sqlitefile import SqliteFile
-from gitlease.core.store import Blob, Store
+from gitlease.core.store import Blob, Store, parse_batch
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
 
@@ -52,6 +53,7 @@ class Trust:
 
     signers: tuple[sshsig.AllowedSigner, ...] | None
     source: str  # for people: where the trust file was read, or why there is none
+    origins: tuple[str, ...] = ()  # the file each signer came from (its line in ``signers``), where known
 
     @property
     def signed(self) -> bool:
@@ -749,13 +751,151 @@ def check_audit_entry(trust: Trust, doc: Mapping[str, object], data: bytes, sig:
     return None
 
 
+def check_outcome(trust: Trust, doc: Mapping[str, object], data: bytes, sig: bytes | None) -> str | None:
+    """The problem with one task outcome's signature (gitlease.service.outcomes; None: fine). As an audit
+    entry's: the SSHSIG (namespace gitlease) must verify over the exact ``outcome.json`` bytes by the key the
+    outcome names; on a signed store that key must be trusted for its writer (``by``) when it was written."""
+    if sig is None:
+        if doc.get("key"):
+            return "the outcome names a key but carries no signature"
+        if trust.signed:
+            return f"the outcome is unsigned, but this store is signed ({trust.source})"
+        return None
+    try:
+        key = sshsig.verify(sig, data, NAMESPACE)
+    except InvalidRecord as exc:
+        return f"signature: {exc}"
+    fp = sshsig.fingerprint_of(key)
+    named = doc.get("key")
+    if _key_words(named if isinstance(named, str) else None) != key:
+        return f"signed by key {fp}, not by the key the outcome names (forged or replaced)"
+    if not trust.signed:
+        return None
+    try:
+        when = parse_iso(str(doc.get("at")))
+    except ValueError:
+        return f"unreadable time {doc.get('at')!r}"
+    if not trust.trusted_for(str(doc.get("by")), key, when) and not trust.admin_principals(key, when):
+        return f"key {fp} is not trusted for writer {doc.get('by')!r} ({trust.source})"
+    return None
+
+
 # --------------------------------------------------------------------------------------------- loading
 
 
+# The trust is the allowed-signers file and, next to it, a folder of one file per signer (a host, or an agent):
+# ``.gitlease/allowed_signers`` and ``.gitlease/signers/<name>.pub``, each in allowed_signers format. Hosts that
+# join at the same time each add a file of their own, so their commits never conflict (``git lease trust``).
+SIGNERS_DIR = "signers"
+SIGNER_SUFFIX = ".pub"
+_FILE_MARK = "# gitlease-trust-file: "  # where each file starts in the combined text the trust cache keeps
+
+
+def signers_dir(path: str) -> str:
+    """The folder of per-signer files that goes with the trust file ``path`` (``.gitlease/signers``)."""
+    if os.path.isabs(os.path.expanduser(path)):
+        return os.path.join(os.path.dirname(os.path.expanduser(path)), SIGNERS_DIR)
+    head = path.rsplit("/", 1)[0] if "/" in path else ""
+    return f"{head}/{SIGNERS_DIR}" if head else SIGNERS_DIR
+
+
+def signer_file(path: str, name: str) -> str:
+    """Where signer ``name``'s file goes: ``.gitlease/signers/<name>.pub``."""
+    return f"{signers_dir(path)}/{name}{SIGNER_SUFFIX}"
+
+
+def read_trust_files(
+    commit: str, path: str, *, cwd: str | None, keep_repo_env: bool = False
+) -> list[tuple[str, bytes]]:
+    """(path, bytes) of the trust file and of each ``<signers>/<name>.pub`` in ``commit`` (already local),
+    trust file first, then the signer files by name: two git processes, whatever the number of signers.
+    InvalidRecord when they hold more than the trust limit (1 MiB) together."""
+    folder = signers_dir(path)
+    listed = gitcmd.run(
+        ["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", commit, "--", path, folder + "/"],
+        cwd=cwd,
+        keep_repo_env=keep_repo_env,
+        check=False,
+    )
+    if listed.returncode != 0:
+        return []
+    blobs: list[tuple[str, str]] = []
+    for item in gitcmd.zsplit(listed.out):
+        meta, _, name = item.partition("\t")
+        mode_kind_oid = meta.split()
+        if len(mode_kind_oid) != 3 or mode_kind_oid[1] != "blob":
+            continue
+        inside = name.startswith(folder + "/") and "/" not in name[len(folder) + 1 :]
+        if name == path or (inside and name.endswith(SIGNER_SUFFIX)):
+            blobs.append((name, mode_kind_oid[2]))
+    blobs.sort(key=lambda b: (b[0] != path, b[0]))
+    if not blobs:
+        return []
+    got = gitcmd.run(
+        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
+        cwd=cwd,
+        keep_repo_env=keep_repo_env,
+        input="".join(f"{oid} {name}\n" for name, oid in blobs).encode("utf-8", "surrogateescape"),
+        check=False,
+    )
+    contents = parse_batch(got.stdout)
+    out = [(name, contents[name][1]) for name, _ in blobs if name in contents]
+    if sum(len(data) for _, data in out) > sshsig_limit():
+        raise InvalidRecord(f"the trust files ({path}, {folder}/) are too large together", trustFile=path)
+    return out
+
+
+def combine(files: Sequence[tuple[str, bytes]]) -> bytes:
+    """The trust files as one allowed_signers text (what the trust cache keeps): each file after a comment line
+    naming it, so that ``parse_files`` can say which file a line came from."""
+    parts = []
+    for name, data in files:
+        text = data if data.endswith(b"\n") or not data else data + b"\n"
+        parts.append(_FILE_MARK.encode() + name.encode("utf-8", "surrogateescape") + b"\n" + text)
+    return b"".join(parts)
+
+
+def split_combined(data: bytes) -> list[tuple[str, bytes]]:
+    """``combine``'s files back; a text without marks (an older cache) is one file, named ``?``."""
+    mark = _FILE_MARK.encode()
+    if not data.startswith(mark):
+        return [("?", data)]
+    out: list[tuple[str, bytes]] = []
+    for i, chunk in enumerate(data.split(b"\n" + mark)):
+        name, _, body = (chunk[len(mark) :] if i == 0 else chunk).partition(b"\n")
+        out.append((name.decode("utf-8", "surrogateescape"), body))
+    return out
+
+
+def parse_files(
+    files: Sequence[tuple[str, bytes]], where: str
+) -> tuple[tuple[sshsig.AllowedSigner, ...], tuple[str, ...]]:
+    """The signers of every file, in order, and the file each came from. A file that does not parse raises
+    InvalidRecord naming it (one bad file refuses the whole trust: fail closed)."""
+    signers: list[sshsig.AllowedSigner] = []
+    origins: list[str] = []
+    for name, data in files:
+        got = _parse(data, f"{name} on {where}" if where else name)
+        signers += got
+        origins += [name] * len(got)
+    return tuple(signers), tuple(origins)
+
+
+def describe_files(path: str, files: Sequence[tuple[str, bytes]]) -> str:
+    """``.gitlease/allowed_signers and .gitlease/signers/ (3 files)``: which trust files there are."""
+    n = sum(1 for name, _ in files if name != path)
+    has_file = any(name == path for name, _ in files)
+    folder = f"{signers_dir(path)}/ ({n} file{'s' if n != 1 else ''})" if n else ""
+    if has_file and folder:
+        return f"{path} and {folder}"
+    return path if has_file else folder
+
+
 def load_trust(store: Store, path: str, *, cache_dir: str, required: bool, offline: bool = False) -> Trust:
-    """Read the allowed-signers file. ``path`` relative: a file in the store's default branch (the remote's
-    HEAD branch by ``git ls-remote --symref``, fetched by oid; for the local store the repository's own HEAD
-    branch). ``path`` absolute (or ``~/...``): a local file, for a single machine or a test.
+    """Read the allowed-signers file and the signer files next to it (``read_trust_files``). ``path``
+    relative: a file in the store's default branch (the remote's HEAD branch by ``git ls-remote --symref``,
+    fetched by oid; for the local store the repository's own HEAD branch). ``path`` absolute (or ``~/...``): a
+    local file (and the ``signers`` folder beside it), for a single machine or a test.
 
     ``required`` (a signing key is configured): a missing file raises InvalidRecord (exit 5). A file that does
     not parse always raises InvalidRecord. ``offline`` or an unreachable store: the last trust read from this
@@ -776,6 +916,7 @@ def load_trust(store: Store, path: str, *, cache_dir: str, required: bool, offli
             raise
         return cached
     where = f"the default branch of {store.name}"
+    neither = f"{path} nor {signers_dir(path)}/*{SIGNER_SUFFIX}"
     if head is None:
         data = None
         where = (
@@ -789,38 +930,58 @@ def load_trust(store: Store, path: str, *, cache_dir: str, required: bool, offli
         short = branch[len("refs/heads/") :] if branch.startswith("refs/heads/") else branch
         where = f"{short} ({commit[:12]}) of {store.name}"
         known = cache.at(commit, path, where)  # what this commit holds never changes: read it once
-        data = store.file_at(commit, path) if known is None else known[0]
-        source = f"{path} on {where}" if data is not None else f"no trust file ({path} not on {where})"
+        if known is None:
+            files = read_trust_files(commit, path, cwd=store.repo_dir)
+            data = combine(files) if files else None
+        else:
+            data = known[0]
+        source = (
+            f"{describe_files(path, split_combined(data))} on {where}"
+            if data is not None
+            else f"no trust file (neither {neither} on {where})"
+        )
     if data is None:
         if required:
             raise InvalidRecord(
-                f"lease.signingKey is set but there is no trust file: {path} is not on {where}; "
-                "commit an allowed_signers file there (git lease keygen prints its line), "
-                "or unset lease.signingKey",
+                f"lease.signingKey is set but there is no trust file: neither {neither} is on {where}; "
+                "trust this host's key there (git lease trust add), or unset lease.signingKey",
                 trustFile=path,
             )
         trust = Trust(None, source)
     else:
-        trust = Trust(_parse(data, f"{path} on {where}"), source)
+        signers, origins = parse_files(split_combined(data), where)
+        trust = Trust(signers, source, origins)
     cache.save(trust, data, (head[1], path, where) if head else None)
     return trust
 
 
 def _from_local_file(path: str, required: bool) -> Trust:
+    folder = signers_dir(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(sshsig_limit() + 1)
-    except FileNotFoundError:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(SIGNER_SUFFIX))
+    except OSError:
+        names = []
+    files: list[tuple[str, bytes]] = []
+    for name in [path] + [os.path.join(folder, n) for n in names]:
+        try:
+            with open(name, "rb") as fh:
+                files.append((name, fh.read(sshsig_limit() + 1)))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise InvalidRecord(f"trust file {name} cannot be read: {exc.strerror}", trustFile=name) from None
+    if not files:
         if required:
             raise InvalidRecord(
                 f"lease.signingKey is set but the trust file {path} does not exist", trustFile=path
             ) from None
         return Trust(None, f"no trust file ({path} does not exist)")
-    except OSError as exc:
-        raise InvalidRecord(f"trust file {path} cannot be read: {exc.strerror}", trustFile=path) from None
-    if len(data) > sshsig_limit():
+    if sum(len(data) for _, data in files) > sshsig_limit():
         raise InvalidRecord(f"trust file {path} is too large", trustFile=path)
-    return Trust(_parse(data, path), f"{path} (a local file, not reviewed through the default branch)")
+    signers, origins = parse_files(files, "")
+    return Trust(
+        signers, f"{describe_files(path, files)} (a local file, not reviewed through the default branch)", origins
+    )
 
 
 def sshsig_limit() -> int:
@@ -850,6 +1011,9 @@ def _write_json(path: str, doc: object) -> None:
         pass  # a cache that cannot be written only costs what it would have remembered
 
 
+TRUST_CACHE_FORMAT = 2  # 2: the text is the trust file and the signer files (``combine``)
+
+
 class TrustCache:
     """The last trust file read from a store, so a stale ``status`` (store unreachable) still verifies; and,
     with the commit and path it was read at, what that commit holds, so the next read of the same default
@@ -877,13 +1041,19 @@ class TrustCache:
         text = doc.get("text")
         if doc.get("commit") != commit or doc.get("path") != path or doc.get("where") != where:
             return None
+        if doc.get("format") != TRUST_CACHE_FORMAT:  # read before the signer files were: read again
+            return None
         if text is None:
             return (None,)
         return (text.encode("utf-8"),) if isinstance(text, str) else None
 
     def save(self, trust: Trust, data: bytes | None, at: tuple[str, str, str] | None = None) -> None:
         """Remember ``trust`` (read as ``data``), and ``at``: the (commit, path, where) it was read at."""
-        doc: dict[str, object] = {"source": trust.source, "text": data.decode("utf-8") if data is not None else None}
+        doc: dict[str, object] = {
+            "source": trust.source,
+            "text": data.decode("utf-8") if data is not None else None,
+            "format": TRUST_CACHE_FORMAT,
+        }
         if at is not None:
             doc.update(commit=at[0], path=at[1], where=at[2])
         if doc != self._read():
@@ -902,6 +1072,7 @@ class TrustCache:
         if text is None:
             return Trust(None, label_text)
         try:
-            return Trust(tuple(sshsig.parse_allowed_signers(str(text))), label_text)
+            signers, origins = parse_files(split_combined(str(text).encode("utf-8")), "")
         except InvalidRecord:
             return None
+        return Trust(signers, label_text, origins)

@@ -57,7 +57,7 @@ def renew_many(items: Sequence[tuple], *, ttl: int | None = None) -> dict[str, o
     for group in groups.values():
         pusher = group[0].svc
         try:
-            if pusher.store.kind == "local":
+            if not pusher.store.capabilities.network:  # one transaction a renewal: nothing to save
                 outcomes = {it.lease_id: pusher.store.apply([it.update]) for it in group}
             else:
                 out = pusher.store.apply([it.update for it in group], atomic=False)

@@ -30,7 +30,7 @@ from gitlease.liveness.heartbeat import MIN_ATTEMPT, Attempt, Confirmed, Timing
 def wanted(svc, renew_agent: bool | None) -> bool:
     if renew_agent is not None:
         return bool(renew_agent)
-    if svc.store.kind == "local":
+    if not svc.store.capabilities.network:  # no pushes to save
         return False
     return svc.settings.renew_agent
 

@@ -90,6 +90,7 @@ class Holding:
         self.release_on_exit = release
         self.attached = attached  # the worktree attached to it on acquire (WorktreeManager's Attached), or None
         self.cleared: tuple[str, ...] = ()  # expired leases the acquire cleared out of its way
+        self.piggybacked = False  # the acquire's ``piggyback`` updates landed in its push
         pt = svc.settings.progress_timeout if progress_timeout is None else progress_timeout
         self._progress_timeout = float(pt) if pt else None
         self._lost_listeners: list[Callable[[str], None]] = []
@@ -109,6 +110,7 @@ class Holding:
         options: HoldOptions = HoldOptions(),
         *,
         task: str | None = None,
+        piggyback: Sequence[Any] = (),
         worktree=None,
         base: str | None = None,
         branch: str | None = None,
@@ -118,7 +120,8 @@ class Holding:
         reopen: Callable[[str], Any] | None = None,
     ) -> Holding:
         """A new lease on ``scope`` for the worktree of ``svc`` (not started yet). ``task``: the queued task's
-        claim, created in the same atomic push. ``worktree``: a WorktreeManager; the lease then moves into a
+        claim, created in the same atomic push; ``piggyback``: more ref updates for that push (the task's
+        outcome: ``piggybacked`` says whether they landed). ``worktree``: a WorktreeManager; the lease then moves into a
         clean worktree attached to it (``base``, ``branch``), and ``reopen(path)`` gives that worktree's
         service (default: ``open_service`` with the same settings)."""
         from gitlease.liveness.delegate import AgentLink
@@ -134,6 +137,8 @@ class Holding:
         )
         if task is not None:
             args["task"] = task
+        if piggyback:
+            args["piggyback"] = list(piggyback)
         manager = worktree
         if manager is not None:
             args.update(base=base, branch=branch)
@@ -156,6 +161,7 @@ class Holding:
             attached=att,
         )
         holding.cleared = tuple(got.cleared)
+        holding.piggybacked = bool(getattr(got, "piggybacked", False))
         return holding
 
     @classmethod

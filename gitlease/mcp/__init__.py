@@ -1,5 +1,5 @@
 """``git lease mcp``: gitlease over the Model Context Protocol, for any MCP client (docs/agents.md).
 
-``session`` holds what a session does (no MCP SDK needed); ``server`` serves it over stdio with the official
-Python SDK (``pip install 'gitlease[mcp]'``), imported only by that command.
+``session`` holds what a session does; ``server`` serves it over stdio (JSON-RPC on the standard library, no
+MCP SDK: ``initialize`` is answered before the session opens), imported only by that command.
 """

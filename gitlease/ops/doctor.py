@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shlex
 import shutil
 import signal
 import stat
@@ -59,7 +58,13 @@ from gitlease.core.store import (
     parse_push_porcelain,
     push_argv,
 )
+from gitlease.ops import race
 
+# A probe ref spelled with every character gitlease puts in ref names: ".github/work flows" and "user@host"
+# encoded (core/refnames.py), and the plain characters around them.
+NAME_PROBE = "names/+2Egithub/work+20flows/AZaz09-_.x+2B/user+40host"
+NAME_ALPHABET = "A-Z a-z 0-9 - _ . + /"
+NESTED_PUSH = 10  # seconds: the compare-and-swap probe's second push, made while its first is connected
 DOCTOR_PREFIX = RESERVED[0]  # store.list_refs skips it: probes never block a lease
 STALE_AFTER = 900  # seconds: a doctor run's refs older than this are leftovers of a run that was killed
 # The newest git features gitlease relies on: worktree list -z (2.36), rev-parse --path-format (2.31),
@@ -70,8 +75,6 @@ HOOK_NAMES = ("pre-commit", "pre-push")
 HOOK_MARKERS = ("gitlease", "git-lease", "git lease")
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-RACE_PUSHERS = 4  # the concurrency probe: pushers racing per round
-RACE_ROUNDS = 4
 
 # One advertised ref line in a packet trace, as the client read it ("<"): "<oid> <ref>\0<capabilities>".
 _ADVERTISEMENT = re.compile(r"packet:\s+[\w.-]+< (?:[0-9a-f]{40}|[0-9a-f]{64}) [^ \\]+\\0(.*)$")
@@ -181,9 +184,17 @@ class Doctor:
     """Runs the checks in order, handing each to ``on_check`` as it completes (the CLI prints it)."""
 
     def __init__(
-        self, repo: Repo, settings: Settings, *, clock: Clock = SYSTEM, on_check: Callable[[Check], None] | None = None
+        self,
+        repo: Repo,
+        settings: Settings,
+        *,
+        clock: Clock = SYSTEM,
+        on_check: Callable[[Check], None] | None = None,
+        rounds: int = race.ROUNDS,
     ) -> None:
         self.repo = repo
+        self.rounds = rounds
+        self.race: race.RaceResult | None = None
         self.settings = settings
         self.clock = clock
         self.on_check = on_check or (lambda c: None)
@@ -195,6 +206,7 @@ class Doctor:
         self.url: str | None = None
         self._tmp: str | None = None
         self._atomic = True  # until the advertisement says otherwise
+        self._serial = False  # the server answers one connection at a time (the compare-and-swap probe saw it)
         self._leftovers = 0
         self._caps: list[str] | None = None  # receive-pack's capability advertisement, once read
         self._cas_old = ""
@@ -228,6 +240,7 @@ class Doctor:
         self._tmp = tempfile.mkdtemp(prefix="gitlease-doctor-")
         try:
             self.probe_store()
+            self.record_verdict()
             self.check_trust_file()
             self.check_clock()
         finally:
@@ -261,6 +274,7 @@ class Doctor:
     # ------------------------------------------------------------------------- the store probes
     PROBES = (
         "custom-refs",
+        "ref-names",
         "atomic-advertised",
         "dir-file",
         "atomic-honoured",
@@ -284,13 +298,14 @@ class Doctor:
             if self._status(name) is None:
                 self._add(name, SKIP, f"not tested: {reason}")
 
-    def _commit(self, label: str) -> str:
-        """A fresh, unique commit for a probe ref (unique objects: see the same-object trap in git-facts)."""
+    def _commit(self, label: str, parent: str | None = None) -> str:
+        """A fresh, unique commit for a probe ref (unique objects: see the same-object trap in git-facts);
+        ``parent``: a fast-forward of that probe commit (as a renewal is of the version before)."""
         body = PROBE_MAGIC + f"{label}\nrun: {self.run}\nnonce: {secrets.token_hex(8)}\n".encode()
         tree = self.objects.tree({PROBE_FILE: self.objects.blob(body)})
         return self.objects.commit(
             tree,
-            (),
+            (parent,) if parent else (),
             "gitlease doctor <doctor@gitlease.invalid>",
             int(self.clock.now()),
             f"gitlease doctor probe {label}",
@@ -362,6 +377,7 @@ class Doctor:
         (the remote cannot be reached, custom refs are refused) skips them."""
         if not self._probe_custom_refs():
             return
+        self._probe_ref_names()
         self._probe_atomic_advertised()
         df_ok = self._probe_dir_file()
         self._probe_atomic_honoured(df_ok)
@@ -428,6 +444,25 @@ class Doctor:
             agent=self.agent,
         )
         return True
+
+    def _probe_ref_names(self) -> None:
+        """1b. a ref spelled with every character gitlease writes in ref names (core/refnames.py): letters,
+        digits, ``-``, ``_``, inner dots, ``+`` (the escape, also first in a component) and ``/``."""
+        ref = self._ref(NAME_PROBE)
+        out = self._apply_each([RefUpdate(ref, self._commit("ref-names"), None)])
+        if out.ok and ref in self._list(ref):
+            self._add("ref-names", PASS, f"ref names of gitlease's whole alphabet are accepted ({NAME_ALPHABET})")
+        elif out.ambiguous:
+            self._add("ref-names", WARN, f"could not tell: {out.message or 'no verdict'}")
+        else:
+            said = "; ".join(out.server[:3]) or out.message or "refused"
+            self._add(
+                "ref-names",
+                FAIL,
+                f"the server refuses ref names gitlease writes ({said}): scopes, task ids and agent ids that "
+                f"need an escape ({NAME_ALPHABET}) could not be leased, released or audited",
+                ref=ref,
+            )
 
     @property
     def agent(self) -> str | None:
@@ -519,67 +554,60 @@ class Doctor:
             )
 
     def _probe_concurrency(self) -> None:
-        """6. RACE_PUSHERS pushers racing, RACE_ROUNDS times, as acquires do: each creates an "id" ref of its
-        own and a "scope" ref (in even rounds half of them the parent X, half the child X/sub; in odd rounds all
-        X) in one --atomic push, each ref pinned to "must not exist". A server that serialises ref
-        transactions lets one of them win per round; one that checks and writes refs without a lock over the
-        whole transaction (JGit's RefDirectory, dulwich) tells several they won, with overlapping scopes.
-        Sequential probes cannot see this."""
+        """6. pushers racing as acquires do, in rounds of the shapes that trigger the known races, released
+        together (gitlease/ops/race.py); the verdict states what the clean rounds rule out."""
         if not self._atomic:
             self._add("concurrency", SKIP, "not tested: 'atomic' is not advertised")
             return
-        bad: list[str] = []
-        remnants = 0
-        for rnd in range(RACE_ROUNDS):
-            if bad:
-                break  # one round with several winners is enough: no more pushes to a server that failed
-            base = self._ref(f"race{rnd}")
-            pushes = []
-            for i in range(RACE_PUSHERS):
-                oid = self._commit(f"race-{rnd}-{i}")
-                # even rounds: parent X and child X/sub; odd rounds: all on X
-                scope = f"{base}/x" if i % 2 == 0 or rnd % 2 else f"{base}/x/sub"
-                pushes.append([RefUpdate(f"{base}/id/p{i}", oid, None), RefUpdate(scope, oid, None)])
-            outs = _race(self.store, pushes)
-            winners = [i for i, out in enumerate(outs) if out.ok]
-            listed = self._list(base + "/*")
-            landed = [i for i, ups in enumerate(pushes) if listed.get(ups[0].ref) == ups[0].new]
-            both = f"{base}/x" in listed and f"{base}/x/sub" in listed
-            if len(winners) > 1 or both:
-                bad.append(f"round {rnd + 1}: {len(winners)} of {RACE_PUSHERS} pushers told they won")
-            elif set(winners) - set(landed):
-                bad.append(f"round {rnd + 1}: a pusher was told it won, and its refs are not there")
-            # git's files backend can commit a loser's transaction in part when a directory/file conflict is
-            # only found while it renames its locks: the loser was told it lost, one of its refs is there.
-            # An acquire deletes such a remnant of its own (docs/limits.md); not an overlap.
-            remnants += len(set(landed) - set(winners))
-        what = f"{RACE_PUSHERS} pushers racing parent/child refs, {RACE_ROUNDS} rounds"
+        remote = isinstance(self.store, RemoteStore)
+        # (a server that answers one connection at a time cannot be raced: its pushers go one after another)
+        gate = race.Gate(self._tmp or tempfile.gettempdir()) if remote and not self._serial else None
+
+        def push(updates: Sequence[RefUpdate], env: dict[str, str] | None, hooks: str | None) -> Outcome:
+            if remote:
+                return self._push(updates, atomic=True, env=env, hooks_dir=hooks)
+            return self.store.apply(updates)
+
+        try:
+            got = race.run_probe(
+                self._ref("race"),
+                push,
+                self._list,
+                self._commit,
+                rounds=self.rounds,
+                gate=gate,
+                wait=float(self.settings.timeout),
+            )
+        finally:
+            if gate is not None:
+                gate.close()
+        self.race = got
+        cause = (
+            "a directory/file race in git's files backend"
+            if (self.agent or "").startswith("git/")
+            else "the server applied a refused push in part"
+        )
         left = (
-            f"; refused pushes left part of their refs {remnants} time{'s' if remnants != 1 else ''} (a "
-            "directory/file race in git's files backend: an acquire deletes such remnants)"
-            if remnants
+            f"; refused pushes left part of their refs {got.remnants} time{'s' if got.remnants != 1 else ''} "
+            f"({cause}: an acquire deletes such remnants)"
+            if got.remnants
             else ""
         )
-        if bad:
+        data = {"agent": self.agent, **got.to_json()}
+        if got.problems:
             self._add(
                 "concurrency",
                 FAIL,
-                f"{what}: {'; '.join(bad)}{self._server_said()}: this server grants overlapping leases when "
-                "pushes race (JGit/Gerrit: use reftable, docs/hosts.md)",
-                agent=self.agent,
-                rounds=RACE_ROUNDS,
-                pushers=RACE_PUSHERS,
-                problems=bad,
+                f"{got.what()}: {'; '.join(got.problems)}{self._server_said()}: this server grants overlapping "
+                "leases when pushes race (JGit/Gerrit: use reftable, docs/hosts.md)",
+                **data,
             )
         else:
             self._add(
                 "concurrency",
                 PASS,
-                f"{what}: one winner every round{self._server_said()}{left}",
-                agent=self.agent,
-                rounds=RACE_ROUNDS,
-                pushers=RACE_PUSHERS,
-                remnants=remnants,
+                f"{got.what()}: one winner every round; {got.summary()}{self._server_said()}{left}",
+                **data,
             )
 
     def _probe_latency(self) -> None:
@@ -601,7 +629,9 @@ class Doctor:
 
     def _probe_cas(self, old: str, atomic: bool) -> None:
         ref = self._ref("cas")
-        mine, theirs = self._commit("cas-mine"), self._commit("cas-theirs")
+        # both fast-forwards of the old value, as renewals are: a host that lets pushers create, fast-forward
+        # and delete refs, but not rewind them (gitolite's RW without +), can host leases
+        mine, theirs = self._commit("cas-mine", old), self._commit("cas-theirs", old)
         if not isinstance(self.store, RemoteStore):
             self.store.apply([RefUpdate(ref, theirs, old)])
             out = self.store.apply([RefUpdate(ref, mine, old)])
@@ -611,44 +641,11 @@ class Doctor:
             else:
                 self._add("compare-and-swap", FAIL, "an update expecting a stale value was not refused")
             return
-        # The pre-push hook moves the ref (old -> theirs) after git's own lease check, so the server alone
-        # sees that our expectation (old) is stale.
-        hooks = os.path.join(self._tmp or ".", "hooks")
-        os.makedirs(hooks, exist_ok=True)
-        marker = os.path.join(hooks, "moved")
-        nested = ["git", *push_argv(self._remote, [RefUpdate(ref, theirs, old)], atomic=atomic)]
-        script = (
-            f"#!/bin/sh\ncat >/dev/null\n{shlex.join(nested)} >/dev/null 2>&1\n"
-            f"echo $? > {shlex.quote(marker)}\nexit 0\n"
-        )
-        hook = os.path.join(hooks, "pre-push")
-        with open(hook, "w") as fh:
-            fh.write(script)
-        os.chmod(hook, 0o700)
-        out = self._push([RefUpdate(ref, mine, old)], atomic=atomic, hooks_dir=hooks)
-        try:
-            with open(marker) as fh:
-                moved = fh.read().strip() == "0"
-        except OSError:
-            moved = False
+        out, moved = self._push_moved_under(ref, mine, theirs, old, atomic)
         now = self._list(ref).get(ref)
-        if not moved:
-            # Our hook did not run (or its push failed): fall back to a plain stale expectation (checked by
-            # the client against the advertisement, and by the server).
-            self.store.apply([RefUpdate(ref, theirs, old)], atomic=atomic)
-            out = self.store.apply([RefUpdate(ref, mine, old)], atomic=atomic)
-            now = self._list(ref).get(ref)
-            if not out.ok and now == theirs:
-                self._add(
-                    "compare-and-swap",
-                    WARN,
-                    "a stale expectation is refused, but only the client-side "
-                    "check could be tested (the probe hook did not run)",
-                )
-            else:
-                self._add("compare-and-swap", FAIL, "an update expecting a stale value was not refused")
-            return
-        if not out.ok and now == theirs:
+        if moved != "moved":
+            self._cas_client_side(ref, atomic, moved)
+        elif not out.ok and now == theirs:
             self._add(
                 "compare-and-swap",
                 PASS,
@@ -661,6 +658,73 @@ class Doctor:
                 "compare-and-swap",
                 FAIL,
                 "the server accepted an update whose expected value was stale: two holders could both win a lease",
+            )
+
+    def _push_moved_under(self, ref: str, mine: str, theirs: str, old: str, atomic: bool) -> tuple[Outcome, str]:
+        """Push ``old -> mine`` while, between git's own lease check and the update, another push moves the ref
+        ``old -> theirs``: our push waits at a gate in its pre-push hook (after it read the advertisement, before
+        it sends the update) while this process makes the other push. Returns our outcome and ``moved``, or
+        ``serial`` (the other push got no answer while ours was connected: a server that serves one connection
+        at a time), or ``refused`` / ``no-hook`` (our hook did not run)."""
+        gate = race.Gate(self._tmp or tempfile.gettempdir())
+        got: dict[str, Outcome] = {}
+        moved = ["no-hook"]
+        wait = float(self.settings.timeout)
+
+        def ours() -> None:
+            got["out"] = self._push(
+                [RefUpdate(ref, mine, old)], atomic=atomic, env=gate.env(wait), hooks_dir=gate.hooks_dir
+            )
+
+        def move() -> None:
+            other = self.store.apply([RefUpdate(ref, theirs, old)], atomic=atomic, timeout=min(wait, NESTED_PUSH))
+            serial = other.ambiguous and other.connected
+            moved[0] = "moved" if other.ok else "serial" if serial else f"refused: {other.message or 'no reason given'}"
+
+        thread = threading.Thread(target=ours, daemon=True)
+        thread.start()
+        try:
+            gate.open_when_all_wait(1, [thread], wait, before_release=move)
+            gate.drain([thread])
+            thread.join()
+        finally:
+            gate.close()
+        return got.get("out", Outcome(ok=False, ambiguous=True, message="not run")), moved[0]
+
+    def _cas_client_side(self, ref: str, atomic: bool, why: str) -> None:
+        """The compare-and-swap check when the server-side one could not be made (``why``: serial, refused:
+        REASON, no-hook): a plain stale expectation, checked by the client against the advertisement (and by
+        the server). Every move is a fast-forward."""
+        current = self._list(ref).get(ref)
+        theirs = self._commit("cas-theirs-2", current)
+        moved = self.store.apply([RefUpdate(ref, theirs, current)], atomic=atomic)
+        if not moved.ok:
+            self._add(
+                "compare-and-swap",
+                WARN,
+                f"could not be tested: the server refused a fast-forward of a probe ref ({moved.message or 'refused'})",
+            )
+            return
+        out = self.store.apply([RefUpdate(ref, self._commit("cas-mine-2", current), current)], atomic=atomic)
+        now = self._list(ref).get(ref)
+        if out.ok or now != theirs:
+            self._add("compare-and-swap", FAIL, "an update expecting a stale value was not refused")
+        elif why == "serial":
+            self._serial = True
+            self._add(
+                "compare-and-swap",
+                WARN,
+                f"the server answers one connection at a time (a second push got no answer within {NESTED_PUSH} s "
+                "while one was open), so a ref cannot change between a client's read and its update there; "
+                "a stale expectation is refused by the client (the server's own check could not be tested)",
+            )
+        else:
+            second = f"refused: {why[len('refused: ') :]}" if why.startswith("refused") else "not made: no hook ran"
+            self._add(
+                "compare-and-swap",
+                WARN,
+                "a stale expectation is refused, but only the client-side check could be tested (the probe's "
+                f"second push, made while the first waited, was {second})",
             )
 
     # ------------------------------------------------------------------------------- clean-up
@@ -725,7 +789,7 @@ class Doctor:
                     "deletes",
                     FAIL,
                     f"{len(left)} of {len(refs)} probe refs could not be deleted "
-                    f"({out.message or 'refused'}): leases could not be released",
+                    f"({'; '.join(out.server[:2]) or out.message or 'refused'}): leases could not be released",
                     left=sorted(left),
                 )
         extra = f"; removed {self._leftovers} left by an interrupted earlier run" if self._leftovers else ""
@@ -740,6 +804,35 @@ class Doctor:
             self._add(
                 "cleanup", PASS, f"no probe refs left on {self.store.name}" + extra, removedLeftovers=self._leftovers
             )
+
+    # ------------------------------------------------------------------------------- the verdict
+    SERVER_CHECKS = (*PROBES, "remote", "deletes", "cleanup")
+
+    def record_verdict(self) -> None:
+        """Keep what the store probes found on the store (gitlease/service/verdict.py), signed by this clone's
+        key: ``acquire`` reads it. Nothing to record for the local store, nor where nothing could be written."""
+        if not isinstance(self.store, RemoteStore) or self._status("custom-refs") != PASS:
+            return
+        from gitlease.service.factory import signer_for
+        from gitlease.service.leases import LeaseService
+        from gitlease.service.verdict import record
+
+        server = [c for c in self.checks if c.name in self.SERVER_CHECKS]
+        report = {"ok": not any(c.status == FAIL for c in server), "checks": [c.to_json() for c in server]}
+        identity: dict[str, Any] = {"agent": self.agent, "capabilities": self._caps}
+        if self.race is not None:
+            identity.update(rounds=self.race.rounds, pushers=self.race.pushers, detectableRate=self.race.bound)
+        svc = LeaseService(
+            self.repo, self.settings, store=self.store, clock=self.clock, signer=signer_for(self.settings)
+        )
+        try:
+            ref = record(svc, report, identity)
+        except GitLeaseError as exc:
+            self._add("verdict", WARN, f"not recorded on the store ({exc}): acquires will warn that none is there")
+            return
+        said = "passed" if report["ok"] else "failed"
+        by = f"signed by {self.settings.agent}" if svc.signer.public_key else "unsigned"
+        self._add("verdict", PASS, f"kept on the store ({said}, {by}): {ref}", ref=ref, passed=report["ok"])
 
     # --------------------------------------------------------------------------- trust file, clock
     def check_trust_file(self) -> None:
@@ -777,8 +870,10 @@ class Doctor:
                 return
         else:
             oid, where = "HEAD", "HEAD"
-        res = gitcmd.run(["cat-file", "blob", f"{oid}:{path}"], cwd=self.repo.cwd, check=False)
-        if res.returncode != 0:
+        from gitlease.identity.trust import describe_files, read_trust_files
+
+        files = read_trust_files(oid, path, cwd=self.repo.cwd)  # the trust file and the signer files beside it
+        if not files:
             signed = (
                 " (lease.signingKey is set: signed leases cannot be verified)"
                 if self.settings.signing_key
@@ -786,9 +881,18 @@ class Doctor:
             )
             self._add("trust-file", WARN, f"no trust file {path} on {where}{signed}", path=path)
             return
-        entries = [ln for ln in res.out.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        entries = [
+            ln
+            for _, data in files
+            for ln in data.decode("utf-8", "replace").splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ]
         self._add(
-            "trust-file", PASS, f"{path} found on {where} ({len(entries)} signers)", path=path, signers=len(entries)
+            "trust-file",
+            PASS,
+            f"{describe_files(path, files)} found on {where} ({len(entries)} signers)",
+            path=path,
+            signers=len(entries),
         )
 
     def check_clock(self) -> None:
@@ -797,7 +901,8 @@ class Doctor:
             return
         url = self.url or self._remote
         if not url.startswith(("http://", "https://")):
-            scheme = url.split("://", 1)[0] + "://" if "://" in url else "ssh"
+            local = "://" not in url and ":" not in url.split("/", 1)[0]
+            scheme = url.split("://", 1)[0] + "://" if "://" in url else "a local path" if local else "ssh"
             self._add(
                 "clock",
                 SKIP,
@@ -909,30 +1014,6 @@ class Doctor:
         self._add("signing-key", PASS, f"{key} readable, private to this user")
 
 
-def _race(store: Store, pushes: Sequence[Sequence[RefUpdate]]) -> list[Outcome]:
-    """Each list of updates as one atomic transaction, all started at once (threads behind a barrier; each
-    transaction its own ``git push``)."""
-    gate = threading.Barrier(len(pushes))
-    outs: list[Outcome] = [Outcome(ok=False, ambiguous=True, message="not run")] * len(pushes)
-
-    def push(i: int) -> None:
-        try:
-            gate.wait(timeout=30)
-        except threading.BrokenBarrierError:
-            pass
-        try:
-            outs[i] = store.apply(list(pushes[i]))
-        except GitLeaseError as exc:
-            outs[i] = Outcome(ok=False, ambiguous=True, message=str(exc))
-
-    threads = [threading.Thread(target=push, args=(i,), daemon=True) for i in range(len(pushes))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return outs
-
-
 def _hook_installed(path: str) -> bool:
     try:
         if not os.access(path, os.X_OK):
@@ -944,10 +1025,15 @@ def _hook_installed(path: str) -> bool:
 
 
 def diagnose(
-    repo: Repo, settings: Settings, *, clock: Clock = SYSTEM, on_check: Callable[[Check], None] | None = None
+    repo: Repo,
+    settings: Settings,
+    *,
+    clock: Clock = SYSTEM,
+    on_check: Callable[[Check], None] | None = None,
+    rounds: int = race.ROUNDS,
 ) -> Report:
     """Run every check; the report's ``ok`` is false when any check failed."""
-    return Doctor(repo, settings, clock=clock, on_check=on_check).diagnose()
+    return Doctor(repo, settings, clock=clock, on_check=on_check, rounds=rounds).diagnose()
 
 
 __all__ = [

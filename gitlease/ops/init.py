@@ -5,15 +5,20 @@ Steps, each reported as a ``Step(name, status, detail)`` with status ``set`` | `
 
 1. config: ``lease.remote`` (``--remote`` / ``--lease-repo``), ``lease.agent``;
 2. key: ``lease.signingKey`` (an existing key, ``--key PATH``, or a new Ed25519 key for the agent);
-3. trust: the key's ``allowed_signers`` line in ``.gitlease/allowed_signers`` of the work tree, to commit;
+3. signing: ``git commit`` signs with that key (``gpg.format=ssh``, ``user.signingKey``, ``commit.gpgSign``, in
+   this clone's config, or this worktree's with ``extensions.worktreeConfig``): on a signed store a commit's
+   ``Lease:`` claim counts only when the lease's owner key signed it (the CI check, the server hook);
+4. trust: the key's line in this host's signer file, ``.gitlease/signers/<host>.pub`` (``--signer NAME``),
+   published to the store's default branch on a yes (``gitlease.ops.trust``: a commit of its own, pushed with
+   retries, so hosts set up at the same time never conflict); unchanged when the store already trusts it;
 
 ``agents`` (``--agents worker-1..5``, ``a,b,c`` or a pattern ``worker-*``) sets up a fleet on this host instead of
 one agent: one key for the host, and ONE trust-file line whose principals are those agents (a list, or the
 pattern), so the whole fleet is trusted by one commit of the trust file; each agent process then says which
 one it is (``--agent worker-3`` or ``GITLEASE_AGENT=worker-3``). Agents of one host and user share a key
 because they share a trust domain: each could read the others' key files anyway (docs/protocol.md).
-4. hooks: ``pre-commit`` and ``pre-push`` installed (chained with what is there);
-5. ci: the scheduled sweep job (``--ci github|gitlab``), else the command that installs it.
+5. hooks: ``pre-commit`` and ``pre-push`` installed (chained with what is there);
+6. ci: the scheduled sweep job and the verify check (``--ci github|gitlab``), else the command that installs them.
 
 Running it again changes nothing (every step ``unchanged``). Questions are decided by ``decide(question)``:
 the CLI asks on a terminal, answers yes with ``--yes``, and skips otherwise.
@@ -27,10 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gitlease.core import gitcmd
+from gitlease.core.config import Settings
 from gitlease.core.errors import ConfigError, GitLeaseError, UsageError
 from gitlease.core.repo import Repo
-
-TRUST_DEFAULT = ".gitlease/allowed_signers"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ def init(
     hooks: bool = True,
     ci: str | None = None,
     agents: str | None = None,
+    signer: str | None = None,
     decide: Callable[[str], bool] = lambda q: False,
 ) -> list[Step]:
     if remote and lease_repo:
@@ -76,6 +81,10 @@ def init(
     steps: list[Step] = []
     steps += _store(repo, remote or lease_repo, dedicated=bool(lease_repo))
     repo = Repo.discover(path)  # re-read the config we wrote
+    if signer is not None:
+        from gitlease.ops.trust import check_name
+
+        check_name(signer)
     if names is not None:
         who = ",".join(names)
         key_name = "fleet_" + _common_stem(names)
@@ -97,7 +106,12 @@ def init(
     want_sign = sign if sign is not None else (shared or names is not None)
     key_step, public = _key(repo, key_name, key, want_sign, decide)
     steps.append(key_step)
-    steps.append(_trust(repo, who, public, decide) if public else Step("trust", "skipped", "unsigned: no key"))
+    repo = Repo.discover(path)  # the key's config, as written
+    steps.append(_signing(repo) if public else Step("signing", "skipped", "unsigned: no key"))
+    if public:
+        steps.append(_trust(repo, names or [who], public, signer, decide))
+    else:
+        steps.append(Step("trust", "skipped", "unsigned: no key"))
     steps.append(_hooks(repo) if hooks else Step("hooks", "skipped", "--no-hooks"))
     steps.append(_ci(repo, ci))
     return steps
@@ -220,40 +234,91 @@ def _key(repo: Repo, who: str, key: str | None, want: bool, decide: Callable[[st
     return Step("key", "set", f"created {path} ({made.fingerprint()}); lease.signingKey = {path}"), made.public_key()
 
 
-def _trust(repo: Repo, who: str, public: str, decide: Callable[[str], bool]) -> Step:
-    rel = _config(repo, "lease.allowedSignersFile") or TRUST_DEFAULT
-    if os.path.isabs(rel):
-        return Step("trust", "todo", f'add this line to {rel}: {who} namespaces="gitlease" {public}')
-    if repo.worktree is None:
-        return Step("trust", "todo", f'add to {rel} on the default branch: {who} namespaces="gitlease" {public}')
-    file = os.path.join(repo.worktree, rel)
-    words = public.split()[:2]
-    text = ""
-    if os.path.exists(file):
-        with open(file, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == who and " ".join(words) in line:
-            return Step(
-                "trust",
-                "unchanged",
-                f"{rel} allows {who}'s key (commit it to the default branch, through review, if it is not there yet)",
-            )
-    line = f'{who} namespaces="gitlease" {" ".join(words)}'
-    if not decide(f"add {who}'s key to {rel}?"):
-        return Step("trust", "todo", f"add this line to {rel} on the default branch: {line}")
-    os.makedirs(os.path.dirname(file), exist_ok=True)
-    with open(file, "a", encoding="utf-8") as fh:
-        if text and not text.endswith("\n"):
-            fh.write("\n")
-        fh.write(line + "\n")
+def _signing(repo: Repo) -> Step:
+    """``git commit`` signs with the lease key (identity.signer.commit_signing_config): per worktree in a linked
+    worktree with ``extensions.worktreeConfig``, else for the whole clone."""
+    from gitlease.identity.signer import commit_signing_config
+
+    pairs = commit_signing_config(_config(repo, "lease.signingKey"))
+    linked = os.path.abspath(repo.git_dir) != os.path.abspath(repo.common_dir)
+    per_worktree = linked and _git_config(repo, "--type=bool", "extensions.worktreeConfig") == "true"
+    scope = ["--worktree"] if per_worktree else ["--local"]
+    where = "this worktree's config" if per_worktree else "this clone's config"
+    current = {k: _git_config(repo, *scope, k) for k, _ in pairs}
+    if all(current[k] == v for k, v in pairs):
+        return Step("signing", "unchanged", f"commits are signed with lease.signingKey ({where})")
+    was = current.get("user.signingKey")
+    for k, v in pairs:
+        gitcmd.run(["config", *scope, k, v], cwd=repo.cwd)
+    replaced = f"; it was {was}" if was and was != dict(pairs)["user.signingKey"] else ""
+    return Step(
+        "signing",
+        "set",
+        f"git commit signs with lease.signingKey (gpg.format=ssh, user.signingKey, commit.gpgSign in {where}"
+        f"{replaced}): on a signed store a commit's Lease: claim counts only when its lease's key signed it",
+    )
+
+
+def _git_config(repo: Repo, *args: str) -> str | None:
+    res = gitcmd.run(["config", *args], cwd=repo.cwd, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+def _trust(repo: Repo, names: list[str], public: str, signer: str | None, decide: Callable[[str], bool]) -> Step:
+    """This host's key trusted for ``names`` by the store: unchanged when it is, else published (on a yes) in
+    this host's signer file (gitlease.ops.trust)."""
+    from gitlease.core.config import resolve
+    from gitlease.ops import trust as ops
+
+    settings = resolve(repo.config)
+    name = signer or ops.host_name()
+    who = ",".join(names)
+    trusted = _trusted(repo, settings, names, public)
+    if trusted:
+        return Step("trust", "unchanged", f"{who} trusted with this key ({trusted})")
+    command = f"git lease trust add {name} --agents {who}"
+    where = (
+        f"publish {name}'s signer file to the default branch of {settings.remote}"
+        if settings.remote
+        else f"write {name}'s signer file, to commit to this repository's default branch"
+    )
+    if not decide(f"trust this key for {who}: {where}?"):
+        return Step("trust", "todo", f"{command} (publishes .gitlease/signers/{name}.pub), or --no-push for review")
+    try:
+        got = ops.add(repo, settings, name, ops.signer_line(names, public))
+    except GitLeaseError as exc:
+        return Step("trust", "todo", f"{exc.message}; then: {command}")
+    if got.action == "written":
+        return Step(
+            "trust", "set", f"wrote {got.path}; commit it to the default branch: readers trust only what is there"
+        )
     return Step(
         "trust",
         "set",
-        f"added to {rel}: {line}; commit it to the default branch through review "
-        f"(git add {rel} && git commit): readers trust only what is there",
+        f"{got.action} {got.path} on {got.where} (commit {(got.commit or '')[:12]}): readers trust {who} now",
     )
+
+
+def _trusted(repo: Repo, settings: Settings, names: list[str], public: str) -> str | None:
+    """Where the store's trust says this key is trusted for every one of ``names`` (None: it does not, or the
+    trust cannot be read now)."""
+    from gitlease.core.clock import SYSTEM
+    from gitlease.core.store import open_store
+    from gitlease.identity.trust import load_trust
+
+    try:
+        trust = load_trust(
+            open_store(repo.cwd, settings.remote),
+            settings.allowed_signers,
+            cache_dir=repo.shared_dir(),
+            required=False,
+        )
+    except GitLeaseError:
+        return None
+    now = SYSTEM.now()
+    if trust.signed and all(trust.trusted_for(n, public, now) for n in names):
+        return trust.source
+    return None
 
 
 def _hooks(repo: Repo) -> Step:
@@ -274,15 +339,29 @@ def _hooks(repo: Repo) -> Step:
 
 def _ci(repo: Repo, ci: str | None) -> Step:
     if ci is None:
-        return Step("ci", "skipped", "sweep stale leases on a schedule: git lease ci install github|gitlab")
+        return Step(
+            "ci",
+            "skipped",
+            "the pull-request check and the scheduled sweep: "
+            "git lease ci install github|gitlab --job verify --job sweep",
+        )
     if repo.worktree is None:
         raise ConfigError("ci needs a work tree (this repository is bare)")
     from gitlease.ops.templates import install as do_install
 
-    try:
-        got = do_install(repo.worktree, ci)
-    except UsageError as exc:  # where the job installs gitlease from: a choice only the user can make
-        return Step("ci", "todo", f"{exc.message}; then: git lease ci install {ci} --install SPEC")
-    if got.written:
-        return Step("ci", "set", "wrote " + ", ".join(got.written) + "; next: " + "; ".join(got.next_steps))
-    return Step("ci", "unchanged", ", ".join(got.unchanged) + " up to date")
+    written: list[str] = []
+    unchanged: list[str] = []
+    steps: list[str] = []
+    for job in ("sweep", "verify"):
+        try:
+            got = do_install(repo.worktree, ci, job=job)
+        except UsageError as exc:  # where the jobs install gitlease from: a choice only the user can make
+            return Step(
+                "ci", "todo", f"{exc.message}; then: git lease ci install {ci} --job sweep --job verify --install SPEC"
+            )
+        written += got.written
+        unchanged += got.unchanged
+        steps += [s for s in got.next_steps if s not in steps]
+    if written:
+        return Step("ci", "set", "wrote " + ", ".join(written) + "; next: " + "; ".join(steps))
+    return Step("ci", "unchanged", ", ".join(unchanged) + " up to date")

@@ -371,6 +371,7 @@ def history(service: LeaseService, *, since: float | None = None, lease_id: str 
     from gitlease.identity.trust import check_audit_entry
     from gitlease.service.audit import read_log
 
+    service.require_store()
     store = service.store
     trust = service.trust()
     entries = read_log(store, verify=lambda data, sig, doc: check_audit_entry(trust, doc, data, sig))

@@ -276,6 +276,7 @@ def blocking_leases(snapshot, now: float, skew: int) -> list[tuple[str, tuple[st
 def plan_queue(service, tasks: Sequence[Task], *, limit: int | None = None):
     """Plan against the store's leases as they are now (a fresh read; an unreachable store raises: a stale
     listing could start tasks that are blocked). Returns (Plan, Snapshot)."""
+    service.require_store()
     snap = service.snapshot(use_cache=False)
     leases = blocking_leases(snap, service.clock.now(), service.settings.skew)
     return plan(tasks, leases, limit=limit), snap

@@ -30,12 +30,16 @@ from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import canonical
 from gitlease.core.refnames import AUDIT_PREFIX, encode_segment
-from gitlease.core.store import Outcome, RefUpdate, RemoteStore, Store, _batch_check, _batch_contents
+from gitlease.core.store import Outcome, RefUpdate, Store, _batch_check, _batch_contents
 from gitlease.identity.signer import Signer
 
 ENTRY_FILE = "entry.json"
 ENTRY_SIG = "entry.sig"
 SCHEMA = "gitlease.audit/1"
+# The one limit of an entry's size, for writers and the server hook alike: a lease that can be granted can be
+# released and reclaimed (its entry lists its refs and paths: ``entry_problem`` is checked before it is granted).
+MAX_ENTRY_BYTES = 256 * 1024
+MAX_REASON = 1000  # characters of an entry's reason kept
 APPEND_ATTEMPTS = 50  # only processes sharing one writer id contend: each round one of them wins; back off, go again
 MAX_ENTRIES = 100_000  # per writer, read back at most
 
@@ -91,6 +95,27 @@ class Appended:
         return self.status == "ok"
 
 
+def entry_problem(fields: dict[str, Any], *, writer: str, key: str | None, oid_hex: int) -> str | None:
+    """Why an entry with ``fields`` (a release's or a reclaim's, its reason at its longest) could be over
+    ``MAX_ENTRY_BYTES`` once written, or None."""
+    doc = dict(fields, reason="x" * MAX_REASON)
+    doc.update(
+        schema=SCHEMA,
+        writer=writer,
+        seq=10**12,
+        prev="0" * oid_hex,
+        at="2000-01-01T00:00:00Z",
+        nonce="0" * 32,
+        key=key,
+        signing="sshsig" if key else "unsigned",
+        host=os.uname().nodename,
+    )
+    size = len(canonical(doc))
+    if size > MAX_ENTRY_BYTES:
+        return f"its release or reclaim would be recorded in {size} bytes, over the {MAX_ENTRY_BYTES}-byte limit"
+    return None
+
+
 class AuditLog:
     def __init__(
         self,
@@ -134,6 +159,8 @@ class AuditLog:
         self, fields: dict[str, Any], parent: str | None, seq: int, pointer: str | None
     ) -> tuple[str, dict[str, Any]]:
         doc = dict(fields)
+        if isinstance(doc.get("reason"), str):
+            doc["reason"] = doc["reason"][:MAX_REASON]
         doc.update(
             schema=SCHEMA,
             writer=self.writer,
@@ -324,23 +351,8 @@ def read_log(store: Store, *, fetch: bool = True, verify: Verify | None = None) 
 
 def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
     """{audit ref: oid}, all writers (or just ``only``)."""
-    pattern = only or AUDIT_PREFIX + "*"
-    if isinstance(store, RemoteStore):
-        res = store._ls_remote(["ls-remote", "--refs", store.remote, pattern], None)  # its timeout and errors
-        sep = "\t"
-    else:
-        res = gitcmd.run(
-            ["for-each-ref", "--format=%(objectname) %(refname)", only or AUDIT_PREFIX],
-            cwd=store.repo_dir,
-            timeout=store.timeout,
-        )
-        sep = " "
-    refs: dict[str, str] = {}
-    for line in res.out.splitlines():
-        oid, _, ref = line.partition(sep)
-        if ref.startswith(AUDIT_PREFIX) and (only is None or ref == only):
-            refs[ref] = oid
-    return refs
+    refs = store.list_namespace(AUDIT_PREFIX)
+    return {r: o for r, o in refs.items() if only is None or r == only}
 
 
 def _chain(repo_dir: str, head: str):
@@ -369,7 +381,7 @@ def _read_entries(repo_dir: str, oids: Iterable[str]) -> dict[str, tuple[dict[st
     oids = sorted(set(oids))
     names = [f"{o}:{f}" for o in oids for f in (ENTRY_FILE, ENTRY_SIG)]
     sizes = _batch_check(repo_dir, names)
-    small = [n for n in names if sizes.get(n, (None, -1))[0] == "blob" and sizes[n][1] <= 64 * 1024]
+    small = [n for n in names if sizes.get(n, (None, -1))[0] == "blob" and sizes[n][1] <= MAX_ENTRY_BYTES]
     contents = _batch_contents(repo_dir, small) if small else {}
     out: dict[str, tuple[dict[str, Any], bytes | None, str | None]] = {}
     for o in oids:

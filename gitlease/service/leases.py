@@ -48,6 +48,8 @@ from gitlease.core.store import (
     same_remote,
 )
 from gitlease.identity.signer import ADMIN_NAMESPACE, UNSIGNED, Signer
+from gitlease.service.legacy import refuse_legacy_overlap
+from gitlease.service.verdict import doctor_gate
 from gitlease.service.views import (
     HALF_DELETED,
     INVALID,
@@ -156,7 +158,8 @@ class LeaseService:
         self.objects = ObjectWriter(repo.objects_dir, repo.object_format)
         self.held = HeldState(repo.private_dir())
         self._trust: Trust | None = None
-        if self.store.kind == "remote" and self.store.on_applied is None:
+        self.warnings: list[str] = []  # said once per service, not printed (verdict.doctor_gate)
+        if self.store.capabilities.network and self.store.on_applied is None:
             # what lands is written into the last listing the hooks and the edit guard read (no network there):
             # a lease released here stops blocking at once, a new one blocks at once
             self.store.on_applied = _RefsCache(repo.shared_dir(), self.store.name).patch
@@ -324,8 +327,10 @@ class LeaseService:
 
     # ------------------------------------------------------------------------- acquire
     def require_store(self) -> None:
-        """Writes need a store chosen on purpose: with no ``lease.remote`` in a repository that has remotes,
-        a lease written to this clone's own refs would exclude nobody (UsageError, exit 2)."""
+        """Writes, and the reads a user acts on (status, show, can-start, plan, log), need a store chosen on
+        purpose: with no ``lease.remote`` in a repository that has remotes, a lease written to this clone's own
+        refs would exclude nobody, and a read of them would answer "free" while the scope is held on the shared
+        store (UsageError, exit 2)."""
         if self.settings.store_unset and self.repo.remotes and self.store.kind == "local":
             raise UsageError(NO_STORE)
 
@@ -358,6 +363,7 @@ class LeaseService:
         ttl = ttl or self.settings.ttl
         self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
         self.check_writer()
+        doctor_gate(self)  # no passing doctor verdict for this server: a warning, or refused (verdict.py)
         release_with = self._release_with(replace, paths)
         cleared: list[str] = []
         last_refusal: Outcome | None = None
@@ -382,6 +388,7 @@ class LeaseService:
                         self._undo_partial(attempts)
                         continue
             if out.ok:
+                refuse_legacy_overlap(self, paths, rec, oid)  # a live lease named by an earlier version (legacy.py)
                 self._remember(rec, oid, oid, task)
                 return Acquired(rec.lease_id, rec, oid, tuple(cleared), bool(piggyback))
             last_refusal = out
@@ -454,11 +461,13 @@ class LeaseService:
         workspace: str | None,
         stop_after: int | None = None,
     ) -> None:
-        """Refuse, before any push, a lease whose record (any version of it) readers would refuse."""
+        """Refuse, before any push, a lease whose record (any version of it) readers would refuse, or whose
+        release or reclaim the audit log could not record."""
         if len(paths) > records.MAX_PATHS:
             problem: str | None = f"{len(paths)} paths, over the limit of {records.MAX_PATHS} paths per lease"
         else:
-            problem = records.size_problem(self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after))
+            rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+            problem = records.size_problem(rec) or self.release_size_problem(rec)
         if problem:
             raise UsageError(
                 f"scope too large for one lease ({len(paths)} paths): {problem}; lease coarser scopes "
@@ -467,6 +476,31 @@ class LeaseService:
                 limitBytes=records.MAX_RECORD_BYTES,
                 limitPaths=records.MAX_PATHS,
             )
+
+    def release_size_problem(self, rec: Record, task: str | None = None) -> str | None:
+        """Why the release or reclaim of a lease like ``rec`` (its refs and paths listed in one audit entry,
+        by a writer with the longest id) could be refused for its size, or None."""
+        from gitlease.service.audit import entry_problem
+
+        oid = "0" * (64 if self.repo.object_format == "sha256" else 40)
+        refs = {id_ref(rec.lease_id): oid, **{scope_ref(p): oid for p in rec.paths}}
+        if task or rec.owner.task_id:
+            refs[task_ref(task or rec.owner.task_id)] = oid
+        fields = {
+            "action": "force-release",
+            "rule": "progress-stalled",
+            "by": "x" * 256,
+            "leaseId": rec.lease_id,
+            "version": 10**9,
+            "oid": oid,
+            "grant": oid,
+            "refs": refs,
+            "paths": list(rec.paths),
+            "owner": rec.owner.to_json(),
+            "expiresAt": rec.expires_at,
+            "valid": True,
+        }
+        return entry_problem(fields, writer="x" * 256, key=self.signer.public_key, oid_hex=len(oid))
 
     def _grant(
         self,
@@ -774,6 +808,13 @@ class LeaseService:
         if isinstance(got, GitLeaseError):
             raise got
         assert got is not None
+        if not out.ok and extra_refspecs:  # an earlier renewal of ours had landed: the lease is held, the push not
+            raise PushRejected(
+                f"push rejected, nothing landed: the lease {lease_id} had moved on by an earlier renewal of this "
+                "worktree (adopted now); push again",
+                statuses=out.statuses,
+                server=out.server,
+            )
         return got
 
     def renewable(self, lease_id: str, action: str = "renew") -> tuple[Held, Record]:
@@ -857,6 +898,9 @@ class LeaseService:
                         held[prep.lease_id].pending = prep.update.new
                         held[prep.lease_id].pending_record = prep.record.canonical().decode("utf-8")
                 return None
+            late = self._late_pending(prep.lease_id)
+            if late is not None:  # refused because an earlier renewal of ours, given up on, landed after all
+                return late
             self.forget(prep.lease_id)
             return LeaseLost(
                 f"lease lost or replaced: {prep.lease_id} is no longer at the version this worktree wrote "
@@ -908,6 +952,10 @@ class LeaseService:
             )
 
     def _settle_pending(self, h: Held) -> Held:
+        """A write of ours whose outcome was unclear: adopted when the store has it. When the store still has
+        the version it replaces, it stays pending: a push given up on can still land on the server
+        (docs/protocol.md), and the next write, pinned to that version, settles it (``_late_pending``). Any other
+        value: not ours; dropped (the next write finds the lease lost)."""
         refs = self.store.list_refs()
         now_at = refs.get(id_ref(h.lease_id))
         with self.held.locked() as held:
@@ -915,12 +963,31 @@ class LeaseService:
             if cur is None:
                 raise NotHeld(f"lease {h.lease_id} is not held by this worktree")
             if cur.pending is not None and now_at == cur.pending and cur.pending_record:
-                cur.current, cur.record = cur.pending, cur.pending_record
-                rec = records.parse(cur.record.encode("utf-8"))
-                cur.version, cur.expires_at = rec.version, rec.expires_at
-                cur.paths = list(rec.paths)  # an extend or narrow changes it
-            cur.pending = cur.pending_record = None
+                _adopt_pending(cur)
+            elif now_at != cur.current:
+                cur.pending = cur.pending_record = None
             return Held(**vars(cur))
+
+    def _late_pending(self, lease_id: str) -> Renewed | None:
+        """After a write pinned to the version this worktree holds was refused: was it refused because an
+        earlier write of ours (pending: its push given up on) landed meanwhile? Then that one is adopted, and it
+        is the renewal (never reported lost for a write of its own)."""
+        h = self.held.load().get(lease_id)
+        if h is None or h.pending is None or not h.pending_record:
+            return None
+        try:
+            now_at = self.store.list_refs().get(id_ref(lease_id))
+        except RemoteUnavailable:
+            return None
+        if now_at != h.pending:
+            return None
+        with self.held.locked() as held:
+            cur = held.get(lease_id)
+            if cur is None or cur.pending != now_at:
+                return None
+            _adopt_pending(cur)
+            rec = records.parse(cur.record.encode("utf-8"))
+            return Renewed(lease_id, rec, cur.current)
 
     def _update_held(self, lease_id: str, rec: Record, oid: str) -> None:
         with self.held.locked() as held:
@@ -1267,16 +1334,19 @@ class LeaseService:
                 if replay:
                     v.problems.append(replay)
 
-    def status(self) -> Snapshot:
-        return self.snapshot()
+    def status(self, *, use_cache: bool = True) -> Snapshot:
+        self.require_store()
+        return self.snapshot(use_cache=use_cache)
 
     def can_start(self, raw_scopes: Sequence[str]) -> tuple[tuple[str, ...], list[LeaseView], Snapshot]:
         paths = scopes.normalize_all(raw_scopes)
+        self.require_store()
         snap = self.snapshot(use_cache=False, paths=paths)  # only the leases bearing on them
         return paths, snap.blocking(paths, self.clock.now(), self.settings.skew), snap
 
     def show(self, lease_id: str) -> tuple[LeaseView | None, list[HistoryEntry], Snapshot]:
         records.check_lease_id(lease_id)
+        self.require_store()
         snap = self.snapshot()
         view = snap.find(lease_id)
         entries: list[HistoryEntry] = []
@@ -1309,6 +1379,16 @@ class LeaseService:
 
 
 # ------------------------------------------------------------------------- view building
+
+
+def _adopt_pending(cur: Held) -> None:
+    """The pending write found on the store: it is the current version now."""
+    assert cur.pending is not None and cur.pending_record is not None
+    cur.current, cur.record = cur.pending, cur.pending_record
+    rec = records.parse(cur.record.encode("utf-8"))
+    cur.version, cur.expires_at = rec.version, rec.expires_at
+    cur.paths = list(rec.paths)  # an extend or narrow changes it
+    cur.pending = cur.pending_record = None
 
 
 def _scope_path(ref: str) -> str | None:

@@ -78,6 +78,11 @@ def extend(svc, lease_id: str, raw_paths: Sequence[str], *, ttl: int | None = No
                     f"(after releasing this one), or extend with paths inside {p} beside {mine}"
                 )
             nxt = _next(svc, current, scopes.minimize(current.paths + added), ttl)
+            too_big = svc.release_size_problem(nxt)
+            if too_big:
+                raise UsageError(
+                    f"cannot extend {lease_id} with {len(added)} more paths: {too_big}; lease coarser scopes"
+                )
             oid = svc._write_version(nxt, h.current, "extend")
             updates = [RefUpdate(id_ref(lease_id), oid, h.current)] + [
                 RefUpdate(scope_ref(p), h.grant, None) for p in added

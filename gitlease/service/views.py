@@ -21,6 +21,7 @@ from gitlease.core.refnames import (
     OUTCOME_PREFIX,
     SCOPE_REF,
     TASK_PREFIX,
+    VERDICT_PREFIX,
     decode_segment,
     id_ref,
     path_of_scope_ref,
@@ -453,7 +454,7 @@ def _undecodable_path(ref: str) -> str:
 def foreign_refs(refs: Iterable[str]) -> list[str]:
     """Refs under refs/leases/ that are neither a lease's id or scope ref nor another ref gitlease writes
     there: store faults to report, which block nothing (git refuses no lease because of them)."""
-    known = (ID_PREFIX, SCOPE_REF + "/", TASK_PREFIX, OUTCOME_PREFIX)  # is_scope_ref, and gitlease's other refs
+    known = (ID_PREFIX, SCOPE_REF + "/", TASK_PREFIX, OUTCOME_PREFIX, VERDICT_PREFIX)  # and gitlease's other refs
     return sorted(r for r in refs if not (r.startswith(known) or r == SCOPE_REF))
 
 

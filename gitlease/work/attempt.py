@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gitlease.core import gitcmd
 from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, NotHeld, RemoteUnavailable
 from gitlease.core.refnames import quarantine_ref
-from gitlease.core.store import RefUpdate, RemoteStore
+from gitlease.core.store import RefUpdate
 from gitlease.liveness.holding import Holding, HoldOptions
 from gitlease.liveness.supervise import CANNOT_RUN, Guard
 from gitlease.service.outcomes import Outcome
@@ -39,11 +39,23 @@ BACKOFF_CAP = 300.0
 
 class _Fail(Exception):
     """An attempt that did not land: ``final`` fails the task at once (a scope violation, a refusal by a
-    gitlease check, a command that cannot run); ``interrupted`` re-queues it under the same number."""
+    gitlease check, a command that cannot run); ``interrupted`` re-queues it under the same number at once;
+    not ``counted`` (the store unreachable) re-queues it under the same number after the backoff; ``ready``
+    (a landing fault: its lease lost, the server away) parks its verified commit, and the next attempt only
+    lands it."""
 
-    def __init__(self, reason: str, *, final: bool = False, interrupted: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        final: bool = False,
+        interrupted: bool = False,
+        counted: bool = True,
+        ready: bool = False,
+    ) -> None:
         super().__init__(reason)
-        self.reason, self.final, self.interrupted = reason, final, interrupted
+        self.reason, self.final, self.interrupted, self.ready = reason, final, interrupted, ready
+        self.counted = counted and not interrupted and not ready
 
 
 class TaskAttempt:
@@ -54,6 +66,9 @@ class TaskAttempt:
         self.r, self.n, self.task, self.prev = runner, n, task, prev
         self.number = (prev.attempts if prev else 0) + 1
         self.holding: Holding | None = None
+        self.outcome: str | None = None  # this attempt's ``running`` outcome, once claimed
+        self.deadline: float | None = None  # when its commands are stopped (--task-timeout)
+        self.timed_out = False
         self.manager: Any = None
         self.att: Any = None
         with runner._lock:
@@ -61,19 +76,31 @@ class TaskAttempt:
 
     @property
     def lease_id(self) -> str:
+        return self.held.lease_id
+
+    @property
+    def held(self) -> Holding:
+        """The attempt's lease, once claimed."""
         assert self.holding is not None
-        return self.holding.lease_id
+        return self.holding
 
     def emit(self, kind: str, **detail: Any) -> None:
         self.r.emit(kind, self.n, self.task.id, **detail)
 
     # ------------------------------------------------------------------------------ claim
     def run(self, svc: LeaseService) -> None:
-        r = self.r
-        tsvc = r._task_service(svc, self.task)
+        """Claim the task, its scope and its ``running`` outcome (this attempt counted on the store) in one
+        atomic push, then work on it. An outcome that moved since the runner read it (another runner) gives the
+        claim back at once, unrun."""
+        r, task = self.r, self.task
+        tsvc = r._task_service(svc, task)
         options = HoldOptions(ttl=r.ttl, release=True)
+        parent = self._parent()
+        running, _ = r._outcomes.make(task.id, "running", self.number, parent=parent, digest=task.digest)
         try:
-            self.holding = Holding.acquire(tsvc, self.task.scope, options, task=self.task.id)
+            self.holding = Holding.acquire(
+                tsvc, task.scope, options, task=task.id, piggyback=[r._outcomes.update(task.id, running, parent)]
+            )
         except HeldError as exc:
             with r._lock:
                 r.lease_waits += 1
@@ -81,21 +108,26 @@ class TaskAttempt:
             return
         except RemoteUnavailable:
             raise
-        except GitLeaseError as exc:  # claimed by another runner at another scope, a hook refused
-            self.emit("refused", message=exc.message)
-            r._pause(r.opts.poll)
+        except GitLeaseError as exc:  # claimed by another runner meanwhile; else the claim itself fails
+            if self._claimed_elsewhere(tsvc):
+                self.emit("refused", message=exc.message)
+                r._pause(r.opts.poll)
+            else:  # a stray claim ref, a refusal by the store: counted like any failed attempt, never a loop
+                self._claim_failed(exc)
             return
         with r._lock:
             r.ran += 1
             r._granted.add(self.lease_id)
         rec = self.holding.record
         self.emit("claimed", lease=self.lease_id, scope=" ".join(rec.paths), attempt=self.number)
+        if not self.holding.piggybacked:  # its outcome moved meanwhile: finished or re-queued by another runner
+            self._release()
+            self.emit("released", message="another runner finished it meanwhile")
+            return
+        self.outcome = running  # the outcome this attempt's next one replaces
         started = r.clock.monotonic()
+        self.deadline = started + r.task_timeout if r.task_timeout else None  # --task-timeout, from the claim
         try:
-            if self._finished_elsewhere(tsvc):
-                self._release()
-                self.emit("released", message="another runner finished it meanwhile")
-                return
             self._work()
         finally:
             spent = r.clock.monotonic() - started
@@ -103,13 +135,49 @@ class TaskAttempt:
                 r.busy += spent
                 self.st.busy += spent
 
-    def _finished_elsewhere(self, tsvc: LeaseService) -> bool:
-        """Finished (or re-queued) by another runner between our read and our claim."""
-        refs = tsvc.store.list_refs()
+    def _parent(self) -> str | None:
+        """The outcome this attempt's first outcome replaces: the one read, or one the runner ignored (its
+        signature did not verify: replaced, never taken for the task's state)."""
+        if self.prev is not None:
+            return self.prev.oid
         with self.r._lock:
-            fresh = self.r._outcomes.read(refs).get(self.task.id)
-        prev = self.prev
-        return fresh is not None and (fresh.final or (prev is None or fresh.oid != prev.oid))
+            return self.r._outcomes.listed.get(self.task.id)
+
+    def _claimed_elsewhere(self, tsvc: LeaseService) -> bool:
+        """Whether a live lease of someone else claims this task now."""
+        from gitlease.core.refnames import task_ref
+
+        try:
+            snap = tsvc.snapshot(use_cache=False, paths=self.task.scope)
+        except GitLeaseError:
+            return True  # cannot tell: not the task's fault
+        ref = task_ref(self.task.id)
+        now, skew = self.r.clock.now(), tsvc.settings.skew
+        return any(ref in v.task_refs and v.state(now, skew) in ("active", "grace") for v in snap.leases)
+
+    def _claim_failed(self, exc: GitLeaseError) -> None:
+        """The claim push refused for a reason of the task's own (a stray claim ref, a server hook's refusal):
+        the attempt is counted on the store (pinned to the outcome the runner read), with its backoff."""
+        r, number = self.r, self.number
+        final = number >= r.opts.attempts
+        state = "failed" if final else "retrying"
+        not_before = 0.0 if final else r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** (number - 1))
+        reason = f"the claim was refused: {exc.message}"
+        parent = self._parent()
+        got = r._outcomes.write(
+            self.task.id, state, number, parent=parent, reason=reason, not_before=not_before, digest=self.task.digest
+        )
+        self.st.attempts, self.st.reason = number, reason
+        if got is None:
+            self.emit("error", message=f"outcome not recorded: {reason}")
+            return
+        self.st.state = state
+        if final:
+            self.emit("failed", message=f"{reason} (attempt {number})")
+        else:
+            with r._lock:
+                r.retries += 1
+            self.emit("retry", message=f"{reason} (attempt {number} of {r.opts.attempts})")
 
     # ------------------------------------------------------------------------------ work
     def _work(self) -> None:
@@ -132,16 +200,28 @@ class TaskAttempt:
             # waits in real time, also under an injected clock: a test clock then moves only when the runner
             # itself waits (backoff, polling), never in a renewal loop of its own
             holding.start(poll=progress.poll, wait=event_wait)
-            env = self._env()
-            env[PROGRESS_ENV] = progress.path  # `git lease progress NOTE` from the command
-            self._run_command(env)
-            if r.opts.verify:
-                self._run_verifier(env)
-            self.emit("landing")
+            ready = self.prev.ready if self.prev is not None else None
+            if ready and self._restore(ready):
+                self.emit("landing", message=f"its verified work ({ready}): landing only, the agent does not run again")
+            else:
+                env = self._env()
+                env[PROGRESS_ENV] = progress.path  # `git lease progress NOTE` from the command
+                self._run_command(env)
+                if r.opts.verify:
+                    self._run_verifier(env)
+                self.emit("landing")
             landed = r.lander.land(self, base_ref)
         except _Fail as exc:
             holding.stop()
             self._failed(exc)
+            return
+        except RemoteUnavailable as exc:  # the store or the base went away: not the task's fault, not counted
+            holding.stop()
+            self._failed(_Fail(exc.message, counted=False))
+            return
+        except GitLeaseError as exc:  # anything else ends this attempt, counted (a broken worktree, a git error)
+            holding.stop()
+            self._failed(_Fail(exc.message))
             return
         except BaseException:
             holding.stop()
@@ -162,6 +242,22 @@ class TaskAttempt:
         self._give_back(say=True)
         self.emit("done", attempt=self.number)
 
+    def _restore(self, ref: str) -> bool:
+        """The verified commit an earlier attempt parked at ``ref`` (on the store), checked out in this attempt's
+        worktree to be landed again; False when it cannot be had (then the agent runs again)."""
+        r = self.r
+        res = gitcmd.run(
+            ["fetch", "--quiet", "--no-tags", r.remote, f"+{ref}:{ref}"] if r.remote else ["rev-parse", ref],
+            cwd=r.svc.repo.cwd,
+            check=False,
+        )
+        oid = gitcmd.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=r.svc.repo.cwd, check=False)
+        if res.returncode != 0 or oid.returncode != 0:
+            self.emit("error", message=f"the verified work of an earlier attempt ({ref}) cannot be fetched; rerunning")
+            return False
+        gitcmd.run(["reset", "--quiet", "--hard", oid.out.strip()], cwd=self.att.path)
+        return True
+
     def _run_command(self, env: dict[str, Any]) -> None:
         task, att = self.task, self.att
         argv = [a.replace("{id}", task.id).replace("{path}", att.path) for a in self.r.opts.command]
@@ -171,7 +267,13 @@ class TaskAttempt:
         if rc == CANNOT_RUN and self._cannot_run("command"):
             raise _Fail(self._cannot_run("command") or "", final=True)
         if rc != 0:
-            raise _Fail(f"the command exited {rc}")
+            said = self._log_lines("command", "")
+            refused = [i for i, ln in enumerate(said) if ln.startswith("gitlease: ") and " refused" in ln]
+            if refused:  # a gitlease check refused what it did: running it again changes nothing
+                i = refused[-1]
+                detail = f"; {said[i + 1]}" if i + 1 < len(said) and not said[i + 1].startswith("gitlease:") else ""
+                raise _Fail(f"the command exited {rc}: {said[i]}{detail}", final=True)
+            raise _Fail(f"the command exited {rc}" + (f": {said[-1][:300]}" if said else ""))
         dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=all"], cwd=att.path).out.strip()
         if dirt:
             raise _Fail("the command left uncommitted changes (the runner commits nothing itself)")
@@ -181,19 +283,30 @@ class TaskAttempt:
         vrc = self._run(["sh", "-c", self.r.opts.verify or ""], env, "verify", clock="verify")
         self._check_stop()
         if vrc != 0:
-            raise _Fail(f"the verifier failed (exit {vrc})")
+            said = self._log_lines("verify", "")
+            raise _Fail(f"the verifier failed (exit {vrc})" + (f": {said[-1][:300]}" if said else ""))
         # what a verifier leaves untracked (build output) is not the task's work; a tracked file it changed is
         dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=no"], cwd=self.att.path).out.strip()
         if dirt:
             raise _Fail("the verifier changed tracked files")
 
     def _check_stop(self) -> None:
-        holding = self.holding
-        assert holding is not None
+        holding = self.held
         if holding.lost.is_set():
             raise _Fail(LeaseLost.say(self.lease_id, holding.reason or "no renewal confirmed"))
         if self.r.kill.is_set():
             raise _Fail("interrupted", interrupted=True)
+        if self.timed_out:
+            raise _Fail(f"stopped after --task-timeout ({self.r.task_timeout:g}s)")
+
+    def _should_stop(self) -> str | None:
+        """Asked while a command runs: why it must stop now (the runner stopping, the task's time is up)."""
+        if self.r.kill.is_set():
+            return "the runner is stopping its commands"
+        if self.deadline is not None and self.r.clock.monotonic() >= self.deadline:
+            self.timed_out = True
+            return f"--task-timeout ({self.r.task_timeout:g}s)"
+        return None
 
     def _run(self, argv, env, what: str, *, input: str | None = None, clock: str = "agent") -> int:
         """``argv`` as a guarded process group in the task's worktree (a session of its own: a Ctrl-C typed at the
@@ -218,7 +331,7 @@ class TaskAttempt:
             )
             guard.start()
             try:
-                rc = guard.wait(lambda: "the runner is stopping its commands" if r.kill.is_set() else None)
+                rc = guard.wait(self._should_stop)
             finally:
                 guard.finish_watchdog()
         spent = r.clock.monotonic() - started
@@ -234,13 +347,20 @@ class TaskAttempt:
 
     def _cannot_run(self, what: str) -> str | None:
         """The gate's "cannot run" line in the log of ``what``, if the command could not be started."""
+        lines = self._log_lines(what, "git-lease: cannot run ")
+        return lines[-1].removeprefix("git-lease: ") if lines else None
+
+    def _log_lines(self, what: str, prefix: str) -> list[str]:
+        """The non-empty lines starting with ``prefix`` at the end of the log of ``what`` (the reason a failure
+        reports, not only the log's path)."""
         try:
             with open(self._log_path(what), "rb") as fh:
-                tail = fh.read()[-2000:].decode("utf-8", "replace")
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 4000))
+                tail = fh.read().decode("utf-8", "replace")
         except OSError:
-            return None
-        lines = [ln for ln in tail.splitlines() if ln.startswith("git-lease: cannot run ")]
-        return lines[-1].removeprefix("git-lease: ") if lines else None
+            return []
+        return [ln.strip() for ln in tail.splitlines() if ln.strip() and ln.strip().startswith(prefix)]
 
     def _progress(self, note: str) -> None:
         """A progress note from the task's command: sent with the lease's next renewal, shown in the view."""
@@ -275,32 +395,39 @@ class TaskAttempt:
     def _failed(self, exc: _Fail) -> None:
         r, task, number = self.r, self.task, self.number
         ref = None
+        if self.att is not None and self.manager.repair(self.att.path):
+            self.emit("error", message=f"the command deleted its worktree's .git file; repaired ({self.att.path})")
+        if exc.ready and self.att is not None:
+            return self._failed_landing(exc)
         if self.att is not None:
             try:
                 _state, ref = self.manager.give_back(self.att.id, quarantine_only=True)
             except GitLeaseError as err:
                 self.emit("error", message=f"could not quarantine the worktree: {err.message}")
         if ref:
-            if not exc.interrupted:  # an interrupted attempt runs again under the same number: kept here only
+            if exc.counted:  # one not counted runs again under the same number: its work is kept here only
                 ref = self._park(ref)
             self.emit("quarantined", ref=ref)
+        backoff = r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** (number - 1))
         if exc.interrupted:
             state, attempts, not_before = "retrying", number - 1, 0.0
+        elif not exc.counted:
+            state, attempts, not_before = "retrying", number - 1, backoff
         else:
             final = exc.final or number >= r.opts.attempts
             state, attempts = ("failed" if final else "retrying"), number
-            not_before = 0.0 if final else r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** (number - 1))
+            not_before = 0.0 if final else backoff
         reason = exc.reason
-        prev = self.prev
         try:
             wrote = r._outcomes.write(
                 task.id,
                 state,
                 attempts,
-                parent=prev.oid if prev else None,
+                parent=self.outcome,
                 reason=reason,
                 quarantine=ref,
                 not_before=not_before,
+                digest=task.digest,
             )
         except GitLeaseError as err:
             wrote = None
@@ -320,13 +447,47 @@ class TaskAttempt:
                 r.retries += 1
             self.emit("retry", message=f"{reason} (attempt {number} of {r.opts.attempts})")
 
+    def _failed_landing(self, exc: _Fail) -> None:
+        """A landing fault that is not the task's (its lease lost, the server away, the train's retries spent):
+        its verified commit is parked on the store and the outcome names it (``ready``), so the next attempt, on
+        any runner, only lands it. Not counted toward ``--attempts``."""
+        r, task, number = self.r, self.task, self.number
+        head = gitcmd.run(["rev-parse", "HEAD"], cwd=self.att.path).out.strip()
+        local = quarantine_ref(task.id, number)
+        gitcmd.run(["update-ref", local, head], cwd=r.svc.repo.cwd, check=False)
+        ref = self._park(local)
+        not_before = r.clock.now() + min(BACKOFF_CAP, r.opts.backoff)
+        got = r._outcomes.write(
+            task.id,
+            "retrying",
+            number - 1,
+            parent=self.outcome,
+            reason=f"not landed: {exc.reason}",
+            ready=ref,
+            not_before=not_before,
+            digest=task.digest,
+        )
+        if got is None:
+            self.emit("error", message=f"outcome not recorded: not landed: {exc.reason}")
+        else:
+            self.st.state = "retrying"
+        self.st.reason = exc.reason
+        self._release()
+        self._give_back()
+        with r._lock:
+            r.retries += 1
+        self.emit(
+            "retry",
+            message=f"not landed ({exc.reason}); its verified work is kept in {ref}, only the landing goes again",
+        )
+
     def _park(self, ref: str) -> str:
         """Park the quarantined work of a failed attempt on the store too (``refs/leases-quarantine/<task>/<attempt>``,
         created only, never overwritten), and under the same name here, so that the ref its outcome names can
         be fetched from any clone. Returns that name; the local quarantine ref when the store is this
         repository or the push fails (said in an event: the work is still kept here)."""
         r = self.r
-        if not isinstance(r.svc.store, RemoteStore):
+        if not r.svc.store.capabilities.shared:
             return ref
         oid = gitcmd.run(["rev-parse", "--verify", "--quiet", ref], cwd=r.svc.repo.cwd, check=False).out.strip()
         target = quarantine_ref(self.task.id, self.number)
@@ -392,7 +553,9 @@ class TaskAttempt:
 
 def slug(task_id: str) -> str:
     """A task id as a branch and file name component (readable, and unique enough with a short hash)."""
-    base = re.sub(r"[^A-Za-z0-9._-]+", "-", task_id).strip(".-")[:60] or "task"
+    base = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]+", "-", task_id)).strip(".-")[:60] or "task"
+    if base.endswith(".lock"):
+        base = base[: -len(".lock")] + "-lock"
     if base == task_id:
         return base
     return f"{base}-{hashlib.sha1(task_id.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"

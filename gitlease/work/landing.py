@@ -1,76 +1,322 @@
-"""Landing a verified task (``git lease work --land BRANCH``, docs/work.md): the task branch rebased onto the
-fresh base, then ONE fenced, scope-checked atomic push (gitlease.enforce.push.fenced_push) of the branch, the
-lease's renewal and the task's ``done`` outcome, so a task lands exactly once and only under its live lease.
+"""Landing verified tasks (``git lease work``, docs/work.md): a landing train instead of a stampede.
 
-A non-fast-forward (another task landed first) re-fetches, rebases and tries again, up to ``land_retries``
-times. A path outside the lease (ScopeViolation) fails the task at once; a lost lease re-queues it.
+A worker whose task is verified hands it to the runner's one lander and waits. The lander takes every task
+that is ready, fetches the base once, rebases the ready commits one onto the other (their scopes are disjoint:
+they hold leases), checks each task's commits against its own lease (and, unless ``--allow-extend``, its own
+scope) as the pre-push hook would, and lands them all in ONE atomic push: the branch, every task's lease
+renewal (each pinned to the version its worktree holds) and every task's ``done`` outcome (each pinned to its
+``running`` outcome). A task lands exactly once, only under its live lease, and keeps its lease until its commit
+is on the branch.
+
+When another runner (or a person) lands first, the push is refused as a whole: the lander backs off with jitter,
+re-fetches, rebases and goes again; nothing is thrown away. A task whose own change no longer rebases, whose
+commits leave its scope, or whose lease is lost leaves the train (the others go on). A lease found lost before
+the push means what the task wrote was not protected: it runs again. A landing that fails for no fault of the
+task (its lease lost in the landing push, the server away, the retries spent) parks its verified commit on the
+store, and only its landing is tried again: the agent does not run again for a fault that is not its own.
+Without ``--land`` each task's own branch ``work/<id>`` rides the same train.
 """
 
 from __future__ import annotations
 
+import random
+import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gitlease.core import gitcmd
-from gitlease.core.errors import LeaseLost, PushRejected, ScopeViolation
-from gitlease.core.refnames import outcome_ref
+from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable
+from gitlease.core.refnames import id_ref
+from gitlease.core.store import RefUpdate
+from gitlease.service.leases import Busy
 
 if TYPE_CHECKING:
+    from gitlease.service.leases import PreparedRenewal
     from gitlease.work.attempt import TaskAttempt
     from gitlease.work.runner import Runner
 
+BACKOFF_FIRST, BACKOFF_CAP = 0.2, 5.0  # seconds, after a landing another runner won: doubling, with jitter
+MAX_TRAIN = 32  # tasks one push lands at most
+LOCK_WAIT = 5.0  # seconds to wait for a task's renew lock (its heartbeat renewing at that moment)
+
+
+@dataclass
+class Ticket:
+    """One task waiting to land: its attempt, and the train's answer."""
+
+    at: TaskAttempt
+    base_ref: str
+    done: threading.Event = field(default_factory=threading.Event)
+    landed: str | None = None  # the commit landed (None: nothing to land)
+    error: Exception | None = None  # the attempt's _Fail
+    head: str | None = None  # its commit, rebased, in the current ride
+    prep: PreparedRenewal | None = None  # its lease's renewal, prepared for the current ride
+
+    def finish(self, landed: str | None = None, error: Exception | None = None) -> None:
+        self.landed, self.error = landed, error
+        self.done.set()
+
 
 class Lander:
+    """The runner's landing train (module docstring). ``land(attempt, base_ref)`` blocks until the task landed
+    (its commit, or None for nothing to land) or raises the attempt's _Fail."""
+
     def __init__(self, runner: Runner) -> None:
         self.r = runner
+        self._lane: list[Ticket] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._rng = random.Random()
+        self.rides = 0  # pushes made
+        self.landed = 0  # tasks landed by them
 
     def land(self, at: TaskAttempt, base_ref: str) -> str | None:
-        """Land ``at``'s task branch; the commit landed, or None when it had nothing to land (its outcome is
-        then ``done`` with "nothing to land"). Raises the attempt's _Fail otherwise."""
         started = self.r.clock.monotonic()
-        try:
-            return self._land(at, base_ref)
-        finally:
-            spent = self.r.clock.monotonic() - started
-            with self.r._lock:
-                at.st.land += spent
+        ticket = Ticket(at, base_ref)
+        with self._cond:
+            self._lane.append(ticket)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="gitlease-lander", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        ticket.done.wait()
+        spent = self.r.clock.monotonic() - started
+        with self.r._lock:
+            at.st.land += spent
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.landed
 
-    def _land(self, at: TaskAttempt, base_ref: str) -> str | None:
-        from gitlease.enforce.push import fenced_push
+    # ------------------------------------------------------------------------------ the train
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._lane:
+                    self._thread = None
+                    return
+                train, self._lane = self._lane[:MAX_TRAIN], self._lane[MAX_TRAIN:]
+            try:
+                self._run(train)
+            except BaseException as exc:  # never leave a worker waiting on a ticket
+                for t in train:
+                    if not t.done.is_set():
+                        t.finish(error=exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                if not isinstance(exc, Exception):
+                    raise
+
+    def _run(self, train: list[Ticket]) -> None:
         from gitlease.work.attempt import _Fail
 
-        r, task, path = self.r, at.task, at.att.path
-        assert at.holding is not None
-        wsvc = at.holding.svc
-        target = r._target(task)
-        parent = at.prev.oid if at.prev else None
+        r = self.r
         for i in range(r.opts.land_retries + 1):
-            _branch_name, fresh = r._fetch_base()
-            ahead = gitcmd.run(["rev-list", "--count", f"{fresh}..HEAD"], cwd=path).out.strip()
-            if ahead == "0":
-                if r._outcomes.write(task.id, "done", at.number, parent=parent, reason="nothing to land") is None:
-                    raise _Fail("the task's outcome changed meanwhile (another runner)")
-                return None
-            reb = gitcmd.run(["rebase", "--quiet", fresh], cwd=path, check=False)
-            if reb.returncode != 0:
-                gitcmd.run(["rebase", "--abort"], cwd=path, check=False)
-                raise _Fail(f"rebase onto {base_ref} failed: {(reb.err or reb.out).strip().splitlines()[-1:]}")
-            head = gitcmd.run(["rev-parse", "HEAD"], cwd=path).out.strip()
-            oid, _ = r._outcomes.make(task.id, "done", at.number, parent=parent, landed=head)
-            try:
-                fenced_push(wsvc, r.remote, [f"HEAD:{target}"], at.lease_id, also=[f"{oid}:{outcome_ref(task.id)}"])
-                return head
-            except ScopeViolation as exc:  # a lease lost meanwhile is LeaseLost (check_landing), not this
-                raise _Fail(exc.message, final=True) from None
-            except LeaseLost as exc:
-                raise _Fail(exc.message) from None
-            except PushRejected as exc:
-                if i >= r.opts.land_retries:
-                    raise _Fail(f"landing refused {i + 1} times: {exc.message}") from None
+            train = [t for t in train if not t.done.is_set()]
+            if not train:
+                return
+            if r.kill.is_set():
+                for t in train:
+                    t.finish(error=_Fail("interrupted", interrupted=True))
+                return
+            if i:
                 with r._lock:
                     r.land_retries += 1
                     r.retries += 1
-                at.emit("landing", message=f"not landed ({exc.message[:120]}); re-fetching, retrying")
-        raise _Fail("landing retries exhausted")
+                self._pause(i)
+            if self._ride(train):
+                return
+        for t in train:
+            if not t.done.is_set():
+                t.finish(error=_Fail(f"landing refused {r.opts.land_retries + 1} times", ready=True, counted=False))
+
+    def _pause(self, i: int) -> None:
+        step = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (i - 1))
+        self.r._pause(self._rng.uniform(step / 2, step))
+
+    def _ride(self, train: list[Ticket]) -> bool:
+        """One try at landing ``train``: True when nothing is left to retry (landed, or left the train)."""
+        r = self.r
+        _branch, base = r._fetch_base()
+        tips: dict[str, str] = {}  # target branch -> the commit it will point at
+        riders: list[Ticket] = []
+        for t in train:
+            target = r._target(t.at.task)
+            onto = tips.get(target, base if r.opts.land else None)
+            head = self._board(t, onto, base)
+            if head is None or t.done.is_set():
+                continue
+            tips[target] = head
+            riders.append(t)
+        if not riders:
+            return True
+        return self._push(riders, tips)
+
+    def _board(self, t: Ticket, onto: str | None, base: str) -> str | None:
+        """``t``'s commit rebased onto ``onto`` (the base, or the commit of the task before it in this train;
+        None: its own branch, not rebased), checked against its lease and scope (its commits over ``base``);
+        None when it leaves the train (finished: nothing to land, or a failure of its own)."""
+        from gitlease.enforce.push import check_task_landing
+        from gitlease.work.attempt import _Fail
+
+        at, r = t.at, self.r
+        path = at.att.path
+        if onto is not None:
+            ahead = gitcmd.run(["rev-list", "--count", f"{onto}..HEAD"], cwd=path).out.strip()
+            if ahead == "0":
+                self._nothing_to_land(t)
+                return None
+            reb = gitcmd.run(["rebase", "--quiet", onto], cwd=path, check=False)
+            if reb.returncode != 0:
+                gitcmd.run(["rebase", "--abort"], cwd=path, check=False)
+                why = (reb.err or reb.out).strip().splitlines()[-1:] or ["conflict"]
+                t.finish(
+                    error=_Fail(f"its change no longer rebases onto {t.base_ref} ({why[0]}): the agent runs again")
+                )
+                return None
+        head = gitcmd.run(["rev-parse", "HEAD"], cwd=path).out.strip()
+        within = None if r.opts.allow_extend else at.task.scope
+        try:
+            check_task_landing(at.held.svc, r.remote, at.lease_id, head, onto or base, within=within)
+        except LeaseLost as exc:  # lost before its landing began: what it wrote was not protected; it runs again
+            t.finish(error=_Fail(exc.message))
+            return None
+        except GitLeaseError as exc:  # ScopeViolation: the task's own failure, final
+            t.finish(error=_Fail(exc.message, final=True))
+            return None
+        t.head = head
+        return head
+
+    def _nothing_to_land(self, t: Ticket) -> None:
+        from gitlease.work.attempt import _Fail
+
+        at = t.at
+        got = self.r._outcomes.write(
+            at.task.id, "done", at.number, parent=at.outcome, reason="nothing to land", digest=at.task.digest
+        )
+        t.finish(error=None if got is not None else _Fail("the task's outcome changed meanwhile (another runner)"))
+
+    # ------------------------------------------------------------------------------ the push
+    def _push(self, riders: list[Ticket], tips: dict[str, str]) -> bool:
+        """Every rider's renewal and outcome and the branch tips in one atomic push. True when it landed, or
+        nothing is left to retry."""
+        from gitlease.work.attempt import _Fail
+
+        r = self.r
+        updates: list[RefUpdate] = []
+        for t in list(riders):
+            prep = self._prepare(t)
+            if prep is None:
+                riders.remove(t)
+                continue
+            t.prep = prep
+            at = t.at
+            oid, _ = r._outcomes.make(
+                at.task.id,
+                "done",
+                at.number,
+                parent=at.outcome,
+                landed=t.head,
+                branch=r._target(at.task),
+                digest=at.task.digest,
+            )
+            updates += [prep.update, r._outcomes.update(at.task.id, oid, at.outcome)]
+        if not riders:
+            return True
+        specs = [
+            f"{tip}:{target}"
+            for target, tip in sorted(tips.items())
+            if any(r._target(t.at.task) == target for t in riders)
+        ]
+        try:
+            with gitcmd.deadline(float(r.svc.settings.timeout)):
+                out = r.svc.store.apply(updates, extra_refspecs=specs)
+        except GitLeaseError as exc:
+            self._settle(riders, None)
+            for t in riders:
+                t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
+            return True
+        with self.r._lock:
+            self.rides += 1
+        if out.ambiguous:
+            out = self._reread(updates, specs, out)
+        if out.ok:
+            self._settle(riders, True)
+            with r._lock:
+                self.landed += len(riders)
+            for t in riders:
+                t.finish(landed=t.head)
+            return True
+        if any("hook declined" in st for st in out.statuses.values()):  # the server refused the push itself
+            self._settle(riders, False)
+            for t in riders:
+                t.finish(error=_Fail(f"the server refused the landing: {out.reason}", ready=True))
+            return True
+        lost = [t for t in riders if _refused_itself(out.statuses.get(id_ref(t.at.lease_id), ""))]
+        self._settle(riders, False, lost=lost)
+        for t in lost:
+            t.finish(error=_Fail(f"lease lost while landing: {t.at.lease_id}", ready=True, counted=False))
+        if lost:
+            return False  # the others go again at once
+        what = out.reason or "refused"
+        for t in riders:
+            t.at.emit("landing", message=f"not landed ({shortened(what)}); backing off, then again")
+        return False
+
+    def _prepare(self, t: Ticket):
+        """``t``'s lease renewal, made ready (its renew lock held until settled); None when the lease is lost
+        (the ticket is then finished)."""
+        from gitlease.work.attempt import _Fail
+
+        svc = t.at.held.svc
+        end = self.r.clock.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                return svc.prepare_renewal(t.at.lease_id, lock=True, stop_after=t.at.held.timing.stop_after)
+            except Busy:  # its heartbeat is renewing right now
+                if self.r.clock.monotonic() >= end:
+                    t.finish(error=_Fail("landing: its lease stayed busy renewing", ready=True, counted=False))
+                    return None
+                threading.Event().wait(0.05)
+            except (LeaseLost, NotHeld) as exc:  # lost before its landing: it runs again
+                t.finish(error=_Fail(exc.message))
+                return None
+
+    def _settle(self, riders: list[Ticket], landed: bool | None, *, lost=()) -> None:
+        """Each rider's renewal settled as the store decided: landed, unknown, or (``landed`` False) refused
+        for the ``lost`` ones and not landed (atomic push failed) for the others."""
+        for t in riders:
+            prep, t.prep = t.prep, None
+            if prep is None:
+                continue
+            svc = t.at.held.svc
+            if landed is False and t not in lost:
+                prep.close()  # not landed with the others: the version this worktree holds is unchanged
+                continue
+            got = svc.settle_renewal(prep, landed)
+            if isinstance(got, GitLeaseError) and landed is not False:
+                t.at.emit("error", message=got.message)
+
+    def _reread(self, updates: list[RefUpdate], specs: list[str], out):
+        """After an unclear outcome: landed when every ref is at what we wrote."""
+        from gitlease.core.store import Outcome
+
+        try:
+            refs = self.r.svc.store.list_refs()
+        except RemoteUnavailable:
+            return Outcome(ok=False, statuses={}, message=out.message)
+        ok = all(refs.get(u.ref) == u.new for u in updates)
+        return Outcome(ok=ok, statuses={} if ok else {u.ref: "rejected:unknown" for u in updates}, message=out.message)
 
 
-__all__ = ["Lander"]
+def shortened(text: str, limit: int = 160) -> str:
+    """``text`` cut to about ``limit`` characters at a word's end, never inside a word ("..." says so)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit].rstrip(" ;,:") + " ..."
+
+
+def _refused_itself(status: str) -> bool:
+    """A ref the server refused on its own account (not "atomic push failed" because of another)."""
+    return status.startswith("rejected") and "atomic" not in status
+
+
+__all__ = ["Lander", "Ticket"]

@@ -38,6 +38,13 @@ class WorkTask:
         """What the command reads: the queue line, with the scope that was leased."""
         return dict(self.doc, id=self.id, scope=list(self.scope), paths=list(self.paths))
 
+    @property
+    def digest(self) -> str:
+        """The task's content hash, recorded with its outcome: the queue line as given (its id included)."""
+        from gitlease.service.outcomes import digest
+
+        return digest(dict(self.doc, id=self.id))
+
 
 def parse_queue(
     lines: Iterable[str],
@@ -54,16 +61,51 @@ def parse_queue(
         line = raw.strip()
         if line and not line.startswith("#"):
             docs.append(json.loads(line))
+    numbers = [n for n, raw in enumerate(lines, 1) if raw.strip() and not raw.strip().startswith("#")]
     out = []
-    for task, doc in zip(tasks, docs):
-        check_id(task.id, f"{source}: task {task.id!r}")
+    for task, doc, number in zip(tasks, docs, numbers):
+        where = f"{source}: line {number}: task {task.id!r}"
+        check_id(task.id, where)
+        check_scope(task.scope, where)
         out.append(WorkTask(task.id, task.scope, task.paths, doc))
     return out
 
 
 def check_id(tid: str, where: str) -> None:
+    """A task id the store can name: refused at load (with its line), never retried at every planning step."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in tid):
+        raise UsageError(f"{where}: the id holds a control character (a newline, a NUL...)")
     if len(encode_segment(tid)) > MAX_ID_BYTES:
         raise UsageError(f"{where}: the id is too long (at most {MAX_ID_BYTES} bytes once encoded for a ref name)")
+    from gitlease.core.refnames import outcome_ref, quarantine_ref, task_ref
+
+    for ref in (task_ref(tid), outcome_ref(tid), quarantine_ref(tid, 1)):
+        why = ref_name_problem(ref)
+        if why:
+            raise UsageError(f"{where}: the id cannot name a ref ({ref}: {why}); choose another id")
+
+
+def check_scope(scope: tuple[str, ...], where: str) -> None:
+    """A scope one lease can hold (the record's path limit), refused at load rather than at every claim."""
+    from gitlease.core.record import MAX_PATHS
+
+    if len(scope) > MAX_PATHS:
+        raise UsageError(
+            f"{where}: its scope has {len(scope)} paths, over the limit of {MAX_PATHS} per lease; give it a "
+            'coarser "scope" (folders), or split it (git lease plan shows what fits)'
+        )
+
+
+def ref_name_problem(ref: str) -> str | None:
+    """Why git would refuse ``ref`` as a ref name (git check-ref-format's rules), or None."""
+    if "\\" in ref or any(c in ref for c in " ~^:?*[") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in ref):
+        return "a space, a control character or one of ~^:?*[\\"
+    if ".." in ref or "@{" in ref or ref.endswith((".", "/")) or ref == "@" or "//" in ref:
+        return "'..', '@{', '//' or a trailing '.' or '/'"
+    for part in ref.split("/"):
+        if part.startswith(".") or part.endswith(".lock"):
+            return f"a component starting with '.' or ending in '.lock' ({part!r})"
+    return None
 
 
 def from_items(
@@ -119,4 +161,4 @@ class TaskSource:
         return bool(self._more and self._more())
 
 
-__all__ = ["WorkTask", "TaskSource", "parse_queue", "from_items", "check_id"]
+__all__ = ["WorkTask", "TaskSource", "parse_queue", "from_items", "check_id", "check_scope", "ref_name_problem"]

@@ -43,7 +43,6 @@ from gitlease.core import gitcmd
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable, UsageError
 from gitlease.core.refnames import TASK_PREFIX, decode_segment
-from gitlease.core.store import RemoteStore
 from gitlease.liveness.interrupts import Interrupts
 from gitlease.service.leases import LeaseService
 from gitlease.service.outcomes import Outcome, Outcomes
@@ -72,6 +71,9 @@ class WorkOptions:
     sweep_every: float = 30.0  # seconds between the runner's own sweeps of stale leases (0: never)
     grace: float = 5.0  # SIGTERM to SIGKILL when a command is stopped
     land_retries: int = LAND_RETRIES
+    allow_extend: bool = False  # land paths a task's lease was extended to beyond the task's own scope
+    task_timeout: float | None = None  # stop a task's command (and verifier) after this long (lease.taskTimeout)
+    rerun: Sequence[str] = ()  # tasks to reopen first (a final outcome: done or failed), recorded on the store
 
     def check(self) -> None:
         if not self.command:
@@ -102,13 +104,22 @@ class Runner:
         self.on_event = on_event or (lambda ev: None)
         self.svc = open_service(repo_dir, remote=options.remote, clock=clock, signer=signer, agent=options.agent)
         self.svc.require_store()
-        if not isinstance(self.svc.store, RemoteStore):
+        if not self.svc.store.capabilities.branches:
             raise UsageError(
                 "git lease work lands through a fenced push: it needs the lease store on a remote "
                 "(git config lease.remote origin)"
             )
-        self.remote = self.svc.store.remote
+        self.remote: str = self.svc.settings.remote or ""  # a store that carries branches is a git remote
+        from gitlease.enforce.agenthooks import unfenced
+        from gitlease.service.verdict import doctor_gate
+
+        doctor_gate(self.svc)  # the server's doctor verdict: a warning (run() says it), or refused at once
+
+        why = unfenced(list(options.command), cwd=self.svc.repo.cwd)  # a coding agent whose hooks would not run
+        if why:
+            raise UsageError(f"git lease work will not start an unfenced agent: {why}")
         self.ttl = int(options.ttl or self.svc.settings.ttl)
+        self.task_timeout = options.task_timeout or self.svc.settings.task_timeout
         self.stop = threading.Event()  # take no more tasks
         self.kill = threading.Event()  # stop running commands too
         self._lock = threading.RLock()
@@ -139,6 +150,8 @@ class Runner:
         self.last_outcomes: dict[str, Outcome] = {}
         self.finished: dict[str, str] = {}  # task -> done | failed, as this runner saw it (before the next read)
         self.last_tasks: list[str] = []
+        self.conflicts: dict[str, str] = {}  # task -> why it was refused (final on the store, other content)
+        self._said: set[tuple[str, str]] = set()  # what was reported once
 
     def view(self) -> dict[str, Any]:
         """What a live view shows: each worker (task, its scope, state, seconds in it, last note), counts, and
@@ -234,9 +247,12 @@ class Runner:
     # --------------------------------------------------------------------------------- run
     def run(self, *, handle_signals: bool = True) -> Summary:
         start = self.clock.monotonic()
+        for line in self.svc.warnings:  # the doctor's verdict, said once (gitlease/service/verdict.py)
+            self.emit("warning", -1, message=line)
         # counts only (gitlease/liveness/interrupts.py); acted on below, in this thread
         interrupts = Interrupts().install() if handle_signals else None
         try:
+            self._reopen(self.opts.rerun)
             self._prune_dead(-1)
             threads = [
                 threading.Thread(target=self._worker, args=(n,), name=f"gitlease-work-{n}", daemon=True)
@@ -261,6 +277,26 @@ class Runner:
                 interrupts.restore()
         return self._summary(self.clock.monotonic() - start)
 
+    def _reopen(self, ids: Sequence[str]) -> None:
+        """``--rerun ID``: each task's final outcome replaced by a ``rerun`` child (its attempts start again),
+        written on the store before anything runs: the outcome's history records who reopened it and when."""
+        if not ids:
+            return
+        outs = self._outcomes.read(self.svc.store.list_refs())
+        by_id = {t.id: t for t in self.source.tasks()}
+        for tid in ids:
+            o, task = outs.get(tid), by_id.get(tid)
+            if task is None:
+                raise UsageError(f"--rerun {tid}: no task {tid!r} in this queue")
+            if o is None or not o.final:
+                self.emit("rerun", -1, tid, message=f"{tid} is not done or failed on the store: it runs as queued")
+                continue
+            why = f"reopened by {self.svc.settings.agent} (git lease work --rerun; it was {o.state})"
+            got = self._outcomes.write(tid, "retrying", 0, parent=o.oid, reason=why, digest=task.digest, rerun=True)
+            if got is None:
+                raise GitLeaseError(f"--rerun {tid}: its outcome changed meanwhile (another runner); try again")
+            self.emit("rerun", -1, tid, message=why)
+
     def _summary(self, makespan: float) -> Summary:
         tasks = self.source.tasks()
         try:
@@ -270,7 +306,9 @@ class Runner:
         for t in tasks:
             st = self.stats.setdefault(t.id, TaskStats(t.id))
             o = outs.get(t.id)
-            if o is not None:
+            if t.id in self.conflicts:  # refused: what the store says is another task's
+                st.state, st.reason = "failed", self.conflicts[t.id]
+            elif o is not None:
                 st.state, st.attempts = o.state, o.attempts
                 st.landed, st.quarantine = o.landed or st.landed, o.quarantine or st.quarantine
                 st.reason = o.reason or st.reason
@@ -349,7 +387,15 @@ class Runner:
             for ref in v.task_refs:
                 with contextlib.suppress(ValueError):
                     claimed[decode_segment(ref[len(TASK_PREFIX) :])] = v.lease_id
-        unfinished = [t for t in tasks if not (t.id in outs and outs[t.id].final)]
+        self._note_ignored(n)
+        unfinished = [
+            t for t in tasks if not self._conflicting(n, t, outs.get(t.id)) and not (t.id in outs and outs[t.id].final)
+        ]
+        for t in unfinished:
+            o = outs.get(t.id)
+            if o is not None and o.state == "running" and t.id not in claimed and t.id not in self._inflight:
+                outs[t.id] = self._dead_attempt(n, t, o)  # its runner died mid-attempt: that attempt counts
+        unfinished = [t for t in unfinished if not (t.id in outs and outs[t.id].final)]
         # first: a runner restarted after a crash sweeps what its dead predecessor left even when nothing is
         # left to run
         self._maybe_sweep(svc, snap, n)
@@ -381,6 +427,41 @@ class Runner:
                     self._inflight.add(tid)
                     return by_id[tid], outs.get(tid)
         return "wait"
+
+    def _note_ignored(self, n: int) -> None:
+        """An outcome whose signature does not verify on a signed store is left out; say so, once each."""
+        for task, why in self._outcomes.ignored.items():
+            if (task, why) not in self._said:
+                self._said.add((task, why))
+                self.emit("error", n, task, message=f"outcome of {task} ignored: {why}")
+
+    def _conflicting(self, n: int, task: WorkTask, o: Outcome | None) -> bool:
+        """A task whose id is final on the store with other content (another queue's task of the same id):
+        refused, never run and never taken for done; ``--rerun ID`` runs it again."""
+        if o is None or not o.final or o.digest is None or o.digest == task.digest:
+            return False
+        why = (
+            f"task {task.id} is {o.state} on the store ({o.oid and o.oid[:12]}, {o.at} by {o.by}) with other "
+            f"content than this queue's line; git lease work --rerun {task.id} runs it again"
+        )
+        with self._lock:
+            self.conflicts[task.id] = why
+        if ("conflict", task.id) not in self._said:
+            self._said.add(("conflict", task.id))
+            self.emit("refused", n, task.id, message=why)
+        return True
+
+    def _dead_attempt(self, n: int, task: WorkTask, o: Outcome) -> Outcome:
+        """A ``running`` outcome without a claim: the attempt's runner died (kill -9, a crash). It counts: the
+        task is failed once it had its attempts, else it may run again at once."""
+        if o.attempts < self.opts.attempts:
+            return Outcome(task.id, "retrying", o.attempts, o.reason, o.quarantine, at=o.at, oid=o.oid)
+        reason = f"attempt {o.attempts} never finished (its runner stopped mid-task)"
+        got = self._outcomes.write(task.id, "failed", o.attempts, parent=o.oid, reason=reason, digest=task.digest)
+        if got is not None:
+            self.emit("failed", n, task.id, message=f"{reason} (attempt {o.attempts})")
+            return got
+        return o
 
     def _maybe_sweep(self, svc: LeaseService, snap, n: int) -> None:
         """The runner's own sweeper: what the rules allow (gitlease.ops.sweep), at most every ``sweep_every``."""

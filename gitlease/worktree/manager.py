@@ -750,6 +750,14 @@ class WorktreeManager:
                     actions.append(PruneAction(wt.id, "pooled", []))
         return actions
 
+    def repair(self, path: str) -> bool:
+        """Put back the link of the worktree at ``path`` to the repository (its ``.git`` file, which a command run
+        there may delete: ``git worktree repair``). True when it was missing and is back."""
+        if os.path.exists(os.path.join(path, ".git")) or not os.path.isdir(path):
+            return False
+        gitcmd.run(["worktree", "repair", path], cwd=self.repo.cwd, check=False)
+        return os.path.exists(os.path.join(path, ".git"))
+
     def give_back(self, workspace: str, *, quarantine_only: bool = False) -> tuple[str, str | None]:
         """The queue runner's end of a task in one worktree (``git lease work``): dirty work is quarantined
         (saved to a ref, kept out of the pool) and the ref returned; a clean worktree goes back to the pool,

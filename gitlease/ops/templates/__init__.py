@@ -1,12 +1,16 @@
-"""CI jobs that sweep stale leases on a schedule, shipped inside the package, and how they are installed.
+"""CI jobs shipped inside the package, and how they are installed: the scheduled sweep of stale leases
+(``sweep``, docs/sweeping.md) and the check of a pull request against the leases (``verify``, docs/hooks.md).
 
-``render(kind, install)`` gives the file's text; ``install(root, kind, ...)`` writes it into a repository and
-says what else the user has to do (docs/sweeping.md). No printing here: the CLI renders what it returns.
+``render(kind, install, job)`` gives a file's text; ``install(root, kind, job=...)`` writes it into a repository
+and says what else the user has to do. Both jobs install the same gitlease: this one, pinned to the commit it
+was installed from (``default_install_spec``), never a name a package index may not serve. No printing here:
+the CLI renders what it returns.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -16,6 +20,22 @@ KINDS = {
     "github": ("github-sweep.yml", ".github/workflows/gitlease-sweep.yml"),
     "gitlab": ("gitlab-sweep.yml", ".gitlab/gitlease-sweep.yml"),
 }
+JOBS = ("sweep", "verify")
+VERIFY = {
+    "github": ("github-verify.yml", ".github/workflows/gitlease-verify.yml"),
+    "gitlab": ("gitlab-verify.yml", ".gitlab/gitlease-verify.yml"),
+}
+
+
+def _files(kind: str, job: str) -> tuple[str, str]:
+    """(template, where it goes in the repository) of ``job`` for CI ``kind``."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown CI kind {kind!r}: choose one of {', '.join(KINDS)}")
+    if job not in JOBS:
+        raise UsageError(f"unknown CI job {job!r}: choose one of {', '.join(JOBS)}")
+    return (KINDS if job == "sweep" else VERIFY)[kind]
+
+
 GITLAB_CI = ".gitlab-ci.yml"
 
 
@@ -103,13 +123,12 @@ def _pip_git_url(url: str) -> str | None:
     return None
 
 
-def render(kind: str, install: str | None = None) -> str:
-    if kind not in KINDS:
-        raise UsageError(f"unknown CI kind {kind!r}: choose one of {', '.join(KINDS)}")
+def render(kind: str, install: str | None = None, job: str = "sweep") -> str:
+    template = _files(kind, job)[0]
     spec = install or default_install_spec()
     if any(c in spec for c in '"\n\r$`\\'):
         raise UsageError("the install spec may not contain quotes, '$', '`', backslashes or newlines")
-    text = resources.files(__name__).joinpath(KINDS[kind][0]).read_text(encoding="utf-8")
+    text = resources.files(__name__).joinpath(template).read_text(encoding="utf-8")
     return text.replace("@INSTALL@", spec)
 
 
@@ -121,15 +140,18 @@ class Installed:
     next_steps: list[str] = field(default_factory=list)
 
 
-def install(root: str, kind: str, *, install_spec: str | None = None, overwrite: bool = False) -> Installed:
-    if kind not in KINDS:
-        raise UsageError(f"unknown CI kind {kind!r}: choose one of {', '.join(KINDS)}")
+def install(
+    root: str, kind: str, *, install_spec: str | None = None, overwrite: bool = False, job: str = "sweep"
+) -> Installed:
+    dest = _files(kind, job)[1]
     spec = install_spec or default_install_spec()
-    text = render(kind, spec)
+    text = render(kind, spec, job)
     out = Installed(kind)
-    _write(root, KINDS[kind][1], text, overwrite, out)
+    _write(root, dest, text, overwrite, out)
     if not install_spec:
         out.next_steps.append(f"the job runs `pip install {spec}` (this gitlease, pinned); --install SPEC to change")
+    if job == "verify":
+        return _verify_steps(root, kind, dest, out)
     agent = "gitlease-sweeper-" + kind
     secret = (
         f"a repository secret {SECRET}"
@@ -138,9 +160,9 @@ def install(root: str, kind: str, *, install_spec: str | None = None, overwrite:
     )
     out.next_steps.append(
         f"on a signed store (a trust file on the default branch) the sweeper signs: git lease keygen --agent "
-        f"{agent} -o ./{agent}; commit the allowed_signers line it prints; put the private key ./{agent} in "
-        f"{secret}; delete the local copy. Without it, the job exits 5 rather than write reclaims every reader "
-        "reports INVALID"
+        f"{agent} -o ./{agent}; git lease trust add {agent} --key ./{agent}.pub --agents {agent}; put the "
+        f"private key ./{agent} in {secret}; delete the local copy. Without it, the job exits 5 rather than "
+        "write reclaims every reader reports INVALID"
     )
     if kind == "github":
         out.next_steps.append("commit and push it to the default branch (GitHub runs schedules only from there)")
@@ -148,20 +170,45 @@ def install(root: str, kind: str, *, install_spec: str | None = None, overwrite:
             "it sweeps every 5 minutes at best, often later; Actions > gitlease sweep > Run workflow sweeps now"
         )
         return out
-    ci = os.path.join(root, GITLAB_CI)
-    include = f"include:\n  - local: {KINDS[kind][1]}\n"
-    if not os.path.exists(ci):
-        _write(root, GITLAB_CI, include, False, out)
-    else:
-        with open(ci, encoding="utf-8") as fh:
-            if KINDS[kind][1] not in fh.read():
-                out.next_steps.append(f"add to {GITLAB_CI}: include: [{{local: {KINDS[kind][1]}}}]")
+    _include(root, dest, out)
     out.next_steps.append("create a pipeline schedule (CI/CD > Schedules, */5 * * * *) with variable GITLEASE_SWEEP=1")
     out.next_steps.append(
         "add a masked CI/CD variable GITLEASE_PUSH_TOKEN: a project access token with "
         "write_repository (the job token cannot push)"
     )
     return out
+
+
+def _verify_steps(root: str, kind: str, dest: str, out: Installed) -> Installed:
+    if kind == "github":
+        out.next_steps.append(
+            "commit and push it; then make 'gitlease verify / verify' a required status check (Settings > "
+            "Branches): on github.com this check is the enforcement"
+        )
+        return out
+    _include(root, dest, out)
+    out.next_steps.append("make pipelines required to merge (Settings > Merge requests > Pipelines must succeed)")
+    return out
+
+
+def _include(root: str, dest: str, out: Installed) -> None:
+    """``dest`` included from .gitlab-ci.yml: a new file saying only that, or a step for the user to add it."""
+    ci = os.path.join(root, GITLAB_CI)
+    if not os.path.exists(ci):
+        _write(root, GITLAB_CI, f"include:\n  - local: {dest}\n", False, out)
+        return
+    with open(ci, encoding="utf-8") as fh:
+        text = fh.read()
+    if dest in text:
+        return
+    lines = text.splitlines()
+    ours = lines[:1] == ["include:"] and all(
+        re.fullmatch(r"  - local: \.gitlab/gitlease-\w+\.yml", ln) for ln in lines[1:]
+    )
+    if ours:  # the file another job of ours wrote: one more include
+        _write(root, GITLAB_CI, text + f"  - local: {dest}\n", True, out)
+    else:
+        out.next_steps.append(f"add to {GITLAB_CI}: include: [{{local: {dest}}}]")
 
 
 def _write(root: str, rel: str, text: str, overwrite: bool, out: Installed) -> None:
