@@ -483,9 +483,11 @@ def test_a_task_no_lease_can_hold_is_flagged_and_leases_the_finest_coarser_scope
         assert ("over the limit of 1024 paths" in task.oversized) == (paths is many)
         assert lease_problem(task.scope) is None and _covered(paths, task.scope)
         assert task.scope != (ROOT,) and len(task.scope) > 1  # coarser, not the whole repository
-        assert task.to_json()["oversized"] == {"paths": len(set(paths)), "problem": task.oversized}
-    named = make_task("named", scope=wide)  # a scope named in the queue: the same
-    assert named.oversized and lease_problem(named.scope) is None and _covered(wide, named.scope)
+        assert task.to_json()["oversized"] == {"paths": len(set(paths)), "problem": task.oversized, "proposed": []}
+    named = make_task("named", scope=wide)  # a scope named in the queue: kept as named, one that fits proposed
+    assert named.oversized and named.scope == tuple(sorted(wide)) and lease_problem(named.scope) is not None
+    assert lease_problem(named.proposed) is None and _covered(wide, named.proposed)
+    assert named.to_json()["oversized"]["proposed"] == list(named.proposed)
     small = make_task("small", paths=wide[:10], granularity="file")
     assert small.oversized is None and small.scope == tuple(sorted(wide[:10]))
     p = plan([T("a", "vendor/lib1/src/m3/x.rs"), make_task("big", paths=many, granularity="file")], [])

@@ -47,13 +47,14 @@ class Task:
     scope: tuple[str, ...]  # normalised, minimal: what would be leased
     paths: tuple[str, ...] = ()  # as given (empty when the task named its scope)
     suggested: bool = False  # the scope was suggested from paths
-    oversized: str | None = None  # why no lease could hold the scope named or suggested: ``scope`` is coarser
+    oversized: str | None = None  # why no lease could hold the scope named or suggested
     asked: int = 0  # with ``oversized``: how many paths that scope had
+    proposed: tuple[str, ...] = ()  # with ``oversized``, for a named scope (kept as named): one that fits
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "scope": list(self.scope), "suggested": self.suggested}
         if self.oversized:
-            out["oversized"] = {"paths": self.asked, "problem": self.oversized}
+            out["oversized"] = {"paths": self.asked, "problem": self.oversized, "proposed": list(self.proposed)}
         return out
 
 
@@ -85,7 +86,7 @@ class Plan:
             "deferred": list(self.deferred),
             "scopes": {tid: list(t.scope) for tid, t in self.tasks.items()},
             "oversized": [
-                {"id": tid, "paths": t.asked, "problem": t.oversized, "scope": list(t.scope)}
+                {"id": tid, "paths": t.asked, "problem": t.oversized, "scope": list(t.proposed or t.scope)}
                 for tid, t in self.tasks.items()
                 if t.oversized
             ],
@@ -119,11 +120,16 @@ def make_task(
 
 def _fitted(task: Task) -> Task:
     """``task`` as it is when one lease can hold its scope; else flagged (``oversized``: why not) with the
-    coarser scope that fits (``suggest.fitting``): a task no lease could hold would never start."""
+    coarser scope that fits (``suggest.fitting``): a task no lease could hold would never start. A suggested
+    scope is replaced by it (the granularity was the planner's choice); a scope the task names is kept and the
+    fitting one ``proposed`` (``git lease work`` refuses such a line at load, naming it)."""
     problem = lease_problem(task.scope)
     if problem is None:
         return task
-    return replace(task, scope=fitting(task.scope), oversized=problem, asked=len(task.scope))
+    fits = fitting(task.scope)
+    if task.suggested:
+        return replace(task, scope=fits, oversized=problem, asked=len(task.scope))
+    return replace(task, oversized=problem, asked=len(task.scope), proposed=fits)
 
 
 @dataclass(frozen=True)
