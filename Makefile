@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-agents fuzz check bench soak fleet-soak clean
+.PHONY: demo test test-slow test-agents fuzz test-stress check bench soak fleet-soak clean
 
 DURATION ?= 600
 WORKERS  ?= 16
@@ -22,8 +22,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS)
 
+# the long races and soaks (marked slow), and the long fuzz profile; the default run keeps a short case of each
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -n $(JOBS) -m slow
 
 # the real coding-agent clients, from the npm registry, in a cache folder (not part of make test: it downloads)
 AGENT_CLIENTS ?= $(HOME)/.cache/gitlease/agent-clients
@@ -59,6 +60,12 @@ soak: $(STAMP)
 FLEET_TASKS ?= 40
 fleet-soak: $(STAMP)
 	$(BIN)/python -m soak.fleet --tasks $(FLEET_TASKS) --workers 3 --ttl 12 --stop --transport file,daemon,http --write docs/reliability.md
+
+# the suite ROUNDS times under HOGS busy-looping processes; each failure by name (testing/stress.py)
+ROUNDS ?= 10
+HOGS   ?= 8
+test-stress: $(STAMP)
+	$(BIN)/python testing/stress.py --rounds $(ROUNDS) --hogs $(HOGS) --jobs $(JOBS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

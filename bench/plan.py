@@ -198,6 +198,20 @@ def scoped_tasks(commits: list[Commit], gran: str, tree) -> list[Task]:
     ]
 
 
+def oversized_note(commits: list[Commit], tree) -> str:
+    """What the queue's tasks that no lease can hold (file by file: too many paths, or a record over the size
+    limit) became: each leases the coarser scope that fits (``planner.make_task``), instead of being refused."""
+    big = [t for t in scoped_tasks(commits, "file", tree) if t.oversized]
+    if not big:
+        return "Every task's files fit in one lease."
+    worst = max(big, key=lambda t: t.asked)
+    return (
+        f"{len(big)} task(s) change more files than one lease can hold (up to {worst.asked:,} paths: "
+        f"{worst.oversized}); the planner flags them and leases the coarser scope that fits (there "
+        f"{len(worst.scope):,} paths), at every granularity."
+    )
+
+
 def replay(
     commits: list[Commit], tasks: list[Task], agents: list[LeaseService], strategy: str, gran: str, clock: FakeClock
 ) -> Replay:
@@ -352,7 +366,7 @@ def build_section(
         "one task: its `paths` are the files it changes, its duration `added + deleted` time units (at least 1): "
         f"{sum(c.duration for c in commits):,} units of work in all. Package roots and folders come from "
         f"`git ls-tree` of a repository holding every path of the trace ({len(tree.files):,} files; package roots: "
-        f"{', '.join('`' + p + '`' for p in sorted(tree.packages))})."
+        f"{', '.join('`' + p + '`' for p in sorted(tree.packages))}). {oversized_note(commits, tree)}"
     )
     lines.append("")
     lines.append(

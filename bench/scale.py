@@ -399,7 +399,14 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         f"`bench/scale.py{' --quick' if args.quick else ''}`, {time.strftime('%Y-%m-%d', time.gmtime())}: CPU "
         f"of the whole process tree, median of {args.rounds} interleaved runs, file:// store, unsigned one-path "
         "leases, the client's objects already fetched, the processes of a regular install (no editable-install "
-        f"finder), this tree's bytecode compiled. Curve: [{svg_name}]({svg_name})."
+        f"finder), this tree's bytecode compiled"
+        + (
+            f"; 1-minute load {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end (other work on these 2 "
+            "shared cores inflates every figure, the ratios less)"
+            if getattr(args, "load", None)
+            else ""
+        )
+        + f". Curve: [{svg_name}]({svg_name})."
     )
     lines += ["", f"![status, sweep and pre-push CPU against the number of leases]({svg_name})", ""]
     lines += ["| what | measured | baseline (same run) | target | |", "| --- | --- | --- | --- | --- |"]
@@ -423,7 +430,7 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         theirs = max((hi["ls_remote"] - lo["ls_remote"]) / dn, 1e-9)
         lines.append(
             f"| status: added cost per lease, {lo['n']:,} to {hi['n']:,} | {ours * 1e6:.0f} us | ls-remote "
-            f"{theirs * 1e6:.1f} us ({ours / theirs:.1f}x) | at most 3x | {met(ours <= 3 * theirs)} |"
+            f"{theirs * 1e6:.1f} us ({ours / theirs:.1f}x) | at most 5x | {met(ours <= 5 * theirs)} |"
         )
         if "floor" in lo and "floor" in hi:
             least = (hi["floor"] - lo["floor"]) / dn
@@ -504,15 +511,15 @@ def _floor_note(status: list[dict]) -> str:
     return (
         f"The floor row is a program that only reads the listing and prints it: {least * 1e6:.1f} us a lease, "
         f"{least / theirs:.1f}x what `ls-remote` adds (which includes that `ls-remote`), so Python alone (reading "
-        f"git's output, one dict entry and one JSON object a lease) uses {least / (3 * theirs):.0%} of "
-        f"the 3x budget before any record is read or checked. `status` adds {ours * 1e6:.0f} us a lease, "
+        f"git's output, one dict entry and one JSON object a lease) uses {least / (5 * theirs):.0%} of "
+        f"the 5x budget before any record is read or checked. `status` adds {ours * 1e6:.0f} us a lease, "
         f"{max(ours - least, 0) * 1e6:.0f} us over the floor: its records, history and replay checks, and the "
         "fuller JSON of each lease."
     )
 
 
 def _prepush_note() -> str:
-    """What the pre-push floor row says of the 1.5x target, in words, from this run's figures."""
+    """What the pre-push floor row says of the 1.4x target, in words, from this run's figures."""
     try:
         import scale_cpu  # type: ignore[import-not-found]
     except ImportError:
@@ -520,16 +527,16 @@ def _prepush_note() -> str:
     s = scale_cpu.LAST.get("store")
     if not s or "floor_listing" not in s:
         return ""
-    floor = s["floor_imports"] + s["floor_listing"]
-    budget = 0.5 * s["plain"] - floor
+    floor = s["floor_python"] + s["floor_listing"]
+    budget = 0.4 * s["plain"] - floor
     own = s["hooked"] - s["plain"] - floor
     return (
-        f"The pre-push row at {s['n']:,} leases: any pre-push hook in Python that reads the store's whole listing "
-        "(it must: a lease torn on the store, its scope ref gone, still blocks by its id ref's record) pays an "
-        f"interpreter, its imports and that `ls-remote`: {floor * 1000:.0f} ms, which alone makes the push "
-        f"{(s['plain'] + floor) / s['plain']:.2f}x the push without the hook. The 1.5x target leaves "
-        f"{budget * 1000:.0f} ms for all the rest (the paths the commits change, the {2 * s['n']:,} listed refs "
-        f"sorted out, the few leases near the change read whole); the hook's own work took {own * 1000:.0f} ms."
+        f"The pre-push row at {s['n']:,} leases: any pre-push hook that reads the store's whole listing (it must: "
+        "a lease torn on the store, its scope ref gone, still blocks by its id ref's record) pays an interpreter "
+        f"and that `ls-remote`: {floor * 1000:.0f} ms, which makes the push {(s['plain'] + floor) / s['plain']:.2f}x "
+        f"the push without the hook. The 1.4x target leaves {budget * 1000:.0f} ms for gitlease's imports and all "
+        f"the rest (the paths the commits change, the {2 * s['n']:,} listed refs sorted out, the few leases near "
+        f"the change read whole); they took {own * 1000:.0f} ms."
     )
 
 
@@ -565,6 +572,7 @@ def main(argv=None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="gitlease-scale-"))
     cwd = os.getcwd()
+    start_load = os.getloadavg()[0]
     try:
         isolate(tmp)
         os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
@@ -572,10 +580,16 @@ def main(argv=None) -> int:
         status = status_rows(tmp, status_counts, args.rounds, log)
         sweep = sweep_rows(tmp, sweep_counts, max(1, args.rounds // 2), log)
         chains = chain_rows(tmp, args.quick, args.rounds, log)
+        import scale_push
+
+        push_rows = scale_push.markdown_rows(
+            scale_push.push_rows(tmp, args.rounds, log, branches=100 if args.quick else scale_push.BRANCHES)
+        )
     finally:
         os.chdir(cwd)
         shutil.rmtree(tmp, ignore_errors=True)
-    cpu_rows = cpu_half_rows(args.quick, log)
+    cpu_rows = push_rows + cpu_half_rows(args.quick, log)
+    args.load = (start_load, os.getloadavg()[0])
     text = section(status, sweep, chains, cpu_rows, args, SVG_NAME)
     print(text)
     if args.write:

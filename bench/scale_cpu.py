@@ -10,7 +10,7 @@ baseline measured in the same run:
 * ``git lease can-start`` with 1,000 paths against 10,000 leases (against ``git lease status`` and
   ``git ls-remote`` on the same store: the added cost is the overlap check);
 * ``git push`` of a 1,000-file change with the pre-push hook installed, against 10,000 leases (against the same
-  push with ``--no-verify``);
+  push with ``--no-verify``; the floor: an interpreter and the store's listing, gitlease's imports apart);
 * ``git lease acquire`` of a one-path scope (against ``python -c pass`` plus one ``git push`` of a new ref to the
   same remote);
 * ``git lease status`` from a clone whose replay memory holds 25,000 more leases (against a clone of the same
@@ -229,13 +229,13 @@ def rows_of(m: dict) -> list[str]:
         f"under 0.5 s | "
         f"{met(s['can_start'] < 0.5)} |",
         f"| pre-push of a 1,000-file change against {n:,} leases | {s['hooked']:.2f} s CPU | the push without "
-        f"the hook (`--no-verify`) {s['plain']:.2f} s ({s['hooked'] / s['plain']:.1f}x) | at most 1.5x | "
-        f"{met(s['hooked'] <= 1.5 * s['plain'])} |",
-        f"| of which the hook cannot avoid | {_floor(s) * 1000:.0f} ms CPU: `python -c pass` "
-        f"{s['floor_python'] * 1000:.0f} ms, its imports {(s['floor_imports'] - s['floor_python']) * 1000:.0f} ms, "
-        f"the store's listing {s['floor_listing'] * 1000:.0f} ms | the push without the hook + these: "
-        f"{(s['plain'] + _floor(s)) / s['plain']:.2f}x; the hook's own work "
-        f"{(s['hooked'] - s['plain'] - _floor(s)) * 1000:.0f} ms | | |",
+        f"the hook (`--no-verify`) {s['plain']:.2f} s ({s['hooked'] / s['plain']:.2f}x) | at most 1.4x | "
+        f"{met(s['hooked'] <= 1.4 * s['plain'])} |",
+        f"| floor: an interpreter and the store's listing | {_floor(s) * 1000:.0f} ms CPU: `python -c pass` "
+        f"{s['floor_python'] * 1000:.0f} ms, the listing (`ls-remote`) {s['floor_listing'] * 1000:.0f} ms | the push "
+        f"without the hook + these: {(s['plain'] + _floor(s)) / s['plain']:.2f}x; gitlease's imports "
+        f"{(s['floor_imports'] - s['floor_python']) * 1000:.0f} ms and its own work "
+        f"{(s['hooked'] - s['plain'] - _floor(s) - s['floor_imports'] + s['floor_python']) * 1000:.0f} ms on top | | |",
         f"| `git lease acquire`, one path | {a['acquire'] * 1000:.0f} ms CPU | `python -c pass` "
         f"{a['python'] * 1000:.0f} ms + one `git push` {a['push'] * 1000:.0f} ms: "
         f"+{(a['acquire'] - a['python'] - a['push']) * 1000:.0f} ms over them | under 50 ms over them | "
@@ -251,8 +251,8 @@ def rows_of(m: dict) -> list[str]:
 
 
 def _floor(s: dict) -> float:
-    """CPU any pre-push hook in Python that reads the whole listing pays: interpreter, imports, ``ls-remote``."""
-    return s["floor_imports"] + s["floor_listing"]
+    """CPU any pre-push hook that reads the whole listing pays: an interpreter and the ``ls-remote``."""
+    return s["floor_python"] + s["floor_listing"]
 
 
 LAST: dict = {}

@@ -411,6 +411,8 @@ def leased_run(
     texts = {name: text(name) for name in logs}
     # the restarted runners' prunes of the worktrees the killed ones left (lines "runner: pruned ...")
     faults["pruned"] = sum(t.count(": pruned ") for t in texts.values())
+    # the tasks whose verifier failed (its marker file): the flaky one's failure happened, whichever runner ran it
+    faults["verify_failed"] = sorted(p.name.removeprefix("verify-failed-") for p in fleet.state.glob("verify-failed-*"))
     return {
         "faults": faults,
         "exit": {name: p.returncode for name, p in procs.items()},
@@ -578,6 +580,7 @@ def check(remote: Path, tasks: list[dict], ledger: Path, clones: list[Path]) -> 
         s: sum(1 for o in outcomes.values() if o["state"] == s) for s in ("done", "failed", "retrying")
     }
     counts["attempts"] = {t: o.get("attempts") for t, o in outcomes.items() if (o.get("attempts") or 1) > 1}
+    counts["state_of"] = {t: o["state"] for t, o in sorted(outcomes.items())}
     return anomalies, counts
 
 
@@ -593,7 +596,10 @@ def run(
     keep: str | None = None,
     transport: str = "file",
     restart_server: bool = True,
+    timeout: float = 240,
 ) -> dict:
+    """One fleet run; ``timeout``: how long the runners may take in all (a generous bound: they are stopped
+    then, and whatever they left unfinished is an anomaly)."""
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="gitlease-fleet-"))
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -603,7 +609,7 @@ def run(
         got = (
             control_run(fleet)
             if control
-            else leased_run(fleet, kill=kill, midpush=kill, restart_server=restart_server, stop=stop)
+            else leased_run(fleet, kill=kill, midpush=kill, restart_server=restart_server, stop=stop, timeout=timeout)
         )
         fleet.close()
         anomalies, counts = check(fleet.remote, fleet.tasks, fleet.ledger, list(fleet.clones.values()))

@@ -2,7 +2,12 @@
 
     python -m soak.run [--duration 60] [--workers 16] [--kinds file,daemon,http] [--ttl 4] [--skew 2]
                        [--mode safe|force|unfenced|outside|untrusted] [--unsigned] [--no-faults] [--seed N] [--json]
-                       [--write docs/reliability.md]
+                       [--until acquired=3,renewed=1,faults=6 [--max-duration S]] [--write docs/reliability.md]
+
+``--until``: the run goes on past ``--duration`` until the workers of every remote kind have done at least that
+many of each operation (``faults``: injected faults in all), or ``--max-duration`` (default ten times the
+duration) has passed; the report says whether they were reached (``until``). What a short run must have
+exercised is then a condition it waits for, not a count that depends on how fast the machine is.
 
 Signed by default: every worker gets its own Ed25519 key (``ssh-keygen``), the sweepers an admin key, and a
 trust file listing them all (``.gitlease/allowed_signers``) is committed to each remote's default branch before
@@ -92,6 +97,8 @@ class Soak:
         self.crashes: list[str] = []
         self.swept: dict[str, list[str]] = {}
         self.keys: dict[str, Path] = {}  # agent name -> private key file (signed mode)
+        self._kinds: dict[str, str] = {}  # worker name -> the remote kind it works on
+        self.reached = not args.until  # --until's operations done (none asked: nothing to wait for)
         self.trust_text = ""
         self.task_source = ""
 
@@ -222,7 +229,7 @@ class Soak:
         offsets = {
             f"w{i}": (self.rng.uniform(-a.skew / 2, a.skew / 2) if i % 3 == 2 else 0.0) for i in range(a.workers)
         }
-        kinds = {f"w{i}": a.kinds[i % len(a.kinds)] for i in range(a.workers)}
+        kinds = self._kinds = {f"w{i}": a.kinds[i % len(a.kinds)] for i in range(a.workers)}
         for name in offsets:
             self.spawn(name, kinds[name], offsets[name])
         if a.mode == "safe":  # one sweeper per remote, on this host (not a fault target: its name is no w*)
@@ -249,8 +256,12 @@ class Soak:
                 cwd=ROOT,
             )
         deadline = time.monotonic() + a.duration
-        next_lock_scan = 0.0
-        while time.monotonic() < deadline:
+        hard_deadline = time.monotonic() + (a.max_duration or 10 * a.duration)
+        next_lock_scan, next_count = 0.0, 0.0
+        while time.monotonic() < deadline or (not self.reached and time.monotonic() < hard_deadline):
+            if a.until and time.monotonic() >= next_count:
+                self.reached = self.until_reached(kinds)
+                next_count = time.monotonic() + 1
             for name, proc in list(self.procs.items()):
                 if proc.poll() is not None and name.startswith("sweeper-"):
                     self.crashes.append(f"{name} exited with {proc.returncode}: {_tail(self.state / f'{name}.stderr')}")
@@ -314,6 +325,23 @@ class Soak:
             server.stop()
         return self.report(time.monotonic() - started)
 
+    def until_reached(self, kinds: dict[str, str]) -> bool:
+        """Whether the workers of every remote kind have done ``--until``'s operations (and faults were injected)."""
+        per_kind: dict[str, collections.Counter] = {k: collections.Counter() for k in self.args.kinds}
+        for name, kind in kinds.items():
+            try:
+                per_kind[kind].update(json.loads((self.state / f"{name}.stats").read_text() or "{}"))
+            except (OSError, ValueError):
+                pass
+        try:
+            faults = len((self.state / "faults.jsonl").read_text().splitlines())
+        except OSError:
+            faults = 0
+        return all(
+            faults >= want if op == "faults" else all(c[op] >= want for c in per_kind.values())
+            for op, want in self.args.until.items()
+        )
+
     def report(self, seconds: float) -> dict:
         a = self.args
         intents = checker.read_intents(self.state)
@@ -360,6 +388,7 @@ class Soak:
             "skew": a.skew,
             "ops": dict(ops),
             "faults": dict(faults),
+            "until": {"wanted": a.until, "reached": self.until_reached(self._kinds) if a.until else None},
             "restarts": dict(self.restarts),
             "checks": results,
             "crashes": self.crashes,
@@ -400,7 +429,7 @@ def remove_stale_locks(bare: Path, older_than: float | None = None) -> int:
         return 0
     n = 0
     now = time.time()
-    for lock in list((bare / "refs").rglob("*.lock")) + [bare / "packed-refs.lock"]:
+    for lock in _lock_files(bare / "refs") + [bare / "packed-refs.lock"]:
         try:
             if older_than is not None and now - lock.stat().st_mtime < older_than:
                 continue
@@ -409,6 +438,13 @@ def remove_stale_locks(bare: Path, older_than: float | None = None) -> int:
         except FileNotFoundError:
             pass
     return n
+
+
+def _lock_files(refs: Path) -> list[Path]:
+    """Every ``*.lock`` file below ``refs``. ``os.walk`` skips a folder git deletes while it is listed (the last
+    ref of a folder removed by a push going on meanwhile); ``Path.rglob`` raised FileNotFoundError there, which
+    failed a soak under load."""
+    return [Path(top, name) for top, _dirs, files in os.walk(refs) for name in files if name.endswith(".lock")]
 
 
 def receive_pack_running(bare: Path) -> bool:
@@ -683,11 +719,13 @@ file remote, no faults):
   `valid-after`); the `ssh-keygen -Y verify` sample covers OpenSSH's full rules for those lines.
 - Fuzzing of hook stdin and trust files is not part of the soak (see the unit tests).
 """
-    # keep the fleet soak's section (soak/fleet.py, `make fleet-soak`)
-    begin, end = "<!-- fleet-soak:begin -->", "<!-- fleet-soak:end -->"
+    # keep the other tools' sections: the fleet soak's (soak/fleet.py, `make fleet-soak`), the suite under load
+    # (testing/stress.py, `make test-stress`)
     old = path.read_text() if path.exists() else ""
-    if begin in old and end in old:
-        text = text.rstrip("\n") + "\n\n" + old[old.index(begin) : old.index(end) + len(end)] + "\n"
+    for name in ("fleet-soak", "stress"):
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin in old and end in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index(begin) : old.index(end) + len(end)] + "\n"
     path.write_text(text)
 
 
@@ -725,6 +763,13 @@ def parse(argv=None) -> argparse.Namespace:
         default=50,
         help="lease versions per remote the checker also verifies with `ssh-keygen -Y verify`",
     )
+    ap.add_argument(
+        "--until",
+        default="",
+        metavar="OP=N,...",
+        help="go on past --duration until every remote kind's workers did N of each OP (faults: injected in all)",
+    )
+    ap.add_argument("--max-duration", type=float, default=None, help="with --until: at most this long in all")
     ap.add_argument("--no-faults", dest="faults", action="store_false")
     ap.add_argument("--fault-every", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=None)
@@ -733,6 +778,10 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--write", metavar="FILE")
     args = ap.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
+    try:
+        args.until = {op: int(n) for op, _, n in (item.partition("=") for item in args.until.split(",") if item)}
+    except ValueError:
+        ap.error("--until takes OP=N,... (acquired=3,renewed=1,faults=6)")
     if args.mode == "untrusted" and not args.signed:
         ap.error("--mode untrusted needs signing (drop --unsigned)")
     args.seed = args.seed if args.seed is not None else random.randrange(1 << 30)

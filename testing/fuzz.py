@@ -1,13 +1,21 @@
 """How many examples a fuzz property runs: a few under hypothesis's default profile (``make test`` stays fast),
 many under the ``long`` profile (``make fuzz``: ``pytest --hypothesis-profile=long``). One test per property,
-no ``_long`` twin."""
+no ``_long`` twin.
+
+Every property in the suite runs under the ``suite`` profile (loaded here, before pytest loads another): no
+per-example deadline and no "too slow" health check. Both are timings: hypothesis's default fails an example
+that takes over 200 ms, and on 2 shared cores at a load of 30 one real ``git`` process can take that long.
+A property checks what the code does, never how fast."""
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
+SUITE = "suite"
 LONG = "long"
-settings.register_profile(LONG, max_examples=2500, deadline=None)
+settings.register_profile(SUITE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(LONG, parent=settings.get_profile(SUITE), max_examples=2500)
+settings.load_profile(SUITE)
 
 
 def examples(default: int, long: int) -> int:

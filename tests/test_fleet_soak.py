@@ -10,9 +10,15 @@ import pytest
 
 from soak import fleet
 
+# TTL 12: the heartbeat's push timeout is a sixth of the TTL, 2 s; at TTL 6 a renewal push outlasting 1 s on a
+# loaded machine lost the lease and re-queued the task. A lease lost to load is still no anomaly (the checker);
+# what the asserts count is what the faults do, not how fast the machine is. 600 s: a generous bound for both
+# runners to finish at a load of 30 (about 30 s at rest).
+TTL, TIMEOUT = 12, 600
+
 
 def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
-    res = fleet.run(12, 2, 6, 7, keep=str(tmp_path / "run"))
+    res = fleet.run(12, 2, TTL, 7, keep=str(tmp_path / "run"), timeout=TIMEOUT)
     report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
     assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
     faults, counts = res["faults"], res["counts"]
@@ -20,20 +26,22 @@ def test_two_runners_with_faults_leave_nothing_the_checker_can_fault(tmp_path):
     # checker found the agent's edit under the quarantine ref named in the outcome); nothing else failed
     assert faults["stray"] == ["t01"] and counts["landed"] + counts["failed"] == 12
     assert counts["outcomes"]["retrying"] == 0 and counts["outcomes"]["done"] == counts["landed"]
-    # the verifier that failed once: re-queued, landed on a later attempt (how many depends on the machine's load:
-    # a renewal that misses its deadline re-queues a task too; the checker above judges every attempt)
-    assert counts["attempts"]["t02"] >= 2
+    # the verifier that fails once failed, and its task landed all the same: re-queued and landed on a later
+    # attempt, or, when the runner was killed between the failure and the outcome it would have written, run
+    # again from the start by the restarted runner (which of the two depends on the machine's speed; the
+    # checker above finds the task on main exactly once either way)
+    assert faults["verify_failed"] == ["t02"] and counts["state_of"]["t02"] == "done"
     # a runner was killed with -9 mid-task: the slow task was running there; its agent died with it (the watchdog
     # and kill-on-parent-death), its leases were swept and the task landed once (the checker: exactly once)
     assert faults["kill"]["task"] == "t05" and faults["dead_leases"] >= 1
     # a runner was killed with -9 while its landing push of t08 was held in the server's pre-receive: the
     # checker found t08 on main exactly once (the push it had started landed, or the task ran again)
     assert faults["midpush"]["task"] == "t08" and faults["restarts"] >= 1
-    assert counts["ledger_entries"] >= 12 + 1  # every task, the verifier's retry
+    assert counts["ledger_entries"] >= 12 + 1  # every task, and the flaky verifier's task ran its agent twice
     # the killed task ran again once the dead lease was gone (swept by the restarted runner, or taken over by an
     # acquire once expired), and landed once (the checker); the killed runner's agent never finished its run:
     # it did not outlive its runner
-    assert counts["runs"].get("t05", 1) == 1
+    assert counts["state_of"]["t05"] == "done" and counts["runs"].get("t05", 1) == 1
     # the killed runner's task worktree was pruned by the restarted runner (quarantined: its agent's commit
     # kept); the checker allows no task worktree left outside the pool and the quarantine
     assert faults["pruned"] >= 1
@@ -49,7 +57,7 @@ def test_over_a_real_server_with_a_server_restart_the_checker_finds_nothing(tmp_
     test-slow``)."""
     # TTL 12: the heartbeat's push timeout is a sixth of the TTL; at TTL 6 (1 s) a renewal push outlasting it on
     # a loaded machine used to lose the lease (docs/reliability.md)
-    res = fleet.run(12, 2, 12, 7, keep=str(tmp_path / "run"), transport=transport)
+    res = fleet.run(12, 2, TTL, 7, keep=str(tmp_path / "run"), transport=transport, timeout=TIMEOUT)
     report = json.dumps({k: v for k, v in res.items() if k != "logs"}, indent=1)
     assert res["anomalies"] == [], report + "\n" + "\n".join(res["logs"].values())
     faults = res["faults"]
@@ -63,7 +71,7 @@ def test_over_a_real_server_with_a_server_restart_the_checker_finds_nothing(tmp_
 
 
 def test_the_same_agents_without_leases_fail_the_checker(tmp_path):
-    res = fleet.run(12, 2, 6, 7, control=True, keep=str(tmp_path / "control"))
+    res = fleet.run(12, 2, TTL, 7, control=True, keep=str(tmp_path / "control"), timeout=TIMEOUT)
     found = "\n".join(res["anomalies"])
     assert "at the same time" in found, found  # overlapping writes of one file, seen in the agents' ledgers
     # the stray edit lands unless its task lost a rebase conflict first (then the checker reports it not landed)

@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hooks import acquire, commit
 
+from gitlease.core import gitcmd
 from gitlease.core.errors import GitLeaseError
+from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import server as receive
 from gitlease.enforce import verify
 from testing.fuzz import examples
@@ -658,6 +660,70 @@ def test_fuzz_pre_receive_processes(receive_world):
             assert doc["error"]["exitCode"] == res.returncode
         if expected == "refuse":
             assert res.returncode != 0
+
+    prop()
+
+
+# ------------------------------------------------------------------- one walk for many ranges
+
+
+@pytest.fixture(scope="module")
+def dag(tmp_path_factory):
+    """A repository holding a random-looking history of 40 commits (merges, two roots), written by one
+    ``git fast-import``: commit k changes ``f/k`` and has up to two parents among the commits before it."""
+    import random
+
+    rnd = random.Random(35)
+    repo = tmp_path_factory.mktemp("dag")
+    git(repo, "init", "-q")
+    chunks, parents = [], {}
+    for k in range(1, 41):
+        ps = [] if k in (1, 7) else rnd.sample(range(1, k), min(k - 1, rnd.choice((1, 1, 1, 2))))
+        if k > 7 and 7 in ps and 1 in ps:
+            ps = [7]
+        parents[k] = ps
+        head = "".join(f"{'from' if i == 0 else 'merge'} :{p}\n" for i, p in enumerate(ps))
+        chunks.append(
+            f"commit refs/dag/{k}\nmark :{k}\ncommitter t <t@t> {1700000000 + k} +0000\ndata 1\nc\n{head}"
+            f"M 100644 inline f/{k}\ndata 2\n{k}\n\n"
+        )
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input="".join(chunks).encode(), check=True)
+    oids = git(repo, "for-each-ref", "--format=%(refname:lstrip=2) %(objectname)", "refs/dag/")
+    return repo, {int(n): o for n, o in (ln.split() for ln in oids.splitlines())}
+
+
+def range_paths(repo, new, bases):
+    """What ``git log NEW --not BASES`` says each commit changes (``git show`` per commit: another reader)."""
+    out = []
+    for oid in git(repo, "rev-list", new, "--not", *bases, "--").split():
+        text = git(repo, "show", "-z", "--format=", "--name-only", "--no-renames", "--cc", oid)
+        out.append(claims_mod.Commit(oid, [p.lstrip("\n") for p in text.split("\0") if p.strip("\n")]))
+    return out
+
+
+def test_fuzz_one_walk_gains_what_a_walk_per_range_gains(dag):
+    """``claims.gained`` walks every range at once (the pre-push and pre-receive hooks): it must find exactly
+    the commits, and their paths, that ``git log NEW --not BASES`` finds range by range, whatever the ranges
+    (shared, nested, crossing or unrelated bases, none at all)."""
+    from gitlease.enforce import claims
+
+    repo, oid = dag
+    commits = st.sampled_from(sorted(oid))
+
+    def run_git(args, **kw):
+        return gitcmd.run(args, cwd=repo, **kw)
+
+    @fuzz_settings(examples(12, 300))
+    @given(st.lists(st.tuples(commits, st.lists(commits, max_size=3)), min_size=1, max_size=6))
+    def prop(ranges):
+        ranges = [(oid[n], [oid[b] for b in bs]) for n, bs in ranges]
+        want: dict[str, set[str]] = {}
+        for new, bases in ranges:
+            for c in range_paths(repo, new, bases):
+                want[c.oid] = set(c.paths)
+        got = {c.oid: set(c.paths) for c in claims.gained(run_git, ranges)}
+        assert got == want
+        event(f"{len(want)} commits")
 
     prop()
 

@@ -449,6 +449,110 @@ def test_pre_push_of_a_new_branch_judges_only_what_the_remotes_default_branch_la
         git(r, "reset", "-q", "--hard", "HEAD~1")
 
 
+def _branches(repo, parents: dict[str, str], path_of) -> dict[str, str]:
+    """One commit per branch (``refs/heads/<name>`` on top of ``parents[name]``, changing ``path_of(name)``),
+    written by one ``git fast-import``. Returns {name: commit}."""
+    chunks = []
+    for k, (name, parent) in enumerate(sorted(parents.items())):
+        data = f"{name} {os.urandom(4).hex()}\n".encode()
+        chunks.append(
+            b"commit refs/heads/%s\nmark :%d\ncommitter t <t@t> 1700000000 +0000\ndata 1\nc\nfrom %s\n"
+            b"M 100644 inline %s\ndata %d\n%s\n"
+            % (name.encode(), k + 1, parent.encode(), path_of(name).encode(), len(data), data)
+        )
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=b"".join(chunks), check=True)
+    out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+    return {n: o for n, o in (ln.split() for ln in out.splitlines()) if n in parents}
+
+
+def _hook_processes(repo, url, lines: list[str]) -> tuple[subprocess.CompletedProcess, int]:
+    """The installed pre-push hook run as git runs it, with ``lines`` on stdin; and how many git processes it
+    started (GIT_TRACE logs each one: ``built-in: git ...`` or ``exec: git-...``)."""
+    trace = repo.parent / f"trace-{os.urandom(3).hex()}"
+    hooks = git(repo, "rev-parse", "--path-format=absolute", "--git-path", "hooks").strip()
+    res = subprocess.run(
+        [os.path.join(hooks, "pre-push"), "origin", url],
+        cwd=repo,
+        input="".join(ln + "\n" for ln in lines),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GIT_TRACE=str(trace)),
+    )
+    text = trace.read_text() if trace.exists() else ""
+    return res, sum(" trace: built-in: git " in ln or " trace: exec: git-" in ln for ln in text.splitlines())
+
+
+def test_pre_push_of_1000_refs_walks_them_in_a_handful_of_git_processes(pushing, make_repo):
+    """1,000 pushed refs, each judged by what it gains over its own value on the remote, in one walk: a few git
+    processes (two a ref before), and the one ref that brings a path another lease holds is still refused."""
+    r, bare = pushing
+    git(r, "config", "lease.enforce", "others")
+    other = make_repo("other")
+    git(other, "config", "lease.remote", bare.as_uri())
+    acquire(other, "held", agent="agent-b", task="task-b")
+    base = git(r, "rev-parse", "HEAD").strip()
+    names = [f"b{k:04d}" for k in range(1000)]
+    old = _branches(r, dict.fromkeys(names, base), lambda n: f"free/{n}")
+    assert run(r, "push", "-q", "--no-verify", "origin", "refs/heads/*:refs/heads/*").returncode == 0
+    new = _branches(r, old, lambda n: "held/x" if n == "b0500" else f"free/{n}/2")
+    lines = [f"refs/heads/{n} {new[n]} refs/heads/{n} {old[n]}" for n in names]
+    lines.append(f"refs/heads/fresh {new['b0007']} refs/heads/fresh {'0' * 40}")  # a new ref: against HEAD
+    res, one = _hook_processes(r, bare.as_uri(), lines[500:501])
+    assert res.returncode == 4 and "1 path inside leases held by others" in res.stderr, res.stderr
+    res, processes = _hook_processes(r, bare.as_uri(), lines)
+    assert res.returncode == 4 and "1 path inside leases held by others" in res.stderr, res.stderr
+    assert "  held/x: scope held, " in res.stderr
+    # the walk adds a merge-base (the refs' bases differ); everything else is what one ref costs: the listing,
+    # the fetch of the leases near the change, their records (two git processes a ref before)
+    assert processes <= one + 1 and processes < 30, (one, processes)
+    del lines[500]  # without the one bringing held/x: allowed
+    res, processes = _hook_processes(r, bare.as_uri(), lines)
+    assert res.returncode == 0, res.stderr
+    assert processes <= one, (one, processes)
+
+
+def test_pre_push_of_several_refs_judges_each_against_its_own_remote_value(pushing, make_repo):
+    """Two refs in one push: a commit that one ref already has on the remote is still gained by the other
+    (main moving onto topic's history brings topic's commit to main), so it is judged; one walk for both must
+    not let the first ref's remote value hide it."""
+    r, bare = pushing
+    git(r, "config", "lease.enforce", "others")
+    base = git(r, "rev-parse", "HEAD").strip()
+    assert commit(r, "shared/old", extra=("--no-verify",)).returncode == 0
+    early = git(r, "rev-parse", "HEAD").strip()
+    assert run(r, "push", "-q", "--no-verify", "origin", "HEAD:refs/heads/topic").returncode == 0
+    other = make_repo("other")
+    git(other, "config", "lease.remote", bare.as_uri())
+    acquire(other, "shared", agent="agent-b", task="task-b")  # leased after topic reached the remote
+    assert commit(r, "free/a", extra=("--no-verify",)).returncode == 0
+    later = git(r, "rev-parse", "HEAD").strip()
+    ok = f"refs/heads/topic {later} refs/heads/topic {early}"
+    res, _ = _hook_processes(r, bare.as_uri(), [ok])
+    assert res.returncode == 0, res.stderr  # topic gains only free/a
+    res, _ = _hook_processes(r, bare.as_uri(), [ok, f"refs/heads/main {later} refs/heads/main {base}"])
+    assert res.returncode == 4 and "  shared/old: scope shared, " in res.stderr, res.stderr
+    assert "1 path inside leases held by others" in res.stderr
+    git(r, "update-ref", "refs/heads/moved", later)
+    res = run(r, "push", "-q", "origin", "moved:topic", "moved:main")  # the same through git itself
+    assert res.returncode == 1 and "  shared/old: scope shared, " in res.stderr, res.stderr
+
+
+def test_pre_push_that_gains_no_path_does_not_read_the_store(pushing):
+    """A push that brings no commit the remote's refs lack (a branch moved back, a delete) touches no path:
+    nothing pushed could be held, so the hook does not list the store at all; one that gains a path does."""
+    r, bare = pushing
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert commit(r, "src/b").returncode == 0
+    assert run(r, "push", "-q", "origin", "HEAD:refs/heads/topic").returncode == 0
+    for args, lists in ((("+HEAD~1:refs/heads/topic",), 0), ((":refs/heads/topic",), 0), (("HEAD:refs/heads/t2",), 1)):
+        trace = r.parent / f"trace-gain-{lists}-{args[0][0]}"
+        res = run(r, "push", "-q", "origin", *args, env={"GIT_TRACE": str(trace)})
+        assert res.returncode == 0, (args, res.stderr)
+        calls = sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines())
+        assert calls == lists, (args, calls)
+
+
 def test_pre_push_refuses_when_lease_lost_or_store_unreachable(pushing):
     r, bare = pushing
     lease = acquire(r, "src")

@@ -460,3 +460,78 @@ def test_auto_on_the_traces_waits_no_more_than_file_and_still_leases_folders(nam
     if name == "requests":
         assert "src/requests/models.py" in tree.files
         assert all("src/requests" not in t.scope for t in by["auto"])  # the flat package is never one lock
+
+
+# ------------------------------------------------------------------- tasks no lease can hold
+
+
+def _covered(paths, scope):
+    return all(any(s == ROOT or p == s or p.startswith(s + "/") for s in scope) for p in paths)
+
+
+def test_a_task_no_lease_can_hold_is_flagged_and_leases_the_finest_coarser_scope_that_fits():
+    """Real histories have commits of 858 and 5,013 files (a vendored tree, a formatting pass): over the
+    1,024-path or the 64 kB record limit, a lease on their files is refused, so the task could never start.
+    The planner flags it and leases the coarser scope that fits: still covering every path."""
+    from gitlease.plan.suggest import lease_problem
+
+    many = [f"vendor/lib{k % 40}/src/m{k % 7}/file_{k}.rs" for k in range(5013)]
+    wide = [f"tokio/src/runtime/scheduler/multi_thread_alt/worker_{k}/implementation_detail_{k}.rs" for k in range(858)]
+    for paths, gran in ((many, "file"), (wide, "file"), (many, "auto")):
+        task = make_task("big", paths=paths, granularity=gran, tree=RepoTree.from_paths(many + wide))
+        assert task.oversized and task.asked == len(set(paths)), task.oversized
+        assert ("over the limit of 1024 paths" in task.oversized) == (paths is many)
+        assert lease_problem(task.scope) is None and _covered(paths, task.scope)
+        assert task.scope != (ROOT,) and len(task.scope) > 1  # coarser, not the whole repository
+        assert task.to_json()["oversized"] == {"paths": len(set(paths)), "problem": task.oversized, "proposed": []}
+    named = make_task("named", scope=wide)  # a scope named in the queue: kept as named, one that fits proposed
+    assert named.oversized and named.scope == tuple(sorted(wide)) and lease_problem(named.scope) is not None
+    assert lease_problem(named.proposed) is None and _covered(wide, named.proposed)
+    assert named.to_json()["oversized"]["proposed"] == list(named.proposed)
+    small = make_task("small", paths=wide[:10], granularity="file")
+    assert small.oversized is None and small.scope == tuple(sorted(wide[:10]))
+    p = plan([T("a", "vendor/lib1/src/m3/x.rs"), make_task("big", paths=many, granularity="file")], [])
+    assert p.start == ("a",) and [b.id for b in p.blocked] == ["big"]  # the coarser scope overlaps a's
+    assert [o["id"] for o in p.to_json()["oversized"]] == ["big"]
+
+
+def test_cli_plan_flags_an_oversized_task_and_acquires_its_coarser_scope(workspace_repo, remote_file, tmp_path):
+    git(workspace_repo, "config", "lease.remote", remote_file.url)
+    many = [f"vendor/lib{k % 40}/src/file_{k}.rs" for k in range(1500)]
+    tasks = _tasks_file(tmp_path / "q.jsonl", [{"id": "huge", "paths": many}])
+    res = cli(workspace_repo, "plan", str(tasks), "--acquire", "1")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("start: huge  vendor/lib0/src vendor/lib1/src vendor/lib10/src "), lines[0]
+    assert (
+        "oversized: huge  1500 paths: 1500 paths, over the limit of 1024 paths per lease; leasing the coarser "
+        "40-path scope instead"
+    ) in lines
+    assert any(ln.startswith("lease acquired: lease_") and ln.endswith(" for huge") for ln in lines), lines
+
+
+def test_the_plan_bench_replays_a_history_with_oversized_commits(tmp_path):
+    """bench/plan.py on a history whose commits include one of 1,500 files: the replay leases the coarser scope
+    the planner proposes and runs every task (it used to stop at the first acquire, refused as too large)."""
+    from gitlease.core.clock import FakeClock
+
+    bench = _bench_module("plan")
+    huge = tuple(f"vendor/lib{k % 40}/src/file_{k}.rs" for k in range(1500))
+    commits = [
+        bench.Commit("c1", ("src/a.rs",), 3),
+        bench.Commit("c2", huge, 5),
+        bench.Commit("c3", ("vendor/lib3/src/file_3.rs", "src/b.rs"), 2),
+        bench.Commit("c4", ("docs/x.md",), 1),
+    ]
+    every = sorted({p for c in commits for p in c.paths})
+    worktrees = bench.make_repo(tmp_path / "repo", every, 2)
+    tree = read_tree(str(tmp_path / "repo"))
+    for gran in ("file", "auto"):
+        tasks = bench.scoped_tasks(commits, gran, tree)
+        assert [t.id for t in tasks if t.oversized] == ["c2"]
+        clock = FakeClock()
+        r = bench.replay(commits, tasks, bench.open_agents(worktrees, 2, None, clock), gran, gran, clock)
+        assert r.acquires == r.releases == 4 and r.collisions == 0
+    assert "1 task(s) change more files than one lease can hold (up to 1,500 paths" in bench.oversized_note(
+        commits, tree
+    )

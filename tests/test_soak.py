@@ -13,26 +13,24 @@ def _run(capsys, *argv):
     return rc, json.loads(capsys.readouterr().out)
 
 
+# Timings for a short run on a loaded machine (at a load of 30 on 2 cores one git push can take seconds): a TTL
+# whose renewals never come near the expiry, a push timeout of several seconds, and a checker tolerance (server
+# time against record times) above that timeout. The run goes on until every remote kind has done what the
+# asserts below need (--until), so no assert counts what the machine's speed decides.
+LOADED = ["--ttl", "10", "--timeout", "4", "--tolerance", "8"]
+
+
 def test_short_soak_with_faults_finds_no_anomaly(capsys):
+    until = "acquired=3,renewed=1,fenced-push=1,faults=6"
     rc, res = _run(
         capsys,
-        "--duration",
-        "15",
-        "--workers",
-        "6",
-        "--kinds",
-        "file,daemon,http",
-        "--seed",
-        "7",
-        "--fault-every",
-        "0.5",
+        *("--duration", "8", "--workers", "6", "--kinds", "file,daemon,http", "--seed", "7"),
+        *("--fault-every", "0.5", "--until", until, "--max-duration", "600", *LOADED),
     )
     assert res["anomalies"] == [], res["anomalies"]
     assert rc == 0
+    assert res["until"]["reached"] is True, (res["ops"], res["faults"])  # what the checks below need was done
     assert res["signed"] is True
-    assert res["ops"].get("acquired", 0) > 10 and res["ops"].get("renewed", 0) > 0
-    assert res["ops"].get("fenced-push", 0) > 0
-    assert sum(res["faults"].values()) > 5
     checks = res["checks"].values()
     assert all(c["transactions"] > 0 for c in checks)
     assert sum(c["fenced_updates"] for c in checks) == sum(c["branch_updates"] for c in checks) > 0
@@ -41,7 +39,9 @@ def test_short_soak_with_faults_finds_no_anomaly(capsys):
 
 def test_negative_control_with_cas_switched_off_fails_the_checker(capsys):
     rc, res = _run(
-        capsys, "--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults", "--mode", "force", "--seed", "3"
+        capsys,
+        *("--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults", "--mode", "force", "--seed", "3"),
+        *("--until", "acquired=12", "--max-duration", "300", *LOADED),
     )
     assert rc == 0  # in force mode, success means the checker found the hazard
     assert any("granted while" in a or "moved from" in a for a in res["anomalies"]), res["anomalies"]
@@ -63,20 +63,11 @@ CONTROLS = {
 @pytest.mark.parametrize("mode", sorted(CONTROLS))
 def test_negative_controls_of_fencing_and_signing_fail_the_checker(capsys, mode):
     extra = ["--unsigned"] if mode == "unfenced" else []  # (and the unsigned mode reports nothing else)
+    until = {"unfenced": "unfenced-push=1", "outside": "fenced-push=1", "untrusted": "acquired=2"}[mode]
     rc, res = _run(
         capsys,
-        "--duration",
-        "4",
-        "--workers",
-        "4",
-        "--kinds",
-        "file",
-        "--no-faults",
-        "--mode",
-        mode,
-        "--seed",
-        "3",
-        *extra,
+        *("--duration", "4", "--workers", "4", "--kinds", "file", "--no-faults", "--mode", mode, "--seed", "3"),
+        *("--until", until, "--max-duration", "300", *LOADED, *extra),
     )
     assert rc == 0, res["anomalies"]  # in a control mode, success means the checker found the hazard
     assert res["anomalies"], res["ops"]

@@ -235,6 +235,8 @@ DOCS: dict[str, Doc] = {
         (
             "start: <task>  <scope>",
             "blocked: <task>  <scope>  by <lease or task>",
+            "oversized: <task>  <n> paths: <why>; leasing the coarser <m>-path scope instead",
+            "oversized: <task>  <n> paths: <why>; a scope that fits: <scope>",
             "could start now by granularity: <counts>",
             "lease acquired: <lease> for <task>",
             "refused: <task>: <why>",

@@ -88,6 +88,16 @@ def plan_cmd(
     scope_of = {t.id: " ".join(t.scope) for t in queue}
     lines_out = [f"start: {tid}  {scope_of[tid]}" for tid in the_plan.start]
     lines_out += [f"blocked: {b.id}  {scope_of[b.id]}  by {' '.join(b.by)}" for b in the_plan.blocked]
+    lines_out += [
+        f"oversized: {t.id}  {t.asked} paths: {t.oversized}; "
+        + (
+            f"a scope that fits: {' '.join(t.proposed)}"
+            if t.proposed
+            else f"leasing the coarser {len(t.scope)}-path scope instead"
+        )
+        for t in queue
+        if t.oversized
+    ]
     if not queue:
         lines_out.append("no tasks")
     else:

@@ -36,54 +36,129 @@ class Commit:
     trailers: set[str] = field(default_factory=set)  # lease ids its Lease: trailers name
 
 
-def commits_between(git: Git, include: Sequence[str], exclude: Sequence[str]) -> list[Commit]:
-    """Every commit reachable from ``include`` and not from ``exclude``, with its paths and claims.
+Range = tuple[str, Sequence[str]]  # (a new value, the commits it is judged against: none for its whole history)
+MAX_OCTOPUS = 4000  # distinct bases merge-base is asked about in one call; more: the walk is not narrowed
 
-    Paths come from ``git log -z --name-only --no-renames --cc`` with a format that starts each commit with an
-    empty field (a path is never empty), and the commits listed must be exactly ``git rev-list``'s: anything
-    else raises (fail closed: a misread listing could hide a path)."""
-    if not include:
+
+def commits_between(git: Git, include: Sequence[str], exclude: Sequence[str]) -> list[Commit]:
+    """Every commit reachable from ``include`` and not from ``exclude``, with its paths and claims."""
+    return gained(git, [(new, tuple(exclude)) for new in include])
+
+
+def gained(git: Git, ranges: Iterable[Range], *, trailers: bool = True) -> list[Commit]:
+    """Every commit that some range gains (reachable from its new value, not from any of its bases), with its
+    paths (``git log --name-only --no-renames --cc``: deletions, both sides of renames, what a merge itself
+    changes) and, with ``trailers``, its ``Lease:`` claims. All the ranges in one walk, whatever their number:
+    one ``rev-list`` (with ``--parents`` when the ranges have different bases, each commit then told which
+    ranges reach it from their new value and which from their bases), one ``log`` for the paths of exactly
+    those commits and one for their trailers: a handful of git processes for 1,000 pushed refs. The commits
+    ``log`` lists must be exactly those asked for: anything else raises (fail closed: a misread listing could
+    hide a path)."""
+    todo = list(dict.fromkeys((new, tuple(sorted(set(bases)))) for new, bases in ranges))
+    if not todo:
         return []
-    spec = [*include, "--not", *exclude, "--"]
-    listed = git(["rev-list", *spec]).out.split()
-    if not listed:
+    if len({bases for _new, bases in todo}) == 1:  # one set of bases (one push, or new refs only): no graph
+        oids = _rev_list(git, [new for new, _b in todo], todo[0][1])
+    else:
+        oids = _walk_ranges(git, todo)
+    return _described(git, oids, trailers)
+
+
+def _rev_list(git: Git, tips: Sequence[str], exclude: Sequence[str], *extra: str) -> list[str]:
+    stdin = "".join(f"{o}\n" for o in tips) + "".join(f"^{o}\n" for o in exclude)
+    return git(["rev-list", *extra, "--stdin"], input=stdin.encode()).out.splitlines()
+
+
+def _walk_ranges(git: Git, ranges: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """The commits ranges with different bases gain, from one ``rev-list --parents --topo-order`` of every new
+    value and base, cut below a common ancestor of all the bases (nothing below it is gained by any range).
+    Each commit carries two bit sets, of the ranges whose new value reaches it and of those whose bases do,
+    handed from child to parent in topological order (children first): gained where the first has a range the
+    second has not."""
+    reps = {bases[0] for _new, bases in ranges if bases}
+    floor: list[str] = []
+    if all(bases for _new, bases in ranges):
+        floor = list(reps) if len(reps) == 1 else _common_ancestors(git, sorted(reps))
+    tips = {o for new, bases in ranges for o in (new, *bases)}
+    new_bits: dict[str, int] = {}
+    base_bits: dict[str, int] = {}
+    for k, (new, bases) in enumerate(ranges):
+        new_bits[new] = new_bits.get(new, 0) | 1 << k
+        for b in bases:
+            base_bits[b] = base_bits.get(b, 0) | 1 << k
+    out = []
+    for line in _rev_list(git, sorted(tips), floor, "--parents", "--topo-order"):
+        oid, *parents = line.split()
+        nb, bb = new_bits.pop(oid, 0), base_bits.pop(oid, 0)
+        if nb & ~bb:
+            out.append(oid)
+        for p in parents:
+            if nb:
+                new_bits[p] = new_bits.get(p, 0) | nb
+            if bb:
+                base_bits[p] = base_bits.get(p, 0) | bb
+    return out
+
+
+def _common_ancestors(git: Git, commits: list[str]) -> list[str]:
+    """Common ancestors of all ``commits`` (``merge-base --octopus``; none when they share no history, or when
+    they are too many to ask about at once)."""
+    if len(commits) > MAX_OCTOPUS:
         return []
-    out = git(["log", "-z", "--format=%x00%H", "--name-only", "--no-renames", "--cc", *spec]).stdout
-    found: list[Commit] = []
-    tokens = out.split(b"\0")
-    after_empty, first_path = True, False
-    for tok in tokens:
-        if not tok:
-            after_empty = True
+    res = git(["merge-base", "--octopus", *commits], check=False)
+    return res.out.split() if res.returncode == 0 else []
+
+
+def _described(git: Git, oids: list[str], trailers: bool) -> list[Commit]:
+    """``oids`` as Commits, their paths and (with ``trailers``) claims read by one ``git log`` each."""
+    if not oids:
+        return []
+    stdin = "".join(f"{o}\n" for o in oids).encode()
+    log = ["log", "--no-walk=unsorted", "--stdin"]
+    out = git([*log, "-z", "--format=%x00%H", "--name-only", "--no-renames", "--cc"], input=stdin).stdout
+    found = _parse_paths(out, oids)
+    if [c.oid for c in found] != oids:
+        raise UsageError("cannot read the pushed commits' paths (git log and rev-list disagree); refusing")
+    if not trailers:
+        return found
+    fmt = "--format=%H%x00%(trailers:key=Lease,valueonly,separator=%x01)%x00"
+    items = git([*log, fmt], input=stdin).stdout.split(b"\0")
+    by_oid = {c.oid: c for c in found}
+    for i in range(0, len(items) - 1, 2):
+        commit = by_oid.get(items[i].decode("ascii", "replace").strip())
+        if commit is None:
             continue
-        if after_empty:
+        for item in items[i + 1].decode("utf-8", "replace").split("\x01"):
+            if LEASE_ID.fullmatch(item.strip()):
+                commit.trailers.add(item.strip())
+    return found
+
+
+def _parse_paths(out: bytes, oids: Sequence[str]) -> list[Commit]:
+    """``git log -z --format=%x00%H --name-only`` of exactly ``oids``, in that order: each commit starts with an
+    empty field (a path is never empty) and its id, then its paths: right after the id, the first one led by a
+    newline; for a merge (``--cc``), after one more empty field. A field after an empty one starts the next
+    commit only when it is that commit's id; anything else is a path of the one before (a path spelled like
+    the next id lists that commit twice: refused below, never a path lost)."""
+    found: list[Commit] = []
+    after_empty, after_oid = True, False
+    for tok in out.split(b"\0"):
+        if not tok:
+            after_empty, after_oid = True, False
+            continue
+        nxt = oids[len(found)] if len(found) < len(oids) else None
+        if after_empty and (not found or tok == (nxt or "").encode()):
             oid = tok.decode("ascii", "replace")
             if not _HEX.fullmatch(oid):
                 raise UsageError("cannot read the pushed commits' paths (unexpected git log output); refusing")
             found.append(Commit(oid))
-            after_empty, first_path = False, True
+            after_empty, after_oid = False, True
             continue
-        if not found:
-            raise UsageError("cannot read the pushed commits' paths (unexpected git log output); refusing")
-        if first_path and tok.startswith(b"\n"):
+        if after_oid and tok.startswith(b"\n"):
             tok = tok[1:]
-        first_path = False
+        after_empty = after_oid = False
         if tok:
             found[-1].paths.append(tok.decode("utf-8", "surrogateescape"))
-    if [c.oid for c in found] != listed:
-        raise UsageError("cannot read the pushed commits' paths (git log and rev-list disagree); refusing")
-    trailers = git(["log", "--format=%H%x00%(trailers:key=Lease,valueonly,separator=%x01)%x00", *spec]).stdout.split(
-        b"\0"
-    )
-    by_oid = {c.oid: c for c in found}
-    for i in range(0, len(trailers) - 1, 2):
-        oid = trailers[i].decode("ascii", "replace").strip()
-        commit = by_oid.get(oid)
-        if commit is None:
-            continue
-        for item in trailers[i + 1].decode("utf-8", "replace").split("\x01"):
-            if LEASE_ID.fullmatch(item.strip()):
-                commit.trailers.add(item.strip())
     return found
 
 
@@ -198,4 +273,4 @@ def judge(
     return Judged(violations, sorted(set(notes)), unsigned if violations else [])
 
 
-__all__ = ["Commit", "commits_between", "raw_commits", "judge", "Judged", "unsigned_hint"]
+__all__ = ["Commit", "Range", "commits_between", "gained", "raw_commits", "judge", "Judged", "unsigned_hint"]

@@ -708,27 +708,16 @@ def push_options() -> list[str]:
 def pushed_commits(updates: list[tuple[str, str, str]]) -> list[claims_mod.Commit]:
     """The commits each branch or tag update brings to its ref: those its new value has and its old value has
     not (a new ref: those the default branch, HEAD, has not; before the first push, all of them). Not
-    "those no ref has": a commit parked elsewhere first is judged when it reaches a branch."""
+    "those no ref has": a commit parked elsewhere first is judged when it reaches a branch. Every update in one
+    walk (``claims.gained``), however many refs the push updates."""
     head = _read(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], check=False).out.strip() or None
-    by_base: dict[str, list[str]] = {}  # base ("" for none) -> new values judged against it: one walk each
-    olds = {
-        o for o, n, r in updates if not ZERO.match(o) and not ZERO.match(n) and not in_namespaces(r) and not parked(r)
-    }
+    judged = [(o, n) for o, n, r in updates if not ZERO.match(n) and not in_namespaces(r) and not parked(r)]
+    olds = {o for o, _n in judged if not ZERO.match(o)}
     found = _cat(sorted(olds)) if olds else {}
     known = {o for o in olds if found.get(o, ("", b""))[0] == "commit"}
-    for old, new, ref in updates:
-        if ZERO.match(new) or in_namespaces(ref) or parked(ref):
-            continue
-        # an old value that is not a commit here (git always sends one it has): judged as a new ref
-        base = old if old in known else (head or "")
-        news = by_base.setdefault(base, [])
-        if new not in news:
-            news.append(new)
-    commits: dict[str, claims_mod.Commit] = {}
-    for base, news in by_base.items():
-        for c in claims_mod.commits_between(_read, news, [base] if base else []):
-            commits.setdefault(c.oid, c)
-    return list(commits.values())
+    # an old value that is not a commit here (git always sends one it has): judged as a new ref
+    ranges = [(new, (old,) if old in known else ((head,) if head else ())) for old, new in judged]
+    return claims_mod.gained(_read, ranges)
 
 
 def _anonymous(v: enforce.Violation) -> enforce.Violation:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gitlease.core import gitcmd
@@ -131,14 +132,21 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
     if not updates:
         return True, [], 0
     try:
-        listing = None
-        if getattr(svc.store, "remote", None) in (remote, url):  # a push to the lease store itself: one
-            listing = svc.listing()  # ls-remote answers its HEAD and the lease refs
-        paths = paths_gained(repo.cwd, remote, updates, listing=listing)
+        listed: list[Listing] = []  # the store's listing, read once, and only when needed
+
+        def listing() -> Listing:
+            if not listed:
+                listed.append(svc.listing())
+            return listed[0]
+
+        # a push to the lease store itself: the one ls-remote that lists the lease refs answers its HEAD too;
+        # no listing at all when nothing pushed is new to the remote and no path is gained (nothing is held)
+        to_store = getattr(svc.store, "remote", None) in (remote, url)
+        paths = paths_gained(repo.cwd, remote, updates, listing=listing if to_store else None)
         if not paths:
             return True, [], 0
         # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
-        snap = svc.snapshot(use_cache=False, paths=paths, keep=held, listing=listing)
+        snap = svc.snapshot(use_cache=False, paths=paths, keep=held, listing=listing() if to_store else None)
     except RemoteUnavailable as exc:
         return _refuse_or_warn(
             warn,
@@ -156,34 +164,58 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
 
 
 def paths_gained(
-    cwd: str, remote: str, updates: list[tuple[str, str, str]], *, listing: Listing | None = None
+    cwd: str,
+    remote: str,
+    updates: list[tuple[str, str, str]],
+    *,
+    listing: Listing | Callable[[], Listing] | None = None,
 ) -> list[str]:
     """Every path of the commits each updated ref gains: those its new value has and its value on the remote
     has not; a new ref (or an old value that cannot be fetched): those the remote's default branch has not
     (fetched when missing here); with neither, those the remote's remote-tracking refs here do not have. Not
     "those no remote ref has": a branch pushed before a lease was taken is judged again when it moves onto
-    another branch. ``listing``: the remote listed just now, HEAD included (no second ``ls-remote``)."""
-    head: list[str | None] = []
-    paths: set[str] = set()
+    another branch. ``listing``: the remote listed just now, HEAD included (no second ``ls-remote``), or what
+    lists it when HEAD is needed.
+
+    Every ref in one walk (``claims.gained``, as the server hook does): the old values looked up in one
+    ``cat-file``, those missing fetched in one ``fetch``, so 1,000 pushed refs cost a handful of git processes."""
+    from gitlease.enforce import claims
+
+    have = _have_all(cwd, remote, {o for _l, _r, o in updates if not ZERO_RE.match(o)})
+    fallback: dict[str, tuple[str, ...]] = {}  # "head" -> the default branch (or, without one, what the remote
+    # is known to have: its remote-tracking refs here), read once, only when some ref needs it
+    ranges: list[tuple[str, tuple[str, ...]]] = []
     for local_oid, _remote_ref, remote_oid in updates:
-        base = remote_oid if not ZERO_RE.match(remote_oid) and _have(cwd, remote, remote_oid) else None
-        if base is None:  # a new ref, or an old value that cannot be had: against the default branch
-            if not head:
-                head.append(_remote_head(cwd, remote, listing))
-            base = head[0]
-        # with neither: against what the remote is known to have (its remote-tracking refs here)
-        paths.update(touched_paths(cwd, [local_oid], [base] if base else [f"--remotes={remote}"]))
-    return sorted(paths)
+        if remote_oid in have:
+            ranges.append((local_oid, (have[remote_oid],)))
+            continue
+        if "head" not in fallback:  # a new ref, or an old value that cannot be had: against the default branch
+            head = _remote_head(cwd, remote, listing)
+            fallback["head"] = (head,) if head else _remote_tracking(cwd, remote)
+        ranges.append((local_oid, fallback["head"]))
+
+    def git(args, **kw):
+        return gitcmd.run(args, cwd=cwd, **kw)
+
+    return sorted({p for c in claims.gained(git, ranges, trailers=False) for p in c.paths})
 
 
-def _remote_head(cwd: str, remote: str, listing: Listing | None = None) -> str | None:
+def _remote_tracking(cwd: str, remote: str) -> tuple[str, ...]:
+    """The commits of ``remote``'s remote-tracking refs here (``--remotes=<remote>``)."""
+    res = gitcmd.run(["for-each-ref", "--format=%(objectname)", f"refs/remotes/{remote}/"], cwd=cwd, check=False)
+    return tuple(sorted(set(res.out.split())))
+
+
+def _remote_head(cwd: str, remote: str, listing: Listing | Callable[[], Listing] | None = None) -> str | None:
     """The commit of ``remote``'s default branch (local when possible), or None."""
+    if callable(listing):
+        listing = listing()
     if listing is not None:
         oid = listing.head or ""
     else:
         res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
         oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""
-    if OID_RE.fullmatch(oid) and _have(cwd, remote, oid):
+    if OID_RE.fullmatch(oid) and _have_all(cwd, remote, {oid}):
         return oid
     local = gitcmd.run(
         ["rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/HEAD^{{commit}}"], cwd=cwd, check=False
@@ -191,26 +223,52 @@ def _remote_head(cwd: str, remote: str, listing: Listing | None = None) -> str |
     return local.out.strip() or None
 
 
-def _have(cwd: str, remote: str, oid: str) -> bool:
-    """Whether commit ``oid`` is here, fetching it from ``remote`` when it is not."""
-    if _exists(cwd, oid):
-        return True
+FETCH_EACH = 8  # when one fetch of several missing commits fails, at most this many are fetched one by one
+
+
+def _have_all(cwd: str, remote: str, oids: set[str]) -> dict[str, str]:
+    """{oid: its commit} for each of ``oids`` that is a commit here (a tag: the commit it points at), those
+    missing fetched from ``remote`` first, all in one fetch (one by one only when that fails for a few)."""
+    if not oids:
+        return {}
+    found = _commits_here(cwd, oids)
+    missing = sorted(oids - set(found))
+    if missing:
+        _fetch(cwd, remote, missing)
+        found.update(_commits_here(cwd, set(missing)))
+        left = [o for o in missing if o not in found]
+        if 1 < len(missing) and left and len(left) <= FETCH_EACH:  # one bad oid fails a fetch of several
+            for oid in left:
+                _fetch(cwd, remote, [oid])
+            found.update(_commits_here(cwd, set(left)))
+    return found
+
+
+def _fetch(cwd: str, remote: str, oids: list[str]) -> None:
     gitcmd.run(
-        [
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-auto-gc",
-            "--no-recurse-submodules",
-            remote,
-            oid,
-        ],
+        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
+        + ["--stdin", remote],
+        input="".join(f"{o}\n" for o in oids).encode(),
         cwd=cwd,
         check=False,
         timeout=60,
     )
-    return _exists(cwd, oid)
+
+
+def _commits_here(cwd: str, oids: set[str]) -> dict[str, str]:
+    """{oid: commit} for those of ``oids`` that name a commit here (peeling tags), in one ``cat-file``."""
+    res = gitcmd.run(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype) %(rest)"],
+        input="".join(f"{o}^{{commit}} {o}\n" for o in sorted(oids)).encode(),
+        cwd=cwd,
+        check=False,
+    )
+    out = {}
+    for line in res.out.splitlines():
+        parts = line.split(" ")
+        if len(parts) == 3 and parts[1] == "commit" and parts[2] in oids:
+            out[parts[2]] = parts[0]
+    return out
 
 
 OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
@@ -248,10 +306,6 @@ def _refuse_or_warn(warn: bool, message: str, code: int) -> tuple[bool, list[str
     if warn:
         return True, [f"gitlease: warning (lease.enforce=warn): {message}"], 0
     return False, [f"gitlease: {message}"], code
-
-
-def _exists(cwd: str, oid: str) -> bool:
-    return gitcmd.run(["cat-file", "-e", f"{oid}^{{commit}}"], cwd=cwd, check=False).returncode == 0
 
 
 # -------------------------------------------------------------------------------------- verify

@@ -30,7 +30,15 @@ from typing import Any
 from gitlease.core import scope as scopes
 from gitlease.core.errors import GitLeaseError, HeldError, UsageError
 from gitlease.core.pathindex import PathIndex
-from gitlease.plan.suggest import Granularity, QueueIndex, RepoTree, parse_granularity, suggest
+from gitlease.plan.suggest import (
+    Granularity,
+    QueueIndex,
+    RepoTree,
+    fitting,
+    lease_problem,
+    parse_granularity,
+    suggest,
+)
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,15 @@ class Task:
     scope: tuple[str, ...]  # normalised, minimal: what would be leased
     paths: tuple[str, ...] = ()  # as given (empty when the task named its scope)
     suggested: bool = False  # the scope was suggested from paths
+    oversized: str | None = None  # why no lease could hold the scope named or suggested
+    asked: int = 0  # with ``oversized``: how many paths that scope had
+    proposed: tuple[str, ...] = ()  # with ``oversized``, for a named scope (kept as named): one that fits
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "scope": list(self.scope), "suggested": self.suggested}
+        out: dict[str, Any] = {"id": self.id, "scope": list(self.scope), "suggested": self.suggested}
+        if self.oversized:
+            out["oversized"] = {"paths": self.asked, "problem": self.oversized, "proposed": list(self.proposed)}
+        return out
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,11 @@ class Plan:
             "blocked": [b.to_json() for b in self.blocked],
             "deferred": list(self.deferred),
             "scopes": {tid: list(t.scope) for tid, t in self.tasks.items()},
+            "oversized": [
+                {"id": tid, "paths": t.asked, "problem": t.oversized, "scope": list(t.proposed or t.scope)}
+                for tid, t in self.tasks.items()
+                if t.oversized
+            ],
         }
 
 
@@ -91,12 +110,26 @@ def make_task(
     ``queue`` and ``position``, the queue the task is part of and its place there, let ``auto`` lease a folder
     whole only where no nearby task of the queue works: ``gitlease.plan.suggest.QueueIndex``)."""
     if scope is not None:
-        return Task(tid, scopes.normalize_all(scope), tuple(paths or ()), suggested=False)
+        return _fitted(Task(tid, scopes.normalize_all(scope), tuple(paths or ()), suggested=False))
     if paths is None:
         raise UsageError(f"task {tid} has neither scope nor paths")
     ps = tuple(paths)
     got = suggest(ps, granularity, tree or RepoTree.from_paths(()), queue=queue, position=position)
-    return Task(tid, got, ps, suggested=True)
+    return _fitted(Task(tid, got, ps, suggested=True))
+
+
+def _fitted(task: Task) -> Task:
+    """``task`` as it is when one lease can hold its scope; else flagged (``oversized``: why not) with the
+    coarser scope that fits (``suggest.fitting``): a task no lease could hold would never start. A suggested
+    scope is replaced by it (the granularity was the planner's choice); a scope the task names is kept and the
+    fitting one ``proposed`` (``git lease work`` refuses such a line at load, naming it)."""
+    problem = lease_problem(task.scope)
+    if problem is None:
+        return task
+    fits = fitting(task.scope)
+    if task.suggested:
+        return replace(task, scope=fits, oversized=problem, asked=len(task.scope))
+    return replace(task, oversized=problem, asked=len(task.scope), proposed=fits)
 
 
 @dataclass(frozen=True)

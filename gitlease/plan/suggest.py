@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gitlease.core import scope as scopes
@@ -216,6 +216,43 @@ def suggest_one(
     return path if is_dir else _auto(path, tree, own or (path,), queue, position)
 
 
+# A record with every field but the paths as long as a real one gets (a long remote URL, a signed owner): the
+# scope fits a lease when this record, at its largest version (records.largest_version), is within the limits.
+_SAMPLE = ("t" * 128, "a" * 64, "h" * 64, "ssh-ed25519 " + "A" * 68)  # task id, agent id, host, key
+
+
+def lease_problem(scope: Sequence[str]) -> str | None:
+    """Why no lease could hold ``scope`` (over ``MAX_PATHS`` paths, or a record over ``MAX_RECORD_BYTES``
+    bytes at some version: what ``acquire`` refuses before it pushes), or None."""
+    from gitlease.core import record as records
+
+    if len(scope) > records.MAX_PATHS:
+        return f"{len(scope)} paths, over the limit of {records.MAX_PATHS} paths per lease"
+    if sum(len(p) for p in scope) + 3 * len(scope) < records.MAX_RECORD_BYTES // 2:
+        return None  # far below the limit (the rest of the record is a few kB): no record built
+    owner = records.Owner(_SAMPLE[0], _SAMPLE[1], _SAMPLE[2], 4194304, key=_SAMPLE[3])
+    rec = records.new_record(
+        lease_id="lease_" + "0" * 20, repo="r" * 256, paths=tuple(scope), workspace_id="w" * 64, owner=owner,
+        now=0.0, ttl=86400, renew_every=3600, stop_after=3600,
+    )  # fmt: skip
+    return records.size_problem(rec)
+
+
+def fitting(scope: Sequence[str]) -> tuple[str, ...]:
+    """``scope`` itself when one lease can hold it, else the finest coarser scope that fits: every path cut to
+    its first N segments, for the largest N that fits (the repository root, ``.``, at worst). It covers every
+    path of ``scope``; only what is deeper than N is leased as its folder."""
+    current = tuple(scope)
+    if lease_problem(current) is None:
+        return current
+    depth = max((p.count("/") + 1 for p in current), default=1)
+    for n in range(depth - 1, 0, -1):
+        cut = scopes.minimize("/".join(p.split("/")[:n]) for p in current)
+        if lease_problem(cut) is None:
+            return cut
+    return (scopes.ROOT,)
+
+
 def suggest(
     paths: Iterable[str],
     gran: Granularity | str | None,
@@ -240,6 +277,8 @@ __all__ = [
     "read_tree",
     "suggest",
     "suggest_one",
+    "lease_problem",
+    "fitting",
     "PACKAGE_MARKERS",
     "DEFAULT_GRANULARITY",
     "AUTO_MAX_DIR_ENTRIES",
