@@ -646,3 +646,29 @@ def test_fast_json_reader_agrees_with_json(value, pretty):
     assert enforce.loads(text) == json.loads(text)
     with pytest.raises(ValueError):
         enforce.loads(text + " x")
+
+
+def test_a_mirror_push_that_would_wipe_the_leases_is_refused_by_the_pre_push_hook(tmp_path):
+    """``git push --mirror`` from a clone that never fetched the lease refs deletes every lease on the remote
+    (where no server hook runs): the pre-push hook refuses any push deleting gitlease's refs; gitlease's own
+    writes push without hooks."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    holder, mirror = tmp_path / "holder", tmp_path / "mirror"
+    for clone in (holder, mirror):
+        git(tmp_path, "init", "-q", str(clone))
+        git(clone, "remote", "add", "origin", bare.as_uri())
+        git(clone, "config", "lease.remote", "origin")
+    git(holder, "commit", "-q", "--allow-empty", "-m", "init")
+    git(holder, "push", "-q", "origin", "HEAD:refs/heads/main")
+    acquire(holder, "svc")
+    git(mirror, "pull", "-q", "origin", "main")
+    assert cli(mirror, "install-hooks").returncode == 0
+    before = git(bare, "for-each-ref", "refs/leases/")
+    res = run(mirror, "push", "--mirror", "origin")  # git shows the hook none of a mirror's deletions
+    assert res.returncode != 0 and "is a mirror (or --prune) push" in res.stderr, res.stderr
+    lease_ref = before.split()[-1]
+    res = run(mirror, "push", "origin", f":{lease_ref}")  # a delete by name: the hook sees it
+    assert res.returncode != 0 and f"deletes 1 of gitlease's refs ({lease_ref})" in res.stderr, res.stderr
+    assert git(bare, "for-each-ref", "refs/leases/") == before != ""
+    assert run(mirror, "push", "-q", "origin", "HEAD:refs/heads/other").returncode == 0  # branches by name: fine

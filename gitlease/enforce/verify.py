@@ -21,6 +21,7 @@ from gitlease.service.leases import LeaseService, Listing
 from gitlease.service.views import Snapshot
 
 ZERO_RE = re.compile(r"^0+$")
+GITLEASE_REFS = ("refs/leases/", "refs/leases-audit/", "refs/leases-quarantine/")
 LEASE_IN_TEXT = re.compile(r"(lease_[0-9a-z]{6,40})")
 TRAILER = "Lease"  # commit trailer naming the lease a commit was made under: "Lease: lease_..."
 
@@ -124,9 +125,23 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return _refuse_or_warn(warn, f"push refused: {exc.message}", exc.exit_code)
     mode = enforce.effective_mode(configured, bool(held))
     check_mode = mode if mode in ("strict", "others") else ("strict" if held else "others")
+    lines = parse_push_lines(data)
+    wiped = sorted(r for _l, local_oid, r, _o in lines if ZERO_RE.match(local_oid) and r.startswith(GITLEASE_REFS))
+    if wiped or _mirror_push(repo.cwd, remote):  # gitlease's own writes push without hooks: a person's push
+        what = (
+            f"deletes {len(wiped)} of gitlease's refs ({wiped[0]}{' ...' if len(wiped) > 1 else ''})"
+            if wiped
+            else ("is a mirror (or --prune) push, which deletes every lease the remote has and this clone lacks")
+        )
+        return _refuse_or_warn(
+            warn,
+            f"push refused: it {what}; leases are given back with git lease release and reclaimed by git lease "
+            "sweep-stale (push branches by name)",
+            4,
+        )
     updates = [
         (local_oid, remote_ref, remote_oid)
-        for _local_ref, local_oid, remote_ref, remote_oid in parse_push_lines(data)
+        for _local_ref, local_oid, remote_ref, remote_oid in lines
         if not ZERO_RE.match(local_oid) and not remote_ref.startswith(("refs/leases/", "refs/leases-audit/"))
     ]  # a delete touches no path; lease refs are checked by the server hook
     if not updates:
@@ -161,6 +176,25 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return True, [], 0
     lines = enforce.refusal("push", check_mode, violations, warn=warn)
     return warn, lines, enforce.exit_code(violations)
+
+
+def _mirror_push(cwd: str, remote: str) -> bool:
+    """Whether the ``git push`` running this hook deletes what the remote has and this clone lacks: git lists
+    those deletions to no pre-push hook, so they are found here: its command line (``--mirror``, ``--prune``;
+    read from /proc, Linux) or a mirror remote (``remote.<name>.mirror``)."""
+    pid = os.getppid()
+    for _ in range(4):  # the hook script (sh), then git push; a hook manager may sit in between
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                pid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if b"push" in argv and any(a in (b"--mirror", b"--prune") for a in argv):
+            return True
+    res = gitcmd.run(["config", "--bool", "--get", f"remote.{remote}.mirror"], cwd=cwd, check=False)
+    return res.out.strip() == "true"
 
 
 def paths_gained(

@@ -288,6 +288,10 @@ class Renewals(ServiceBase):
         """This worktree holds ``lease_id`` no more (lost, released, or reclaimed by this client)."""
         with self.held.locked() as held:
             held.pop(lease_id, None)
+        try:  # its renew lock: nobody takes it again (every renewal and release asks held_lease first)
+            os.unlink(self._renew_lock_path(lease_id))
+        except OSError:
+            pass
 
 
 def _adopt_pending(cur: Held) -> None:
