@@ -108,12 +108,7 @@ class Grants(ServiceBase):
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
                 self._undo_partial(attempts)
-                said = [ln for ln in out.server if ln not in out.message][:5]
-                raise GitLeaseError(
-                    f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
-                    + "".join(f"; remote: {ln}" for ln in said),
-                    server=out.server,
-                )
+                raise _declined(rec, out)
             # only what bears on the scope, and our attempts (their remnants are found by their ids and grants)
             snap = self.snapshot(use_cache=False, paths=paths, keep=attempts)
             landed = self._landed_after_all(snap, attempts, task)
@@ -123,15 +118,20 @@ class Grants(ServiceBase):
             snap = self._wait_out_remnants(paths, snap, set(attempts))
             self._clear_blockers(paths, snap, set(attempts), cleared)
             # nothing blocks any more (released meanwhile, or cleared): try again with a new version
-        if last_refusal is not None:  # every attempt lost a race: refuse by what holds the scope now, if anything
+        raise self._refusal(paths, attempts, last_refusal)
+
+    def _refusal(
+        self, paths: tuple[str, ...], attempts: dict[str, tuple[Record, str]], last: Outcome | None
+    ) -> GitLeaseError:
+        """Why an acquire whose every attempt lost a race is refused: what holds the scope now (HeldError, exit
+        3), else the store's last refusal."""
+        if last is not None:
             snap = self._wait_out_remnants(paths, self.snapshot(use_cache=False, paths=paths), set(attempts))
             live = self._live_blockers(paths, snap, attempts)
             if live:
-                raise held_error(paths, live, self.clock.now(), self.settings.skew)
-        raise GitLeaseError(
-            f"could not acquire {' '.join(paths)}: "
-            f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
-        )
+                return held_error(paths, live, self.clock.now(), self.settings.skew)
+        why = (last.message if last else "") or "the store refused the update"
+        return GitLeaseError(f"could not acquire {' '.join(paths)}: {why}")
 
     def _owner(self, holder_pid: int, task: str | None = None) -> Owner:
         return Owner(
@@ -443,6 +443,16 @@ class Grants(ServiceBase):
             f"lease {lease_id} is not held by this worktree ({self.repo.cwd}): {self._where_held(view)}",
             leaseId=lease_id,
         )
+
+
+def _declined(rec: Record, out: Outcome) -> GitLeaseError:
+    """A server hook refused the grant: say so with the server's own reasons."""
+    said = [ln for ln in out.server if ln not in out.message][:5]
+    return GitLeaseError(
+        f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
+        + "".join(f"; remote: {ln}" for ln in said),
+        server=out.server,
+    )
 
 
 def _scope_path(ref: str) -> str | None:
