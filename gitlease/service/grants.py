@@ -5,8 +5,9 @@ and the release audited in one atomic push).
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
@@ -75,7 +76,8 @@ class Grants(ServiceBase):
         self.require_store()
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
-        self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+        make = functools.partial(self._record, paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+        self._check_size(paths, make)
         self.check_writer()
         doctor_gate(self)  # no passing doctor verdict for this server: a warning, or refused (verdict.py)
         release_with = self._release_with(replace, paths)
@@ -83,7 +85,8 @@ class Grants(ServiceBase):
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         for _attempt in range(ACQUIRE_ATTEMPTS):
-            rec, oid, updates = self._grant(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+            rec = make()  # a new lease id, nonce and version 1 each attempt
+            oid, updates = self._grant(rec, task)
             attempts[rec.lease_id] = (rec, oid)
             out = self._push(updates + release_with + list(piggyback))
             if piggyback and not out.ok:
@@ -166,21 +169,13 @@ class Grants(ServiceBase):
             stop_after=stop_after,
         )
 
-    def _check_size(
-        self,
-        paths: tuple[str, ...],
-        ttl: int,
-        holder_pid: int,
-        renew_every: int | None,
-        workspace: str | None,
-        stop_after: int | None = None,
-    ) -> None:
-        """Refuse, before any push, a lease whose record (any version of it) readers would refuse, or whose
-        release or reclaim the audit log could not record."""
+    def _check_size(self, paths: tuple[str, ...], make: Callable[[], Record]) -> None:
+        """Refuse, before any push, a lease whose record (any version of it: ``make()`` gives one) readers would
+        refuse, or whose release or reclaim the audit log could not record."""
         if len(paths) > records.MAX_PATHS:
             problem: str | None = f"{len(paths)} paths, over the limit of {records.MAX_PATHS} paths per lease"
         else:
-            rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+            rec = make()
             problem = records.size_problem(rec) or self.release_size_problem(rec)
         if problem:
             raise UsageError(
@@ -216,24 +211,14 @@ class Grants(ServiceBase):
         }
         return entry_problem(fields, writer="x" * 256, key=self.signer.public_key, oid_hex=len(oid))
 
-    def _grant(
-        self,
-        paths: tuple[str, ...],
-        ttl: int,
-        holder_pid: int,
-        renew_every: int | None,
-        workspace: str | None,
-        stop_after: int | None = None,
-        task: str | None = None,
-    ) -> tuple[Record, str, list[RefUpdate]]:
-        """A new lease's version 1 (a unique commit) and the creates of its id ref and scope refs (and of its
-        task's claim, ``task``)."""
-        rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+    def _grant(self, rec: Record, task: str | None = None) -> tuple[str, list[RefUpdate]]:
+        """The version 1 ``rec`` written (a unique commit), and the creates of its id ref and scope refs (and of
+        its task's claim, ``task``)."""
         oid = self._write_version(rec, None, "acquire")
-        updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
+        updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in rec.paths]
         if task:
             updates.append(RefUpdate(task_ref(task), oid, None))
-        return rec, oid, updates
+        return oid, updates
 
     def _release_with(self, replace: str | None, paths: tuple[str, ...]) -> list[RefUpdate]:
         """The deletes releasing ``replace`` in the acquire's own push; none (released first, on its own) when
