@@ -239,6 +239,10 @@ def push_expectation(world, data: bytes) -> str:
         ):
             return "refuse"
         _, local, remote_ref, remote = parts
+        if re.fullmatch("0+", local) and remote_ref.startswith(
+            ("refs/leases/", "refs/leases-audit/", "refs/leases-quarantine/")
+        ):
+            return "refuse"  # a person's push never deletes gitlease's refs (gitlease's own writes skip hooks)
         if not re.fullmatch("0+", local) and not remote_ref.startswith("refs/leases/"):
             pushed.append(local)
             # each ref is judged by what it gains over its own remote value (deletes and lease refs are
