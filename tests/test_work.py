@@ -768,33 +768,43 @@ def test_a_landing_the_server_goes_away_for_is_retried_without_running_the_agent
         daemon.stop()
 
 
-def test_a_landing_the_server_refuses_keeps_the_verified_work_and_lands_it_without_running_the_agent_again(world):
-    """The server's hook refuses the first landing push: the verified commit is parked on the store, the outcome
-    names it (ready), and the next attempt lands it as it was; the agent ran once."""
+@pytest.mark.parametrize("refusals", ["once", "always"])
+def test_a_landing_the_server_refuses_keeps_the_verified_work_and_lands_it_without_running_the_agent_again(
+    world, refusals
+):
+    """The server's hook refuses the landing push: the verified commit is parked on the store, the outcome names
+    it (ready), and the next attempt lands it as it was; the agent ran once. Refused every time, the task ends
+    failed after its attempts (each counted), its verified work kept: never a loop."""
     hooks = world.remote / "hooks"
     (hooks / "pre-receive").rename(hooks / "pre-receive.real")
     flag = world.root / "refuse-landing"
     flag.write_text("")
+    once = f"rm -f '{flag}'; " if refusals == "once" else ""
     wrapper = hooks / "pre-receive"
     wrapper.write_text(
         "#!/bin/sh\n"
         "input=$(cat)\n"
         f"if [ -f '{flag}' ] && printf '%s\\n' \"$input\" | grep -q ' refs/heads/main$'; then\n"
-        f"  rm -f '{flag}'; echo 'landing refused for now' >&2; exit 1\n"
+        f"  {once}echo 'landing refused for now' >&2; exit 1\n"
         "fi\n"
         f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
     )
     wrapper.chmod(0o755)
     a = world.clone("a")
     q = world.queue([{"id": "p1", "paths": ["src/a/x.py"]}])
-    res = work(a, str(q), "--land", "main", "--backoff", "0", "--json", "--", *world.command)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = work(a, str(q), "--land", "main", "--backoff", "0", "--attempts", "2", "--json", "--", *world.command)
     events = [json.loads(line) for line in res.stdout.splitlines()[:-1]]
     assert [e["event"] for e in events].count("running") == 1, events  # the agent ran once
     retry = [e for e in events if e["event"] == "retry"]
     assert retry and "landing refused for now" in retry[0]["message"] and "only the landing" in retry[0]["message"]
-    assert world.landed() == ["task p1"] and not flag.exists()
-    assert status(a, q)["p1"]["state"] == "done"
+    st = status(a, q)["p1"]
+    if refusals == "once":
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert world.landed() == ["task p1"] and not flag.exists() and st["state"] == "done"
+    else:
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert world.landed() == [] and st["state"] == "failed" and st["attempts"] == 2
+        assert "edited by p1" in git(a, "show", f"{st['quarantine']}:src/a/x.py")  # the verified work, kept
 
 
 def test_a_hung_agent_is_stopped_by_the_task_timeout_and_the_queue_ends(world):

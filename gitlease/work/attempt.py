@@ -55,7 +55,7 @@ class _Fail(Exception):
     ) -> None:
         super().__init__(reason)
         self.reason, self.final, self.interrupted, self.ready = reason, final, interrupted, ready
-        self.counted = counted and not interrupted and not ready
+        self.counted = counted and not interrupted
 
 
 class TaskAttempt:
@@ -448,37 +448,55 @@ class TaskAttempt:
             self.emit("retry", message=f"{reason} (attempt {number} of {r.opts.attempts})")
 
     def _failed_landing(self, exc: _Fail) -> None:
-        """A landing fault that is not the task's (its lease lost, the server away, the train's retries spent):
-        its verified commit is parked on the store and the outcome names it (``ready``), so the next attempt, on
-        any runner, only lands it. Not counted toward ``--attempts``."""
+        """A landing that did not happen: its verified commit is parked on the store and the outcome names it
+        (``ready``), so the next attempt, on any runner, only lands it. A fault that is not the task's (its
+        lease lost, the server away, the train's retries spent) is not counted toward ``--attempts``; a push
+        the server refused is, so that a landing refused every time ends ``failed`` (its work kept), never a
+        loop."""
         r, task, number = self.r, self.task, self.number
         head = gitcmd.run(["rev-parse", "HEAD"], cwd=self.att.path).out.strip()
         local = quarantine_ref(task.id, number)
         gitcmd.run(["update-ref", local, head], cwd=r.svc.repo.cwd, check=False)
         ref = self._park(local)
-        not_before = r.clock.now() + min(BACKOFF_CAP, r.opts.backoff)
-        got = r._outcomes.write(
-            task.id,
-            "retrying",
-            number - 1,
-            parent=self.outcome,
-            reason=f"not landed: {exc.reason}",
-            ready=ref,
-            not_before=not_before,
-            digest=task.digest,
-        )
+        final = exc.counted and number >= r.opts.attempts
+        attempts = number if exc.counted else number - 1
+        state = "failed" if final else "retrying"
+        not_before = 0.0 if final else r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** max(0, attempts - 1))
+        reason = f"not landed: {exc.reason}"
+        try:
+            got = r._outcomes.write(
+                task.id,
+                state,
+                attempts,
+                parent=self.outcome,
+                reason=reason,
+                quarantine=ref if final else None,
+                ready=None if final else ref,
+                not_before=not_before,
+                digest=task.digest,
+            )
+        except GitLeaseError as err:
+            got = None
+            self.emit("error", message=f"outcome not recorded: {err.message}")
         if got is None:
-            self.emit("error", message=f"outcome not recorded: not landed: {exc.reason}")
+            self.emit("error", message=f"outcome not recorded: {reason}")
         else:
-            self.st.state = "retrying"
-        self.st.reason = exc.reason
+            self.st.state = state
+        self.st.attempts, self.st.reason = attempts, exc.reason
+        if final:
+            self.st.quarantine = ref
         self._release()
         self._give_back()
+        if final:
+            self.emit("failed", message=f"{reason} (attempt {number}); its verified work is kept in {ref}")
+            return
         with r._lock:
             r.retries += 1
+        counted = f" (attempt {number} of {r.opts.attempts})" if exc.counted else ""
         self.emit(
             "retry",
-            message=f"not landed ({exc.reason}); its verified work is kept in {ref}, only the landing goes again",
+            message=f"not landed ({exc.reason}); its verified work is kept in {ref}, only the landing goes again"
+            + counted,
         )
 
     def _park(self, ref: str) -> str:
