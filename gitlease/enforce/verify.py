@@ -125,8 +125,8 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         return _refuse_or_warn(warn, f"push refused: {exc.message}", exc.exit_code)
     mode = enforce.effective_mode(configured, bool(held))
     check_mode = mode if mode in ("strict", "others") else ("strict" if held else "others")
-    lines = parse_push_lines(data)
-    wiped = sorted(r for _l, local_oid, r, _o in lines if ZERO_RE.match(local_oid) and r.startswith(GITLEASE_REFS))
+    pushed = parse_push_lines(data)
+    wiped = sorted(r for _l, local_oid, r, _o in pushed if ZERO_RE.match(local_oid) and r.startswith(GITLEASE_REFS))
     if wiped or _mirror_push(repo.cwd, remote):  # gitlease's own writes push without hooks: a person's push
         what = (
             f"deletes {len(wiped)} of gitlease's refs ({wiped[0]}{' ...' if len(wiped) > 1 else ''})"
@@ -141,7 +141,7 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         )
     updates = [
         (local_oid, remote_ref, remote_oid)
-        for _local_ref, local_oid, remote_ref, remote_oid in lines
+        for _local_ref, local_oid, remote_ref, remote_oid in pushed
         if not ZERO_RE.match(local_oid) and not remote_ref.startswith(("refs/leases/", "refs/leases-audit/"))
     ]  # a delete touches no path; lease refs are checked by the server hook
     if not updates:
