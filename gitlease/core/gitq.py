@@ -753,6 +753,12 @@ def parse_config_z(out: str) -> dict[str, str]:
     return dict(item.split("\n", 1) for item in zsplit(out))
 
 
+def commit_parents(body: bytes) -> tuple[str, ...]:
+    """The parents a raw commit object names (its ``parent <oid>`` header lines), in order."""
+    head = body.split(b"\n\n", 1)[0].split(b"\n")
+    return tuple(line[len(b"parent ") :].decode("ascii", "replace") for line in head if line.startswith(b"parent "))
+
+
 def parse_log_paths(out: bytes, oids: Sequence[str]) -> list[tuple[str, list[str]]]:
     """``git log -z --format=%x00%H --name-only`` of exactly ``oids``, in that order -> (commit, paths) each.
     Each commit starts with an empty field (a path is never empty) and its id, then its paths: right after the
