@@ -618,12 +618,16 @@ def resolved_url(where: Where, remote: str) -> str:
 @dataclass(frozen=True)
 class Listed:
     """What ``git ls-remote`` said: ``refs`` {ref: oid} (``HEAD`` included when asked), ``symrefs`` {name:
-    target} (with ``symref``); ``ok`` False when it failed, ``err`` its stderr."""
+    target} (with ``symref``); its exit code and stderr."""
 
-    ok: bool
+    returncode: int
     refs: dict[str, str]
     symrefs: dict[str, str]
     err: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
 
 
 def ls_remote(
@@ -640,7 +644,7 @@ def ls_remote(
     args = ["ls-remote", *(["--symref"] if symref else []), *(["--refs"] if refs_only else []), remote, *patterns]
     res = _git(where, args, timeout=timeout, env=env)
     found, targets = parse_ls_remote(res.out)
-    return Listed(res.returncode == 0, found, targets, res.err)
+    return Listed(res.returncode, found, targets, res.err)
 
 
 def fetch_oids(where: Where, remote: str, oids: Sequence[str], *, timeout: float | None = 60) -> bool:

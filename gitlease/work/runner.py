@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable, UsageError
 from gitlease.core.refnames import TASK_PREFIX, decode_segment
@@ -613,15 +613,11 @@ class Runner:
         tracking = f"refs/remotes/{self.remote}/{branch}" if re.fullmatch(r"[\w.-]+", self.remote) else None
         dst = tracking or f"refs/gitlease/work-base/{branch}"
         with self._fetch_lock:
-            res = gitcmd.run(
-                ["fetch", "--quiet", "--no-tags", self.remote, f"+refs/heads/{branch}:{dst}"],
-                cwd=self.svc.repo.cwd,
-                check=False,
-                timeout=self.svc.settings.timeout * 4,
-            )
-            if res.returncode != 0:
-                raise RemoteUnavailable(f"cannot fetch {branch} from {self.remote}: {res.err.strip()[-300:]}")
-            oid = gitcmd.run(["rev-parse", "--verify", dst], cwd=self.svc.repo.cwd).out.strip()
+            cwd = self.svc.repo.cwd
+            err = gitq.fetch_ref(cwd, self.remote, f"refs/heads/{branch}", dst, timeout=self.svc.settings.timeout * 4)
+            oid = gitq.rev_parse(cwd, dst) if err is None else None
+            if oid is None:
+                raise RemoteUnavailable(f"cannot fetch {branch} from {self.remote}: {(err or '').strip()[-300:]}")
         return branch, oid
 
     def _target(self, task: WorkTask) -> str:
