@@ -74,42 +74,49 @@ def acquire(
     as_json: JsonOpt = False,
 ):
     """Lease path prefixes. Refused with exit 3, naming the holder, when another lease overlaps."""
-    from gitlease.core import record as records
     from gitlease.core import scope as scopes
+    from gitlease.liveness.wait import obtain
+    from gitlease.service.verdict import doctor_gate
 
     paths = scopes.normalize_all(scope)
-    lifetime = ttl_seconds(ttl)
-    patience = seconds("--wait", wait) if wait is not None else None
     svc = service(remote, task=task, agent=agent)
-    args = dict(ttl=lifetime, holder_pid=holder_pid, workspace=workspace)
+    manager, args = _acquire_args(svc, ttl, holder_pid, workspace, replace, worktree, base, branch)
+    doctor_gate(svc)  # before waiting: no passing doctor verdict for this server warns, or refuses (exit 1)
+    got, att = obtain(
+        svc,
+        paths,
+        wait=seconds("--wait", wait) if wait is not None else None,
+        on_wait=lambda refusal, pause: echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
+        worktree=manager,
+        **args,
+    )
+    return _acquired(svc, got, att, replace)
+
+
+def _acquire_args(svc, ttl, holder_pid: int, workspace, replace, worktree: bool, base, branch):
+    """(the WorktreeManager with --worktree, else None; the acquire's arguments), the flags checked together."""
+    from gitlease.core import record as records
+
+    args: dict = dict(ttl=ttl_seconds(ttl), holder_pid=holder_pid, workspace=workspace)
     if replace:
         if worktree:
             raise errors.UsageError(
                 "--replace and --worktree do not go together (a worktree's lease is released from inside it)"
             )
         args["replace"] = records.check_lease_id(replace)
-    manager = None
-    if worktree:
-        if workspace:
-            raise errors.UsageError("--workspace and --worktree do not go together: the worktree's id is the workspace")
-        from gitlease.worktree.manager import WorktreeManager
+    if not worktree:
+        if base or branch:
+            raise errors.UsageError("--base and --branch need --worktree")
+        return None, args
+    if workspace:
+        raise errors.UsageError("--workspace and --worktree do not go together: the worktree's id is the workspace")
+    from gitlease.worktree.manager import WorktreeManager
 
-        manager = WorktreeManager(svc)
-        args = dict(ttl=lifetime, holder_pid=holder_pid, base=base, branch=branch)
-    elif base or branch:
-        raise errors.UsageError("--base and --branch need --worktree")
-    from gitlease.liveness.wait import obtain
-    from gitlease.service.verdict import doctor_gate
+    return WorktreeManager(svc), dict(ttl=args["ttl"], holder_pid=holder_pid, base=base, branch=branch)
 
-    doctor_gate(svc)  # before waiting: no passing doctor verdict for this server warns, or refuses (exit 1)
-    got, att = obtain(
-        svc,
-        paths,
-        wait=patience,
-        on_wait=lambda refusal, pause: echo(f"git-lease: waiting ({pause:.1f}s): {refusal.message}", err=True),
-        worktree=manager,
-        **args,
-    )
+
+def _acquired(svc, got, att, replace):
+    """What ``acquire`` says: its warnings (on stderr), its lines and its JSON."""
     rec = got.record
     warnings = svc.warnings + _untracked_warnings(svc, rec.paths)
     for line in warnings:

@@ -32,55 +32,63 @@ def _log(line: str) -> None:
     sys.stderr.flush()
 
 
+CommandArg = Annotated[list[str], typer.Argument(help="The command and its arguments (after --).")]
+ScopesOpt = Annotated[list[str] | None, typer.Option("--scope", "-s", help="A path prefix to lease; repeat for more.")]
+TtlOpt = Annotated[str | None, typer.Option(help="Time to live (default: lease.ttl, 300).")]
+RenewEveryOpt = Annotated[str | None, typer.Option(help="Renew this often (default: a third of the TTL).")]
+GraceOpt = Annotated[
+    str | None,
+    typer.Option(help="From SIGTERM to SIGKILL when the lease is lost (default: a tenth of the TTL, at most 10s)."),
+]
+WaitOpt = Annotated[str | None, typer.Option(help="Wait this long for the scope to be free (10m).")]
+TaskOpt = Annotated[str | None, typer.Option(help="Task id (default: $GITLEASE_TASK).")]
+AgentOpt = Annotated[str | None, typer.Option(help="Agent id (default: $GITLEASE_AGENT).")]
+WorktreeFlag = Annotated[
+    bool,
+    typer.Option(
+        "--worktree",
+        help="Lease, attach a clean worktree bound to the lease (docs/worktrees.md), and run COMMAND inside it.",
+    ),
+]
+BaseOpt = Annotated[str | None, typer.Option(help="With --worktree: start the task branch here.")]
+RenewAgentOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--renew-agent/--no-renew-agent",
+        help="Renew through the per-host renewal agent, started on demand (default: git config lease.renewAgent, "
+        "true); it falls back to renewing by itself if the agent dies.",
+    ),
+]
+BranchOpt = Annotated[str | None, typer.Option(help="With --worktree: the task branch name.")]
+
+
 @app.command("run", context_settings={"allow_interspersed_args": False})
 def run_(
-    command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).")],
-    scope: Annotated[
-        list[str] | None, typer.Option("--scope", "-s", help="A path prefix to lease; repeat for more.")
-    ] = None,
-    ttl: Annotated[str | None, typer.Option(help="Time to live (default: lease.ttl, 300).")] = None,
-    renew_every: Annotated[str | None, typer.Option(help="Renew this often (default: a third of the TTL).")] = None,
-    grace: Annotated[
-        str | None,
-        typer.Option(help="From SIGTERM to SIGKILL when the lease is lost (default: a tenth of the TTL, at most 10s)."),
-    ] = None,
+    command: CommandArg,
+    scope: ScopesOpt = None,
+    ttl: TtlOpt = None,
+    renew_every: RenewEveryOpt = None,
+    grace: GraceOpt = None,
     lease: LeaseOpt = None,
-    wait: Annotated[str | None, typer.Option(help="Wait this long for the scope to be free (10m).")] = None,
-    task: Annotated[str | None, typer.Option(help="Task id (default: $GITLEASE_TASK).")] = None,
-    agent: Annotated[str | None, typer.Option(help="Agent id (default: $GITLEASE_AGENT).")] = None,
+    wait: WaitOpt = None,
+    task: TaskOpt = None,
+    agent: AgentOpt = None,
     remote: RemoteOpt = None,
-    worktree: Annotated[
-        bool,
-        typer.Option(
-            "--worktree",
-            help="Lease, attach a clean worktree bound to the lease (docs/worktrees.md), and run COMMAND inside it.",
-        ),
-    ] = False,
-    base: Annotated[str | None, typer.Option(help="With --worktree: start the task branch here.")] = None,
-    renew_agent: Annotated[
-        bool | None,
-        typer.Option(
-            "--renew-agent/--no-renew-agent",
-            help="Renew through "
-            "the per-host renewal agent, started on demand (default: git config lease.renewAgent, "
-            "true); it falls back to renewing by itself if the agent dies.",
-        ),
-    ] = None,
-    branch: Annotated[str | None, typer.Option(help="With --worktree: the task branch name.")] = None,
+    worktree: WorktreeFlag = False,
+    base: BaseOpt = None,
+    renew_agent: RenewAgentOpt = None,
+    branch: BranchOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run COMMAND under a lease: acquire (or --lease), renew in the background, and if the lease is lost stop
     the command's whole process group (SIGTERM, grace, SIGKILL) before the lease can expire. Exit with the
     command's code, or 6 when the lease was lost. The lease is released after the command stopped (a --lease
     given is kept)."""
-    outcome = {}
+    from gitlease.liveness.holding import HoldOptions
+
+    outcome: dict[str, int] = {}
 
     def body():
-        from gitlease.liveness.holding import Holding, HoldOptions
-        from gitlease.liveness.interrupts import Interrupts
-        from gitlease.liveness.supervise import run_under
-
-        svc = service(remote, task=task, agent=agent)
         _check_run_flags(scope, lease, worktree, base, branch)
         options = HoldOptions(
             ttl=ttl_seconds(ttl),
@@ -90,63 +98,9 @@ def run_(
             renew_agent=renew_agent,
             release=not lease,
         )
-        if lease:
-            holding = Holding.adopt(svc, lease, options, log=_log)
-        else:
-            manager = None
-            if worktree:
-                from gitlease.worktree.manager import WorktreeManager
-
-                manager = WorktreeManager(svc)
-            holding = Holding.acquire(
-                svc,
-                scope or [],
-                options,
-                worktree=manager,
-                base=base,
-                branch=branch,
-                on_wait=_waiting,
-                log=_log,
-                reopen=lambda path: service(remote, task=task, agent=agent, at=path),
-            )
-            rec = holding.record
-            _log(f"lease acquired: {holding.lease_id} ({' '.join(rec.paths)}, ttl {rec.ttl}s)")
-        att = holding.attached
-        if att is not None:
-            _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
-        from gitlease.identity.signer import commit_signing_config, config_env
-
-        # the command's commits are signed with the lease's key (a claim to the lease is honoured only then)
-        cmd_env = config_env(commit_signing_config(holding.svc.settings.signing_key), dict(os.environ))
-        try:
-            with Interrupts() as interrupts:
-                res = run_under(
-                    holding, command, interrupts=interrupts, env=cmd_env, cwd=att.path if att else None, log=_log
-                )
-        except BaseException:
-            holding.close()  # interrupted before the command ran: the lease is given back (a --lease kept)
-            raise
-        lease_id = holding.lease_id
-        outcome["code"] = res.returncode
-        result = {
-            "leaseId": lease_id,
-            "returncode": res.returncode,
-            "lost": res.lost,
-            "reason": res.reason,
-            "released": res.released,
-            "releaseError": res.release_error,
-        }
-        if res.lost:
-            raise errors.LeaseLost(
-                f"{errors.LeaseLost.say(lease_id, res.reason or 'no renewal confirmed')}; the command was "
-                f"stopped (its exit status: {res.returncode})",
-                **result,
-            )
-        if res.release_error:
-            _log(f"warning: the lease was not released ({res.release_error}); it expires on its own")
-        elif res.released:
-            _log(f"lease released: {lease_id}")
-        return result, []
+        opened = lambda path=".": service(remote, task=task, agent=agent, at=path)  # noqa: E731
+        holding = _holding(opened, scope, lease, options, worktree=worktree, base=base, branch=branch)
+        return _supervise(holding, command, outcome)
 
     try:
         run("run", as_json, body)
@@ -154,6 +108,70 @@ def run_(
         if exc.code == 0 and "code" in outcome:
             raise SystemExit(outcome["code"]) from None
         raise
+
+
+def _holding(opened, scope, lease, options, *, worktree: bool, base, branch):
+    """The Holding ``git lease run`` runs under: the --lease this worktree holds, or a new one (in a worktree of
+    its own with --worktree). ``opened(path)``: the service of the worktree at ``path``."""
+    from gitlease.liveness.holding import Holding
+
+    svc = opened()
+    if lease:
+        return Holding.adopt(svc, lease, options, log=_log)
+    manager = None
+    if worktree:
+        from gitlease.worktree.manager import WorktreeManager
+
+        manager = WorktreeManager(svc)
+    holding = Holding.acquire(
+        svc, scope or [], options, worktree=manager, base=base, branch=branch, on_wait=_waiting, log=_log,
+        reopen=opened,
+    )  # fmt: skip
+    rec = holding.record
+    _log(f"lease acquired: {holding.lease_id} ({' '.join(rec.paths)}, ttl {rec.ttl}s)")
+    return holding
+
+
+def _supervise(holding, command: list[str], outcome: dict[str, int]):
+    """COMMAND under ``holding`` (liveness/supervise.run_under): its result, or LeaseLost (exit 6)."""
+    from gitlease.identity.signer import commit_signing_config, config_env
+    from gitlease.liveness.interrupts import Interrupts
+    from gitlease.liveness.supervise import run_under
+
+    att = holding.attached
+    if att is not None:
+        _log(f"worktree: {att.path} (branch {att.branch}); the command runs there")
+    # the command's commits are signed with the lease's key (a claim to the lease is honoured only then)
+    cmd_env = config_env(commit_signing_config(holding.svc.settings.signing_key), dict(os.environ))
+    try:
+        with Interrupts() as interrupts:
+            res = run_under(
+                holding, command, interrupts=interrupts, env=cmd_env, cwd=att.path if att else None, log=_log
+            )
+    except BaseException:
+        holding.close()  # interrupted before the command ran: the lease is given back (a --lease kept)
+        raise
+    lease_id = holding.lease_id
+    outcome["code"] = res.returncode
+    result = {
+        "leaseId": lease_id,
+        "returncode": res.returncode,
+        "lost": res.lost,
+        "reason": res.reason,
+        "released": res.released,
+        "releaseError": res.release_error,
+    }
+    if res.lost:
+        raise errors.LeaseLost(
+            f"{errors.LeaseLost.say(lease_id, res.reason or 'no renewal confirmed')}; the command was "
+            f"stopped (its exit status: {res.returncode})",
+            **result,
+        )
+    if res.release_error:
+        _log(f"warning: the lease was not released ({res.release_error}); it expires on its own")
+    elif res.released:
+        _log(f"lease released: {lease_id}")
+    return result, []
 
 
 def _check_run_flags(scope, lease, worktree: bool, base, branch) -> None:

@@ -16,60 +16,74 @@ from gitlease.core import errors
 app = make_app()
 
 
+QueueArg = Annotated[
+    str | None, typer.Argument(help='JSON lines {"id", "paths": [...] or "scope": [...], ...} in queue order.')
+]
+CommandArgs = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[-- COMMAND...]",
+        help="Run in each task's worktree; {id} and {path} are expanded; the task JSON is on stdin.",
+    ),
+]
+WorkersOpt = Annotated[int, typer.Option(min=1, help="Tasks run at the same time (default 1).")]
+VerifyOpt = Annotated[
+    str | None, typer.Option(help="A shell command run in the worktree after COMMAND; non-zero re-queues.")
+]
+LandOpt = Annotated[
+    str | None,
+    typer.Option(help="Land each task on this branch (rebase, fenced push; default: its own branch work/<id>)."),
+]
+AttemptsOpt = Annotated[int, typer.Option(min=1, help="Attempts per task before it is failed (default 3).")]
+GranularityOpt = Annotated[
+    str | None, typer.Option(help="Scope suggested from a task's paths: auto (default), file, dir, package, depth:N.")
+]
+StatusFlag = Annotated[
+    bool, typer.Option("--status", help="Show every task's state, attempts and kept work; run nothing.")
+]
+TtlOpt = Annotated[str | None, typer.Option(help="TTL of the tasks' leases (default: lease.ttl).")]
+BackoffOpt = Annotated[
+    str | None, typer.Option(help="Wait before a failed task's next attempt, doubling each time (default 5s).")
+]
+AgentOpt = Annotated[str | None, typer.Option(help="Agent id in the leases (default: $GITLEASE_AGENT).")]
+RerunOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="Run this task again although it is done or failed on the store (recorded); repeatable."),
+]
+TaskTimeoutOpt = Annotated[
+    str | None,
+    typer.Option(help="Stop a task's command (and verifier) after this long: 30m (default: lease.taskTimeout)."),
+]
+AllowExtendFlag = Annotated[
+    bool, typer.Option("--allow-extend", help="Land what a task's lease was extended to, beyond the task's own scope.")
+]
+PruneOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Delete the outcomes (and parked work) of tasks finished longer ago than this (30d; '' for "
+        "lease.pruneAfter, default 30d), audited; run nothing."
+    ),
+]
+
+
 @app.command("work")
 @command("work")
 def work(
-    queue: Annotated[
-        str | None,
-        typer.Argument(help='JSON lines {"id", "paths": [...] or "scope": [...], ...} in queue order.'),
-    ] = None,
-    cmd: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="[-- COMMAND...]",
-            help="Run in each task's worktree; {id} and {path} are expanded; the task JSON is on stdin.",
-        ),
-    ] = None,
-    workers: Annotated[int, typer.Option(min=1, help="Tasks run at the same time (default 1).")] = 1,
-    verify: Annotated[
-        str | None, typer.Option(help="A shell command run in the worktree after COMMAND; non-zero re-queues.")
-    ] = None,
-    land: Annotated[
-        str | None,
-        typer.Option(help="Land each task on this branch (rebase, fenced push; default: its own branch work/<id>)."),
-    ] = None,
-    attempts: Annotated[int, typer.Option(min=1, help="Attempts per task before it is failed (default 3).")] = 3,
-    granularity: Annotated[
-        str | None,
-        typer.Option(help="Scope suggested from a task's paths: auto (default), file, dir, package, depth:N."),
-    ] = None,
-    status: Annotated[
-        bool, typer.Option("--status", help="Show every task's state, attempts and kept work; run nothing.")
-    ] = False,
-    ttl: Annotated[str | None, typer.Option(help="TTL of the tasks' leases (default: lease.ttl).")] = None,
-    backoff: Annotated[
-        str | None, typer.Option(help="Wait before a failed task's next attempt, doubling each time (default 5s).")
-    ] = None,
-    agent: Annotated[str | None, typer.Option(help="Agent id in the leases (default: $GITLEASE_AGENT).")] = None,
-    rerun: Annotated[
-        list[str] | None,
-        typer.Option(help="Run this task again although it is done or failed on the store (recorded); repeatable."),
-    ] = None,
-    task_timeout: Annotated[
-        str | None,
-        typer.Option(help="Stop a task's command (and verifier) after this long: 30m (default: lease.taskTimeout)."),
-    ] = None,
-    allow_extend: Annotated[
-        bool,
-        typer.Option("--allow-extend", help="Land what a task's lease was extended to, beyond the task's own scope."),
-    ] = False,
-    prune: Annotated[
-        str | None,
-        typer.Option(
-            help="Delete the outcomes (and parked work) of tasks finished longer ago than this (30d; '' for "
-            "lease.pruneAfter, default 30d), audited; run nothing."
-        ),
-    ] = None,
+    queue: QueueArg = None,
+    cmd: CommandArgs = None,
+    workers: WorkersOpt = 1,
+    verify: VerifyOpt = None,
+    land: LandOpt = None,
+    attempts: AttemptsOpt = 3,
+    granularity: GranularityOpt = None,
+    status: StatusFlag = False,
+    ttl: TtlOpt = None,
+    backoff: BackoffOpt = None,
+    agent: AgentOpt = None,
+    rerun: RerunOpt = None,
+    task_timeout: TaskTimeoutOpt = None,
+    allow_extend: AllowExtendFlag = False,
+    prune: PruneOpt = None,
     remote: RemoteOpt = None,
     as_json: JsonOpt = False,
 ):
@@ -87,11 +101,8 @@ def work(
         return _status(queue, granularity, remote)
     if not cmd:
         raise errors.UsageError("git lease work needs a command after --: git lease work QUEUE -- ./agent.sh")
-    from gitlease.cli.common import service
-    from gitlease.work.runner import Runner, WorkOptions, make_source
+    from gitlease.work.runner import WorkOptions
 
-    svc = service(remote)
-    source = make_source(svc.repo.cwd, queue, granularity=granularity, remote=remote)
     opts = WorkOptions(
         command=list(cmd),
         verify=verify,
@@ -106,8 +117,17 @@ def work(
         rerun=list(rerun or []),
         task_timeout=float(seconds("--task-timeout", task_timeout, 1)) if task_timeout is not None else None,
     )
-    live = sys.stdout.isatty() and not as_json
-    view = _LiveView() if live else None
+    return _run(queue, opts, granularity, as_json)
+
+
+def _run(queue: str, opts, granularity: str | None, as_json: bool):
+    """The run itself: the runner, its live view on a terminal, and the summary or the failure it ends with."""
+    from gitlease.cli.common import service
+    from gitlease.work.runner import Runner, make_source
+
+    svc = service(opts.remote)
+    source = make_source(svc.repo.cwd, queue, granularity=granularity, remote=opts.remote)
+    view = _LiveView() if sys.stdout.isatty() and not as_json else None
     runner = Runner(svc.repo.cwd, source, opts, on_event=_printer(as_json, view), signer=svc.signer)
     if view is not None:
         view.start(runner)
@@ -118,23 +138,23 @@ def work(
             view.stop()
     result = summary.to_json()
     lines = summary.lines()
-    if summary.interrupted or summary.failed:
-        if not as_json:
-            for line in lines:
-                echo(line)
-        if summary.interrupted:
-            err = errors.Interrupted(
-                f"interrupted: {len(summary.done)} done, {len(summary.pending)} not finished; every lease released",
-                summary=result,
-            )
-            err.exit_code = summary.exit_code  # 130 after Ctrl-C; 143 after SIGTERM, 129 after SIGHUP
-            raise err
-        raise errors.TasksFailed(
-            f"{len(summary.failed)} task{'s' if len(summary.failed) != 1 else ''} failed: "
-            f"{' '.join(summary.failed[:10])} (git lease work --status {queue})",
+    if not (summary.interrupted or summary.failed):
+        return result, lines
+    if not as_json:
+        for line in lines:
+            echo(line)
+    if summary.interrupted:
+        err = errors.Interrupted(
+            f"interrupted: {len(summary.done)} done, {len(summary.pending)} not finished; every lease released",
             summary=result,
         )
-    return result, lines
+        err.exit_code = summary.exit_code  # 130 after Ctrl-C; 143 after SIGTERM, 129 after SIGHUP
+        raise err
+    raise errors.TasksFailed(
+        f"{len(summary.failed)} task{'s' if len(summary.failed) != 1 else ''} failed: "
+        f"{' '.join(summary.failed[:10])} (git lease work --status {queue})",
+        summary=result,
+    )
 
 
 def _prune(age: str, remote: str | None):

@@ -224,13 +224,26 @@ def build_views(
             got = parsed[oid] = parse_blob(blobs.get(oid, _UNREADABLE))
         return got
 
-    views: dict[str, LeaseView] = {}
-    by_grant: dict[str, dict[str, str]] = {}  # grant oid -> {ref: path}
+    by_grant, id_refs, task_refs, bad = _sort_refs(refs)
+    views = _id_views(id_refs, parse_oid, blobs)
+    _attach_grants(by_grant, parse_oid, blobs, views, bad)
+    _attach_task_refs(task_refs, parse_oid, views)
+    for view in views.values():
+        if view.grant_oid is None and view.record is not None and not view.problems:
+            view.problems.append(HALF_DELETED)
+    return sorted(views.values(), key=lambda v: v.lease_id) + bad
+
+
+def _sort_refs(
+    refs: dict[str, str],
+) -> tuple[dict[str, dict[str, str]], list[tuple[str, str]], dict[str, str], list[LeaseView]]:
+    """One pass over a listing: (grant oid -> {scope ref: path}, the id refs in the listing's order, the task
+    refs, and an invalid view for each scope ref gitlease cannot have written). Foreign refs block nothing."""
+    by_grant: dict[str, dict[str, str]] = {}
+    id_refs: list[tuple[str, str]] = []
+    task_refs: dict[str, str] = {}
     bad: list[LeaseView] = []
     scope_dir = SCOPE_REF + "/"
-    view: LeaseView | None  # None for a grant whose lease has no id ref (yet)
-    id_refs: list[tuple[str, str]] = []  # read after every scope ref, in the listing's order
-    task_refs: dict[str, str] = {}
     for ref, oid in refs.items():
         if not ref.startswith(scope_dir):
             if ref.startswith(ID_PREFIX):
@@ -252,6 +265,14 @@ def build_views(
             )
             continue
         by_grant.setdefault(oid, {})[ref] = path
+    return by_grant, id_refs, task_refs, bad
+
+
+def _id_views(
+    id_refs: list[tuple[str, str]], parse_oid: Callable[[str], Parsed], blobs: dict[str, Blob]
+) -> dict[str, LeaseView]:
+    """A view for each id ref, from the record it points at (its current version)."""
+    views: dict[str, LeaseView] = {}
     skip = len(ID_PREFIX)
     for ref, oid in id_refs:
         lease_id = ref[skip:]
@@ -268,6 +289,18 @@ def build_views(
         elif rec and rec.lease_id != lease_id:
             view.problems.append(f"record names lease {rec.lease_id}, not {lease_id}")
         views[lease_id] = view
+    return views
+
+
+def _attach_grants(
+    by_grant: dict[str, dict[str, str]],
+    parse_oid: Callable[[str], Parsed],
+    blobs: dict[str, Blob],
+    views: dict[str, LeaseView],
+    bad: list[LeaseView],
+) -> None:
+    """Each grant's scope refs given to the lease its record names (a view of its own when that lease has no
+    id ref: judged by the grant's own expiry); scope refs at an unreadable record: an invalid view."""
     for grant, refmap in by_grant.items():
         grec, problem = parse_oid(grant)
         paths = tuple(sorted(refmap.values()))
@@ -302,11 +335,6 @@ def build_views(
         if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
-    _attach_task_refs(task_refs, parse_oid, views)
-    for view in views.values():
-        if view.grant_oid is None and view.record is not None and not view.problems:
-            view.problems.append(HALF_DELETED)
-    return sorted(views.values(), key=lambda v: v.lease_id) + bad
 
 
 Index = dict[str, "tuple[str, str] | None"]  # oid -> (lease id, its paths joined by "\n") of its record, None: none
@@ -322,20 +350,7 @@ def restrict_refs(
     paths (service/recordcache.py) without building its record. Also returns every lease id the listing holds
     (the replay memory's "present"). A view built from the result is the full read's view of that lease, so
     ``blocking`` and ``overlapping`` on ``paths`` answer alike."""
-    query = set(paths)
-    everything = scopes.ROOT in query
-    near = {scopes.ROOT}  # every scope that contains a queried path: its ancestors and itself
-    for p in query:
-        i = p.find("/")
-        while i >= 0:
-            near.add(p[:i])
-            i = p.find("/", i + 1)
-        near.add(p)
-    tops = {p.partition("/")[0] for p in query}  # a path below a queried one starts with one of these
-
-    def hits(q: str) -> bool:
-        return everything or q in near or (q.partition("/")[0] in tops and _any_ancestor_in_set(q, query))
-
+    hits = _overlap_test(set(paths))
     chosen = set(keep)
     groups: set[str] = set()  # commits holding no record whose scope refs overlap: kept whole
     odd: set[str] = set()  # scope refs gitlease cannot have written
@@ -378,8 +393,31 @@ def restrict_refs(
             judged[oid] = got
         elif not ref.startswith(ID_PREFIX) and (ent := index.get(oid)) is not None:
             present.add(ent[0])
-    # every ref of a chosen lease: its id ref (by name, or pointing at one of its commits), the scope and task
-    # refs on its commits; the scope refs of an overlapping record-less commit; every odd scope ref
+    return _refs_of(refs, index, chosen, groups, odd), present
+
+
+def _overlap_test(query: set[str]) -> Callable[[str], bool]:
+    """Whether a normalised path overlaps one of ``query``: an ancestor of one (or one itself), or below one."""
+    everything = scopes.ROOT in query
+    near = {scopes.ROOT}  # every scope that contains a queried path: its ancestors and itself
+    for p in query:
+        i = p.find("/")
+        while i >= 0:
+            near.add(p[:i])
+            i = p.find("/", i + 1)
+        near.add(p)
+    tops = {p.partition("/")[0] for p in query}  # a path below a queried one starts with one of these
+
+    def hits(q: str) -> bool:
+        return everything or q in near or (q.partition("/")[0] in tops and _any_ancestor_in_set(q, query))
+
+    return hits
+
+
+def _refs_of(refs: dict[str, str], index: Index, chosen: set[str], groups: set[str], odd: set[str]) -> dict[str, str]:
+    """Every ref of a chosen lease: its id ref (by name, or pointing at one of its commits), the scope and task
+    refs on its commits; the scope refs of an overlapping record-less commit (``groups``); every odd scope ref."""
+    scope_dir = SCOPE_REF + "/"
     theirs = {oid for oid, ent in index.items() if ent is not None and ent[0] in chosen}
     out: dict[str, str] = {ref: refs[ref] for ref in odd}
     for lease_id in chosen:
@@ -392,7 +430,7 @@ def restrict_refs(
                 out[ref] = oid
         elif oid in groups and (ref.startswith(scope_dir) or ref == SCOPE_REF):
             out[ref] = oid
-    return out, present
+    return out
 
 
 def _any_ancestor_in_set(path: str, others: set[str]) -> bool:
