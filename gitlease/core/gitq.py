@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
 from gitlease.core import gitcmd
+from gitlease.core.errors import UsageError
 from gitlease.core.gitcmd import Result, zsplit
 from gitlease.core.store import RefUpdate, parse_batch, push_argv
 
@@ -790,6 +792,51 @@ def parse_log_paths(out: bytes, oids: Sequence[str]) -> list[tuple[str, list[str
         if tok:
             found[-1][1].append(tok.decode("utf-8", "surrogateescape"))
     return found
+
+
+OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
+REF_RE = re.compile(r"[^\x00-\x20\x7f]+")  # a ref name has no space or control character (check-ref-format)
+
+
+def parse_pre_push(data: bytes) -> list[tuple[str, str, str, str]]:
+    """The pre-push hook's stdin: ``<local ref> SP <local oid> SP <remote ref> SP <remote oid> LF`` per ref.
+    The local ref is whatever the user wrote (``:/fix bug``, ``HEAD^{/msg}``: spaces included), so the fields
+    are taken from the right."""
+
+    def fields(line: str) -> list[str] | None:
+        parts = line.rsplit(" ", 3)
+        ok = len(parts) == 4 and parts[0] and OID_RE.fullmatch(parts[1]) and OID_RE.fullmatch(parts[3])
+        return parts if ok and REF_RE.fullmatch(parts[2]) else None
+
+    got = _hook_input(data, fields, "<local ref> <local oid> <remote ref> <remote oid>")
+    return [(p[0], p[1], p[2], p[3]) for p in got]
+
+
+def parse_pre_receive(data: bytes) -> list[tuple[str, str, str]]:
+    """The pre-receive hook's stdin: ``<old oid> SP <new oid> SP <ref name> LF`` per ref."""
+
+    def fields(line: str) -> list[str] | None:
+        parts = line.split(" ", 2)
+        ok = len(parts) == 3 and OID_RE.fullmatch(parts[0]) and OID_RE.fullmatch(parts[1])
+        return parts if ok and REF_RE.fullmatch(parts[2]) else None
+
+    return [(p[0], p[1], p[2]) for p in _hook_input(data, fields, "<old oid> <new oid> <ref>")]
+
+
+def _hook_input(data: bytes, fields: Callable[[str], list[str] | None], shape: str) -> list[list[str]]:
+    """The lines of a hook's stdin, each split by ``fields``. Lines end at LF only (a ref name may hold U+2028
+    or U+0085; ref names are bytes, not always UTF-8: kept as surrogate escapes). A line ``fields`` does not
+    take is not what git gives: UsageError (exit 2) naming it, never skipped (a line skipped is a push not
+    checked)."""
+    out = []
+    for number, line in enumerate(data.decode("utf-8", "surrogateescape").split("\n"), 1):
+        if not line:
+            continue
+        parts = fields(line)
+        if parts is None:
+            raise UsageError(f"line {number} of the hook's input is not '{shape}' ({line[:80]!r}); refusing")
+        out.append(parts)
+    return out
 
 
 def _is_oid(text: str) -> bool:

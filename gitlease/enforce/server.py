@@ -28,7 +28,7 @@ import re
 
 from gitlease.core import gitq
 from gitlease.core import record as records
-from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
+from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.gitq import HOOK, commit_parents
 from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, PROBE_MAX_BYTES, RECORD_FILE, SIGNATURE_FILE
 from gitlease.core.refnames import (
@@ -53,8 +53,6 @@ from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
 MAX_AUDIT_CHAIN = 2000  # entries one push may append to one audit ref (a batched sweep: ops.sweep.MAX_BATCH_REFS)
-OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # as verify.OID_RE (not imported: it pulls in the service)
-REF_RE = re.compile(r"[^\x00-\x20\x7f]+")
 LEASE_OPTION = re.compile(r"lease=(lease_[0-9a-z]{6,40})")  # fullmatch: "lease=ID\n" is no claim
 
 
@@ -159,20 +157,9 @@ def shape(ref: str) -> str | None:
         except ValueError:
             return None
         return "scope"
-    if ref.startswith(TASK_PREFIX):
-        name = ref[len(TASK_PREFIX) :]
-        try:
-            decode_segment(name)
-        except ValueError:
-            return None
-        return "task" if name and "/" not in name else None
-    if ref.startswith(OUTCOME_PREFIX):
-        name = ref[len(OUTCOME_PREFIX) :]
-        try:
-            decode_segment(name)
-        except ValueError:
-            return None
-        return "outcome" if name and "/" not in name else None
+    for prefix, kind in ((TASK_PREFIX, "task"), (OUTCOME_PREFIX, "outcome")):
+        if ref.startswith(prefix):
+            return kind if _one_segment(ref[len(prefix) :]) else None
     if ref.startswith(PROBE_PREFIX):
         return "probe" if len(ref) > len(PROBE_PREFIX) else None
     if ref.startswith(VERDICT_PREFIX):
@@ -181,6 +168,15 @@ def shape(ref: str) -> str | None:
         name = ref[len(AUDIT_PREFIX) :]
         return "audit" if name and "/" not in name else None
     return None
+
+
+def _one_segment(name: str) -> bool:
+    """Whether ``name`` is one encoded path segment (a task id in a ref name)."""
+    try:
+        decode_segment(name)
+    except ValueError:
+        return False
+    return bool(name) and "/" not in name
 
 
 LEASE_SHAPES = ("id", "scope", "task")  # the refs of a lease, deleted together
@@ -825,26 +821,7 @@ def _refusal(judged: claims_mod.Judged, check_mode: str, warn: bool, untrusted: 
     return lines
 
 
-def parse_receive_lines(data: bytes) -> list[tuple[str, str, str]]:
-    """The pre-receive hook's stdin: ``<old oid> SP <new oid> SP <ref name> LF`` per ref. Lines end at LF only
-    (a ref name may hold U+2028). Anything else is not what git gives: UsageError (exit 2), never skipped."""
-    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
-    updates = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line:
-            continue
-        parts = line.split(" ", 2)
-        if (
-            len(parts) != 3
-            or not OID_RE.fullmatch(parts[0])
-            or not OID_RE.fullmatch(parts[1])
-            or not REF_RE.fullmatch(parts[2])
-        ):
-            raise UsageError(
-                f"line {number} of the hook's input is not '<old oid> <new oid> <ref>' ({line[:80]!r}); refusing"
-            )
-        updates.append((parts[0], parts[1], parts[2]))
-    return updates
+parse_receive_lines = gitq.parse_pre_receive  # the hook's stdin (UsageError, exit 2, for a line git never gives)
 
 
 def pre_receive(data: bytes) -> tuple[list[str], list[str]]:

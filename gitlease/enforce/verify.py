@@ -265,35 +265,8 @@ def _have_all(cwd: str, remote: str, oids: set[str]) -> dict[str, str]:
     return found
 
 
-OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
-REF_RE = re.compile(r"[^\x00-\x20\x7f]+")  # a ref name has no space or control character (check-ref-format)
-
-
-def parse_push_lines(data: bytes) -> list[tuple[str, str, str, str]]:
-    """The pre-push hook's stdin: ``<local ref> SP <local oid> SP <remote ref> SP <remote oid> LF`` per ref.
-
-    Lines end at LF only (a ref name may hold U+2028 or U+0085), and the local ref is whatever the user wrote
-    (``:/fix bug``, ``HEAD^{/msg}``: spaces included), so the fields are taken from the right. Anything else is
-    not what git gives: UsageError (exit 2), never skipped, since a line skipped is a push not checked."""
-    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
-    out = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line:
-            continue
-        parts = line.rsplit(" ", 3)
-        if (
-            len(parts) != 4
-            or not parts[0]
-            or not OID_RE.fullmatch(parts[1])
-            or not OID_RE.fullmatch(parts[3])
-            or not REF_RE.fullmatch(parts[2])
-        ):
-            raise UsageError(
-                f"line {number} of the hook's input is not '<local ref> <local oid> "
-                f"<remote ref> <remote oid>' ({line[:80]!r}); refusing"
-            )
-        out.append((parts[0], parts[1], parts[2], parts[3]))
-    return out
+OID_RE = gitq.OID_RE
+parse_push_lines = gitq.parse_pre_push  # the pre-push hook's stdin (UsageError, exit 2, for a line git never gives)
 
 
 def _refuse_or_warn(warn: bool, message: str, code: int) -> tuple[bool, list[str], int]:

@@ -225,6 +225,10 @@ class Doctor:
         self.on_check(check)
         return check
 
+    def _warn_if(self, name: str, bad: bool, message: str, why: str, **data: Any) -> Check:
+        """``name`` passes with ``message``; or, when ``bad``, warns with ``message`` and ``why``."""
+        return self._add(name, WARN if bad else PASS, message + why if bad else message, **data)
+
     def _status(self, name: str) -> str | None:
         for c in self.checks:
             if c.name == name:
@@ -607,16 +611,14 @@ class Doctor:
         read_ms, push_ms = self._read_ms, self._push_ms
         remote = isinstance(self.store, RemoteStore)
         msg = f"read {read_ms:.0f} ms, {'push' if remote else 'write'} {push_ms:.0f} ms"
-        if push_ms > ttl * 100:  # more than a tenth of the TTL
-            self._add(
-                "latency",
-                WARN,
-                msg + f": slow against lease.ttl={ttl}s (renewals may not land in time)",
-                readMs=round(read_ms, 1),
-                pushMs=round(push_ms, 1),
-            )
-        else:
-            self._add("latency", PASS, msg, readMs=round(read_ms, 1), pushMs=round(push_ms, 1))
+        self._warn_if(
+            "latency",
+            push_ms > ttl * 100,  # more than a tenth of the TTL
+            msg,
+            f": slow against lease.ttl={ttl}s (renewals may not land in time)",
+            readMs=round(read_ms, 1),
+            pushMs=round(push_ms, 1),
+        )
 
     def _probe_cas(self, old: str, atomic: bool) -> None:
         ref = self._ref("cas")
@@ -912,16 +914,14 @@ class Doctor:
         offset, error = got
         skew = self.settings.skew
         msg = f"offset against the remote {offset:+.1f} s (±{error:.1f} s, from its HTTP Date header)"
-        if abs(offset) - error > skew / 2:
-            self._add(
-                "clock",
-                WARN,
-                msg + f": more than half of lease.skew={skew}s; sync this clock (NTP)",
-                offsetSeconds=round(offset, 2),
-                uncertaintySeconds=round(error, 2),
-            )
-        else:
-            self._add("clock", PASS, msg, offsetSeconds=round(offset, 2), uncertaintySeconds=round(error, 2))
+        self._warn_if(
+            "clock",
+            abs(offset) - error > skew / 2,
+            msg,
+            f": more than half of lease.skew={skew}s; sync this clock (NTP)",
+            offsetSeconds=round(offset, 2),
+            uncertaintySeconds=round(error, 2),
+        )
 
     # ------------------------------------------------------------------------------- hooks, key
     def check_hooks(self) -> None:

@@ -738,17 +738,10 @@ def make_source(repo: str, tasks, *, granularity: str | None = None, remote: str
 
 
 def read_queue_file(path: str) -> tuple[list[str], str]:
-    if path == "-":
-        import sys
+    """The queue file's lines (``-``: stdin) and where they came from (UsageError when it cannot be read)."""
+    from gitlease.plan.planner import read_lines
 
-        return sys.stdin.read().splitlines(), "stdin"
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().splitlines(), path
-    except OSError as exc:
-        raise UsageError(f"cannot read queue {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"queue {path} is not UTF-8") from None
+    return read_lines(path, "queue")
 
 
 __all__ = [
