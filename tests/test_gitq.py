@@ -25,6 +25,15 @@ def commit_file(repo, path, text, message="change"):
     return git(repo, "rev-parse", "HEAD").strip()
 
 
+def fork(repo, on_main, on_side, side="side"):
+    """(the base, a commit of ``on_main`` (path, text) on main, one of ``on_side`` on a new branch ``side`` from
+    the base); the repository is left on ``side``."""
+    base = gitq.head_commit(repo)
+    ours = commit_file(repo, *on_main)
+    git(repo, "checkout", "-q", "-b", side, base)
+    return base, ours, commit_file(repo, *on_side)
+
+
 # ------------------------------------------------------------------------------------ parsers
 
 
@@ -147,10 +156,7 @@ def test_parse_ls_files_tags_and_flagged_paths(make_repo):
 
 def test_parse_log_paths_keeps_strange_paths_and_merges(make_repo):
     repo = make_repo()
-    base = gitq.head_commit(repo)
-    a = commit_file(repo, "new\nline", "1\n")
-    git(repo, "checkout", "-q", "-b", "side", base)
-    b = commit_file(repo, "side file", "2\n")
+    base, a, b = fork(repo, ("new\nline", "1\n"), ("side file", "2\n"))
     git(repo, "checkout", "-q", "main")
     git(repo, "merge", "-q", "--no-ff", "-m", "merge", "side")
     (repo / "side file").write_text("changed in the merge\n")
@@ -227,10 +233,7 @@ def test_counts_and_walks(make_repo):
 
 def test_rebase_says_why_and_leaves_the_branch_as_it_was(make_repo):
     repo = make_repo()
-    base = gitq.head_commit(repo)
-    theirs = commit_file(repo, "README", "theirs\n")
-    git(repo, "checkout", "-q", "-b", "mine", base)
-    mine = commit_file(repo, "README", "mine\n")
+    base, theirs, mine = fork(repo, ("README", "theirs\n"), ("README", "mine\n"), side="mine")
     why = gitq.rebase(repo, theirs)
     assert why and "could not apply" in why.lower()
     assert gitq.head_commit(repo) == mine and not gitq.status(repo)
