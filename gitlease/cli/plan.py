@@ -45,8 +45,7 @@ def plan_cmd(
         COMPARED_GRANULARITIES,
         blocking_leases,
         plan_queue,
-        read_lines,
-        read_rows,
+        read_file_rows,
         start_tasks,
         starts_by_granularity,
         tasks_from_rows,
@@ -54,8 +53,7 @@ def plan_cmd(
     from gitlease.plan.suggest import parse_granularity, read_tree
 
     gran = parse_granularity(granularity)
-    lines, source = read_lines(tasks, "tasks file")
-    rows = read_rows(lines, source=source)
+    rows = read_file_rows(tasks, "tasks file")
     svc = service(remote, agent=agent)
     tree = read_tree(svc.repo.cwd)
     queue = tasks_from_rows(rows, granularity=gran, tree=tree)

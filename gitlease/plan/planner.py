@@ -164,6 +164,12 @@ def read_lines(path: str, what: str) -> tuple[list[str], str]:
         raise UsageError(f"{what} {path} is not UTF-8") from None
 
 
+def read_file_rows(path: str, what: str) -> list[QueueRow]:
+    """``read_rows`` of the file at ``path`` (``-``: stdin), ``what`` naming it in errors."""
+    lines, source = read_lines(path, what)
+    return read_rows(lines, source=source)
+
+
 def read_rows(lines: Iterable[str], *, source: str = "tasks") -> list[QueueRow]:
     """JSON lines ``{"id", "scope": [...]}`` or ``{"id", "paths": [...]}`` (blank lines and ``#`` comments are
     skipped), checked. Raises UsageError naming the line for anything malformed, an invalid scope or path, or a
@@ -375,6 +381,8 @@ __all__ = [
     "QueueRow",
     "make_task",
     "read_rows",
+    "read_file_rows",
+    "read_lines",
     "tasks_from_rows",
     "parse_tasks",
     "plan",
