@@ -28,7 +28,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hooks import acquire, commit
 
-from gitlease.core import gitcmd
 from gitlease.core.errors import GitLeaseError
 from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import server as receive
@@ -714,9 +713,6 @@ def test_fuzz_one_walk_gains_what_a_walk_per_range_gains(dag):
     repo, oid = dag
     commits = st.sampled_from(sorted(oid))
 
-    def run_git(args, **kw):
-        return gitcmd.run(args, cwd=repo, **kw)
-
     @fuzz_settings(examples(12, 300))
     @given(st.lists(st.tuples(commits, st.lists(commits, max_size=3)), min_size=1, max_size=6))
     def prop(ranges):
@@ -725,7 +721,7 @@ def test_fuzz_one_walk_gains_what_a_walk_per_range_gains(dag):
         for new, bases in ranges:
             for c in range_paths(repo, new, bases):
                 want[c.oid] = set(c.paths)
-        got = {c.oid: set(c.paths) for c in claims.gained(run_git, ranges)}
+        got = {c.oid: set(c.paths) for c in claims.gained(repo, ranges)}
         assert got == want
         event(f"{len(want)} commits")
 

@@ -129,3 +129,52 @@ def test_only_the_cli_and_the_hook_entry_print_or_exit(module, path):
         return
     hits = _prints(ast.parse(path.read_text()), MAY_EXIT_ONLY.get(module, set()))
     assert not hits, f"{module} prints or exits at lines {hits}: only the CLI and the hooks' entry may"
+
+
+# Who runs git (ARCHITECTURE.md, "One git boundary"): everything else asks core/gitq.py's named questions.
+RUNS_GIT = {
+    "gitlease.core.gitcmd": "the one runner",
+    "gitlease.core.gitq": "the git questions, named once",
+    "gitlease.core.store": "the store's transport: the atomic push with leases, ls-remote, fetch by oid",
+    "gitlease.core.repo": "finding the repository and its config (under everything else)",
+    "gitlease.enforce.entry": "hook fast path: posix_spawn, no subprocess",
+    "gitlease.enforce.guard": "hook fast path (an agent's every edit)",
+    "gitlease.enforce.shell": "hook fast path (an agent's every shell command)",
+    "gitlease.enforce.hookmain": "hook fast path",
+    "gitlease.demo": "a script that shows git lease at work, run as a user would",
+}
+# still to move onto core/gitq.py (another change owns these modules); a module leaves this list when it does
+NOT_YET = {"gitlease.identity.trust", "gitlease.service.audit", "gitlease.service.verdict"}
+_SPAWNS = {"subprocess.run", "subprocess.Popen", "subprocess.check_output", "subprocess.call", "os.posix_spawnp"}
+
+
+def _runs_git(tree: ast.AST) -> list[int]:
+    """Lines that run git: ``gitcmd.run`` (called or handed on), ``run`` imported from gitcmd, or a process
+    spawned with ``git`` as its program."""
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "run" and ast.unparse(node.value).endswith("gitcmd"):
+            hits.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("gitcmd"):
+            if any(a.name == "run" for a in node.names):
+                hits.append(node.lineno)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in _SPAWNS and node.args:
+            first = node.args[0]
+            program = first.elts[0] if isinstance(first, ast.List | ast.Tuple) and first.elts else first
+            if isinstance(program, ast.Constant) and program.value == "git":
+                hits.append(node.lineno)
+    return hits
+
+
+@pytest.mark.parametrize("module,path", modules(), ids=[m for m, _ in modules()])
+def test_only_the_git_boundary_runs_git(module, path):
+    hits = _runs_git(ast.parse(path.read_text()))
+    if module in RUNS_GIT:
+        return
+    if module in NOT_YET:
+        assert hits, f"{module} no longer runs git itself: take it out of NOT_YET (tests/test_layers.py)"
+        return
+    assert not hits, (
+        f"{module} runs git at lines {hits}: ask (or add) a named question in gitlease/core/gitq.py instead of "
+        "building git argv"
+    )

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
 from gitlease.cli.common import command, service, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
-from gitlease.core import errors
 
 app = make_app()
-
-
-def _read_lines(tasks: str) -> tuple[list[str], str]:
-    if tasks == "-":
-        return sys.stdin.read().splitlines(), "stdin"
-    try:
-        with open(tasks, encoding="utf-8") as fh:
-            return fh.read().splitlines(), tasks
-    except OSError as exc:
-        raise errors.UsageError(f"cannot read tasks file {tasks}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise errors.UsageError(f"tasks file {tasks} is not UTF-8") from None
 
 
 @app.command("plan")
@@ -59,7 +45,7 @@ def plan_cmd(
         COMPARED_GRANULARITIES,
         blocking_leases,
         plan_queue,
-        read_rows,
+        read_file_rows,
         start_tasks,
         starts_by_granularity,
         tasks_from_rows,
@@ -67,8 +53,7 @@ def plan_cmd(
     from gitlease.plan.suggest import parse_granularity, read_tree
 
     gran = parse_granularity(granularity)
-    lines, source = _read_lines(tasks)
-    rows = read_rows(lines, source=source)
+    rows = read_file_rows(tasks, "tasks file")
     svc = service(remote, agent=agent)
     tree = read_tree(svc.repo.cwd)
     queue = tasks_from_rows(rows, granularity=gran, tree=tree)

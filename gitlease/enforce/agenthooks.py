@@ -27,7 +27,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.errors import ConfigError, UsageError
 from gitlease.core.fsutil import atomic_write
 
@@ -135,8 +135,7 @@ def settings_path(agent: str, *, user: bool, cwd: str = ".") -> str:
     fmt = agent_format(agent)
     if user:
         return os.path.join(os.path.expanduser("~"), fmt.user)
-    res = gitcmd.run(["rev-parse", "--show-toplevel"], cwd=cwd, check=False)
-    top = res.out.strip() if res.returncode == 0 else ""
+    top = gitq.toplevel(cwd)
     if not top:
         raise UsageError(f"not inside a git worktree ({os.path.abspath(cwd)}): run it in one, or use --user")
     return os.path.join(top, fmt.project)
@@ -236,10 +235,9 @@ def keep_out_of_git(path: str, cwd: str) -> str:
     the returned note says so."""
     top = os.path.dirname(os.path.dirname(path))
     rel = os.path.relpath(path, top).replace(os.sep, "/")
-    tracked = gitcmd.run(["ls-files", "--error-unmatch", "--", rel], cwd=top, check=False).returncode == 0
-    if tracked:
+    if gitq.is_tracked(top, rel):
         return f"{rel} is tracked by git: your change to it shows in git status (commit it, or use --user)"
-    common = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=top).out.strip()
+    common = gitq.common_dir(top)
     exclude = os.path.join(common, "info", "exclude")
     try:
         with open(exclude, encoding="utf-8") as fh:

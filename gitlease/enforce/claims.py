@@ -18,15 +18,11 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.errors import UsageError
-from gitlease.core.store import parse_batch
 from gitlease.enforce import rules as enforce
 
 LEASE_ID = re.compile(r"lease_[0-9a-z]{6,40}")
-_HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
-
-Git = Callable[..., gitcmd.Result]  # run(args, input=None, check=...) -> Result
 
 
 @dataclass
@@ -40,12 +36,12 @@ Range = tuple[str, Sequence[str]]  # (a new value, the commits it is judged agai
 MAX_OCTOPUS = 4000  # distinct bases merge-base is asked about in one call; more: the walk is not narrowed
 
 
-def commits_between(git: Git, include: Sequence[str], exclude: Sequence[str]) -> list[Commit]:
+def commits_between(where: gitq.Where, include: Sequence[str], exclude: Sequence[str]) -> list[Commit]:
     """Every commit reachable from ``include`` and not from ``exclude``, with its paths and claims."""
-    return gained(git, [(new, tuple(exclude)) for new in include])
+    return gained(where, [(new, tuple(exclude)) for new in include])
 
 
-def gained(git: Git, ranges: Iterable[Range], *, trailers: bool = True) -> list[Commit]:
+def gained(where: gitq.Where, ranges: Iterable[Range], *, trailers: bool = True) -> list[Commit]:
     """Every commit that some range gains (reachable from its new value, not from any of its bases), with its
     paths (``git log --name-only --no-renames --cc``: deletions, both sides of renames, what a merge itself
     changes) and, with ``trailers``, its ``Lease:`` claims. All the ranges in one walk, whatever their number:
@@ -58,18 +54,13 @@ def gained(git: Git, ranges: Iterable[Range], *, trailers: bool = True) -> list[
     if not todo:
         return []
     if len({bases for _new, bases in todo}) == 1:  # one set of bases (one push, or new refs only): no graph
-        oids = _rev_list(git, [new for new, _b in todo], todo[0][1])
+        oids = gitq.walk(where, [new for new, _b in todo], todo[0][1])
     else:
-        oids = _walk_ranges(git, todo)
-    return _described(git, oids, trailers)
+        oids = _walk_ranges(where, todo)
+    return _described(where, oids, trailers)
 
 
-def _rev_list(git: Git, tips: Sequence[str], exclude: Sequence[str], *extra: str) -> list[str]:
-    stdin = "".join(f"{o}\n" for o in tips) + "".join(f"^{o}\n" for o in exclude)
-    return git(["rev-list", *extra, "--stdin"], input=stdin.encode()).out.splitlines()
-
-
-def _walk_ranges(git: Git, ranges: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+def _walk_ranges(where: gitq.Where, ranges: list[tuple[str, tuple[str, ...]]]) -> list[str]:
     """The commits ranges with different bases gain, from one ``rev-list --parents --topo-order`` of every new
     value and base, cut below a common ancestor of all the bases (nothing below it is gained by any range).
     Each commit carries two bit sets, of the ranges whose new value reaches it and of those whose bases do,
@@ -78,7 +69,7 @@ def _walk_ranges(git: Git, ranges: list[tuple[str, tuple[str, ...]]]) -> list[st
     reps = {bases[0] for _new, bases in ranges if bases}
     floor: list[str] = []
     if all(bases for _new, bases in ranges):
-        floor = list(reps) if len(reps) == 1 else _common_ancestors(git, sorted(reps))
+        floor = list(reps) if len(reps) == 1 else _common_ancestors(where, sorted(reps))
     tips = {o for new, bases in ranges for o in (new, *bases)}
     new_bits: dict[str, int] = {}
     base_bits: dict[str, int] = {}
@@ -87,7 +78,7 @@ def _walk_ranges(git: Git, ranges: list[tuple[str, tuple[str, ...]]]) -> list[st
         for b in bases:
             base_bits[b] = base_bits.get(b, 0) | 1 << k
     out = []
-    for line in _rev_list(git, sorted(tips), floor, "--parents", "--topo-order"):
+    for line in gitq.walk(where, sorted(tips), floor, parents=True):
         oid, *parents = line.split()
         nb, bb = new_bits.pop(oid, 0), base_bits.pop(oid, 0)
         if nb & ~bb:
@@ -100,78 +91,34 @@ def _walk_ranges(git: Git, ranges: list[tuple[str, tuple[str, ...]]]) -> list[st
     return out
 
 
-def _common_ancestors(git: Git, commits: list[str]) -> list[str]:
-    """Common ancestors of all ``commits`` (``merge-base --octopus``; none when they share no history, or when
-    they are too many to ask about at once)."""
+def _common_ancestors(where: gitq.Where, commits: list[str]) -> list[str]:
+    """Common ancestors of all ``commits`` (none when they share no history, or when they are too many to ask
+    about at once)."""
     if len(commits) > MAX_OCTOPUS:
         return []
-    res = git(["merge-base", "--octopus", *commits], check=False)
-    return res.out.split() if res.returncode == 0 else []
+    return gitq.octopus_bases(where, commits)
 
 
-def _described(git: Git, oids: list[str], trailers: bool) -> list[Commit]:
+def _described(where: gitq.Where, oids: list[str], trailers: bool) -> list[Commit]:
     """``oids`` as Commits, their paths and (with ``trailers``) claims read by one ``git log`` each."""
-    if not oids:
-        return []
-    stdin = "".join(f"{o}\n" for o in oids).encode()
-    log = ["log", "--no-walk=unsorted", "--stdin"]
-    out = git([*log, "-z", "--format=%x00%H", "--name-only", "--no-renames", "--cc"], input=stdin).stdout
-    found = _parse_paths(out, oids)
-    if [c.oid for c in found] != oids:
-        raise UsageError("cannot read the pushed commits' paths (git log and rev-list disagree); refusing")
+    try:
+        found = [Commit(oid, paths) for oid, paths in gitq.paths_of_commits(where, oids)]
+    except ValueError as exc:
+        raise UsageError(f"cannot read the pushed commits' paths ({exc}); refusing") from None
     if not trailers:
         return found
-    fmt = "--format=%H%x00%(trailers:key=Lease,valueonly,separator=%x01)%x00"
-    items = git([*log, fmt], input=stdin).stdout.split(b"\0")
     by_oid = {c.oid: c for c in found}
-    for i in range(0, len(items) - 1, 2):
-        commit = by_oid.get(items[i].decode("ascii", "replace").strip())
-        if commit is None:
-            continue
-        for item in items[i + 1].decode("utf-8", "replace").split("\x01"):
-            if LEASE_ID.fullmatch(item.strip()):
-                commit.trailers.add(item.strip())
+    for oid, values in gitq.trailers_of(where, oids, "Lease").items():
+        commit = by_oid.get(oid)
+        if commit is not None:
+            commit.trailers.update(v for v in values if LEASE_ID.fullmatch(v))
     return found
 
 
-def _parse_paths(out: bytes, oids: Sequence[str]) -> list[Commit]:
-    """``git log -z --format=%x00%H --name-only`` of exactly ``oids``, in that order: each commit starts with an
-    empty field (a path is never empty) and its id, then its paths: right after the id, the first one led by a
-    newline; for a merge (``--cc``), after one more empty field. A field after an empty one starts the next
-    commit only when it is that commit's id; anything else is a path of the one before (a path spelled like
-    the next id lists that commit twice: refused below, never a path lost)."""
-    found: list[Commit] = []
-    after_empty, after_oid = True, False
-    for tok in out.split(b"\0"):
-        if not tok:
-            after_empty, after_oid = True, False
-            continue
-        nxt = oids[len(found)] if len(found) < len(oids) else None
-        if after_empty and (not found or tok == (nxt or "").encode()):
-            oid = tok.decode("ascii", "replace")
-            if not _HEX.fullmatch(oid):
-                raise UsageError("cannot read the pushed commits' paths (unexpected git log output); refusing")
-            found.append(Commit(oid))
-            after_empty, after_oid = False, True
-            continue
-        if after_oid and tok.startswith(b"\n"):
-            tok = tok[1:]
-        after_empty = after_oid = False
-        if tok:
-            found[-1].paths.append(tok.decode("utf-8", "surrogateescape"))
-    return found
-
-
-def raw_commits(git: Git, oids: Iterable[str]) -> dict[str, bytes]:
-    oids = sorted(set(oids))
-    if not oids:
-        return {}
-    res = git(
-        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
-        input="".join(f"{o} {o}\n" for o in oids).encode(),
-        check=False,
-    )
-    return {name: body for name, (kind, body) in parse_batch(res.stdout).items() if kind == "commit"}
+def raw_commits(where: gitq.Where, oids: Iterable[str]) -> dict[str, bytes]:
+    """{oid: the raw commit object} for those of ``oids`` that are commits here."""
+    got = gitq.read_objects(where, sorted(set(oids)))
+    return {name: body for name, (kind, body) in got.items() if kind == "commit"}
 
 
 @dataclass

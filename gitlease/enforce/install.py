@@ -16,7 +16,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.errors import GitLeaseError, UsageError
 from gitlease.core.fsutil import atomic_write
 
@@ -61,10 +61,10 @@ def template_dir() -> str:
 
 
 def hooks_dir(cwd: str = ".") -> str:
-    res = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-path", "hooks"], cwd=cwd, check=False)
-    if res.returncode != 0 or not res.out.strip():
+    found = gitq.git_path(cwd, "hooks")
+    if found is None:
         raise UsageError(f"not a git repository: {os.path.abspath(cwd)}")
-    return res.out.strip()
+    return found
 
 
 def render(name: str, *, python: str | None = None, root: str | None = None) -> bytes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gitlease.core import gitcmd
+from gitlease.core import gitcmd, gitq
 from gitlease.core.errors import LeaseLost, NotHeld, RemoteUnavailable, ScopeViolation, UsageError
 from gitlease.enforce import rules as enforce
 from gitlease.enforce.verify import _mine_from_held, others_lookup, touched_paths
@@ -100,7 +100,7 @@ def parse_refspec(cwd: str, spec: str) -> tuple[str, str]:
         raise UsageError(f"refspec {spec!r}: a fenced push does not delete branches")
     if colon and not dst:
         raise UsageError(f"refspec {spec!r}: name the branch to update after the ':'")
-    full = _symbolic_full_name(cwd, src)
+    full = gitq.symbolic_full_name(cwd, src)
     if not colon:
         if full is None or not full.startswith(BRANCHES):
             if src == "HEAD":
@@ -113,50 +113,27 @@ def parse_refspec(cwd: str, spec: str) -> tuple[str, str]:
         src = full
     if not dst.startswith(BRANCHES):
         raise UsageError(f"refspec {spec!r}: a fenced push updates branches (refs/heads/...), not {dst}")
-    if gitcmd.run(["check-ref-format", dst], cwd=cwd, check=False).returncode != 0:
+    if not gitq.valid_ref_name(cwd, dst):
         raise UsageError(f"refspec {spec!r}: {dst!r} is not a valid branch name")
     return src, dst
 
 
-def _symbolic_full_name(cwd: str, name: str) -> str | None:
-    res = gitcmd.run(["rev-parse", "--symbolic-full-name", name], cwd=cwd, check=False)
-    full = res.out.strip()
-    return full if res.returncode == 0 and full.startswith("refs/") else None
-
-
 def _commit(cwd: str, src: str, spec: str) -> str:
-    res = gitcmd.run(
-        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{src}^{{commit}}"], cwd=cwd, check=False
-    )
-    if res.returncode != 0 or not res.out.strip():
+    oid = gitq.rev_parse_commit(cwd, src)
+    if oid is None:
         raise UsageError(f"refspec {spec!r}: {src!r} is not a commit here")
-    return res.out.strip()
+    return oid
 
 
 def remote_heads(svc: LeaseService, remote: str, refs: Sequence[str]) -> tuple[dict[str, str], str | None]:
     """({ref: oid} of ``refs`` on ``remote`` now, the commit of the remote's default branch or None)."""
     try:
-        res = gitcmd.run(
-            ["ls-remote", "--symref", remote, "HEAD", *refs],
-            cwd=svc.repo.cwd,
-            timeout=svc.settings.timeout,
-            check=False,
-        )
+        listed = gitq.ls_remote(svc.repo.cwd, remote, "HEAD", *refs, symref=True, timeout=svc.settings.timeout)
     except gitcmd.Timeout as exc:
         raise RemoteUnavailable(f"remote {remote!r} did not answer: {exc}") from None
-    if res.returncode != 0:
-        raise RemoteUnavailable(f"cannot read remote {remote!r}: {res.err.strip().splitlines()[-1:] or ''}")
-    found: dict[str, str] = {}
-    head = None
-    for line in res.out.splitlines():
-        left, _, right = line.partition("\t")
-        if left.startswith("ref: "):
-            continue
-        if right == "HEAD":
-            head = left.strip()
-        elif right in refs:
-            found[right] = left.strip()
-    return found, head
+    if not listed.ok:
+        raise RemoteUnavailable(f"cannot read remote {remote!r}: {listed.err.strip().splitlines()[-1:] or ''}")
+    return {r: o for r, o in listed.refs.items() if r in refs and r != "HEAD"}, listed.refs.get("HEAD")
 
 
 def resolve_targets(svc: LeaseService, remote: str, refspecs: Sequence[str]) -> list[Target]:
@@ -180,14 +157,10 @@ def resolve_targets(svc: LeaseService, remote: str, refspecs: Sequence[str]) -> 
     for spec, src, oid, dst in parsed:
         old = olds.get(dst)
         base = old if old is not None else head
-        if base is not None and not _is_commit(cwd, base):
-            base = head if base != head and head is not None and _is_commit(cwd, head) else None
+        if base is not None and not gitq.is_commit(cwd, base):
+            base = head if base != head and head is not None and gitq.is_commit(cwd, head) else None
         out.append(Target(spec, src, oid, dst, old, base))
     return out
-
-
-def _is_commit(cwd: str, oid: str) -> bool:
-    return gitcmd.run(["cat-file", "-e", f"{oid}^{{commit}}"], cwd=cwd, check=False).returncode == 0
 
 
 def landing(cwd: str, targets: Sequence[Target]) -> tuple[list[str], int]:
@@ -198,8 +171,7 @@ def landing(cwd: str, targets: Sequence[Target]) -> tuple[list[str], int]:
     for t in targets:
         exclude = [t.base] if t.base else []
         paths.update(touched_paths(cwd, [t.oid], exclude))
-        res = gitcmd.run(["rev-list", t.oid, "--not", *exclude, "--"], cwd=cwd)
-        commits.update(res.out.split())
+        commits.update(gitq.rev_list(cwd, [t.oid], exclude))
     return sorted(paths), len(commits)
 
 
@@ -351,17 +323,17 @@ def push_defaults(cwd: str, remote: str | None, refspecs: Sequence[str] | None) 
 
 
 def current_branch(cwd: str) -> str:
-    res = gitcmd.run(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=cwd, check=False)
-    if res.returncode != 0 or not res.out.strip():
+    branch = gitq.current_branch(cwd)
+    if branch is None:
         raise UsageError("HEAD is detached: name the branch to push (git lease push REMOTE BRANCH)")
-    return res.out.strip()
+    return branch
 
 
 def push_remote(cwd: str, branch: str) -> str:
     for key in (f"branch.{branch}.pushRemote", "remote.pushDefault", f"branch.{branch}.remote"):
-        res = gitcmd.run(["config", "--get", key], cwd=cwd, check=False)
-        if res.returncode == 0 and res.out.strip():
-            return res.out.strip()
+        value = gitq.config_get(cwd, key)
+        if value:
+            return value
     return "origin"
 
 
@@ -369,8 +341,7 @@ def _short_branch(cwd: str, src: str) -> str:
     """The local branch name a push source names (for its push remote), or the source as given."""
     if src.startswith("-"):
         return src
-    res = gitcmd.run(["rev-parse", "--symbolic-full-name", src], cwd=cwd, check=False)
-    full = res.out.strip()
+    full = gitq.symbolic_full_name(cwd, src) or ""
     return full.removeprefix("refs/heads/") if full.startswith("refs/heads/") else src
 
 

@@ -26,9 +26,10 @@ import json
 import os
 import re
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core import record as records
-from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
+from gitlease.core.errors import InvalidRecord, RemoteUnavailable
+from gitlease.core.gitq import HOOK, commit_parents
 from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, PROBE_MAX_BYTES, RECORD_FILE, SIGNATURE_FILE
 from gitlease.core.refnames import (
     AUDIT_NAMESPACE,
@@ -46,19 +47,13 @@ from gitlease.core.refnames import (
     path_of_scope_ref,
     scope_ref,
 )
-from gitlease.core.store import Blob, parse_batch
+from gitlease.core.store import Blob
 from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
 MAX_AUDIT_CHAIN = 2000  # entries one push may append to one audit ref (a batched sweep: ops.sweep.MAX_BATCH_REFS)
-OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # as verify.OID_RE (not imported: it pulls in the service)
-REF_RE = re.compile(r"[^\x00-\x20\x7f]+")
 LEASE_OPTION = re.compile(r"lease=(lease_[0-9a-z]{6,40})")  # fullmatch: "lease=ID\n" is no claim
-
-
-def _read(args, *, input: bytes | None = None, check: bool = True) -> gitcmd.Result:
-    return gitcmd.run(args, input=input, check=check, keep_repo_env=True)
 
 
 def read_objects(oids) -> tuple[dict[str, Blob], dict[str, tuple[str, ...]]]:
@@ -66,21 +61,11 @@ def read_objects(oids) -> tuple[dict[str, Blob], dict[str, tuple[str, ...]]]:
     oids = sorted(set(oids))
     if not oids:
         return {}, {}
-    names = [n for o in oids for n in (o, f"{o}:{RECORD_FILE}", f"{o}:{SIGNATURE_FILE}")]
-    res = _read(
-        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
-        input="".join(f"{n} {n}\n" for n in names).encode(),
-        check=False,
-    )
-    got = parse_batch(res.stdout)
+    got = _cat([n for o in oids for n in (o, f"{o}:{RECORD_FILE}", f"{o}:{SIGNATURE_FILE}")])
     blobs, parents = {}, {}
     for o in oids:
         kind, body = got.get(o, (None, b""))
-        parents[o] = (
-            tuple(line[7:].decode() for line in body.split(b"\n\n", 1)[0].split(b"\n") if line.startswith(b"parent "))
-            if kind == "commit"
-            else ()
-        )
+        parents[o] = commit_parents(body) if kind == "commit" else ()
         rec = got.get(f"{o}:{RECORD_FILE}")
         sig = got.get(f"{o}:{SIGNATURE_FILE}")
         problem = None if kind == "commit" and rec and rec[0] == "blob" else "not a lease commit (no lease.json)"
@@ -118,12 +103,7 @@ def _server_trust():
     from gitlease.identity.trust import Trust, describe_files, parse_files, read_trust_files
 
     try:
-        config = dict(
-            line.split("\n", 1)
-            for line in gitcmd.zsplit(
-                gitcmd.run(["config", "-z", "--get-regexp", r"^lease\."], check=False, keep_repo_env=True).out
-            )
-        )
+        config = gitq.config_matching(HOOK, r"^lease\.")
     except ValueError:
         config = {}
     path = resolve(config, env={}).allowed_signers
@@ -177,20 +157,9 @@ def shape(ref: str) -> str | None:
         except ValueError:
             return None
         return "scope"
-    if ref.startswith(TASK_PREFIX):
-        name = ref[len(TASK_PREFIX) :]
-        try:
-            decode_segment(name)
-        except ValueError:
-            return None
-        return "task" if name and "/" not in name else None
-    if ref.startswith(OUTCOME_PREFIX):
-        name = ref[len(OUTCOME_PREFIX) :]
-        try:
-            decode_segment(name)
-        except ValueError:
-            return None
-        return "outcome" if name and "/" not in name else None
+    for prefix, kind in ((TASK_PREFIX, "task"), (OUTCOME_PREFIX, "outcome")):
+        if ref.startswith(prefix):
+            return kind if _one_segment(ref[len(prefix) :]) else None
     if ref.startswith(PROBE_PREFIX):
         return "probe" if len(ref) > len(PROBE_PREFIX) else None
     if ref.startswith(VERDICT_PREFIX):
@@ -199,6 +168,15 @@ def shape(ref: str) -> str | None:
         name = ref[len(AUDIT_PREFIX) :]
         return "audit" if name and "/" not in name else None
     return None
+
+
+def _one_segment(name: str) -> bool:
+    """Whether ``name`` is one encoded path segment (a task id in a ref name)."""
+    try:
+        decode_segment(name)
+    except ValueError:
+        return False
+    return bool(name) and "/" not in name
 
 
 LEASE_SHAPES = ("id", "scope", "task")  # the refs of a lease, deleted together
@@ -310,7 +288,7 @@ class _Push:
 
         got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}", f"{new}:{SIG_FILE}", f"{old}:{FILE}"])
         kind, body = got.get(new, (None, b""))
-        parents = tuple(ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent "))
+        parents = commit_parents(body)
         kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
         sig = got.get(f"{new}:{SIG_FILE}", (None, None))[1]
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
@@ -344,11 +322,10 @@ class _Push:
             return f"the branch it landed on must be a branch, not {branch!r}"
         tip = next((n for _o, n, r in self.updates if r == branch), None)
         if tip is None:
-            tip = _read(["rev-parse", "--verify", "--quiet", branch], check=False).out.strip()
+            tip = gitq.rev_parse(HOOK, branch) or ""
         if not tip or ZERO.match(tip):
             return f"it names {branch}, which this repository does not have"
-        res = _read(["merge-base", "--is-ancestor", str(landed), tip], check=False)
-        if res.returncode != 0:
+        if not gitq.is_ancestor(HOOK, str(landed), tip):
             return f"the commit it says landed ({str(landed)[:12]}) is not on {branch}"
         return None
 
@@ -357,11 +334,10 @@ class _Push:
         kind, body = got.get(new, (None, b""))
         tree = got.get(f"{new}^{{tree}}", (None, b""))[1]
         kind_f, data = got.get(f"{new}:{PROBE_FILE}", (None, b""))
-        head = body.split(b"\n\n", 1)[0].split(b"\n")
-        parents = [line[len(b"parent ") :].decode() for line in head if line.startswith(b"parent ")]
+        parents = commit_parents(body)
         ok = (
             kind == "commit"
-            and parents in ([], [] if ZERO.match(old) else [old])  # new, or a fast-forward of the probe before
+            and parents in ((), () if ZERO.match(old) else (old,))  # new, or a fast-forward of the probe before
             and kind_f == "blob"
             and data.startswith(PROBE_MAGIC)
             and len(data) <= PROBE_MAX_BYTES
@@ -381,8 +357,7 @@ class _Push:
 
         got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}"])
         kind, body = got.get(new, (None, b""))
-        head = body.split(b"\n\n", 1)[0].split(b"\n")
-        parents = [line[len(b"parent ") :].decode() for line in head if line.startswith(b"parent ")]
+        parents = commit_parents(body)
         names = _tree_names(got.get(f"{new}^{{tree}}", (None, b""))[1])
         kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
         try:
@@ -391,7 +366,7 @@ class _Push:
             doc = None
         ok = (
             kind == "commit"
-            and parents == ([] if ZERO.match(old) else [old])
+            and parents == (() if ZERO.match(old) else (old,))
             and names in ([FILE], sorted([FILE, SIG]))
             and isinstance(doc, dict)
             and doc.get("schema") == SCHEMA
@@ -407,33 +382,31 @@ class _Push:
         holding only the canonical entry (and, signed, its signature) whose first parent is the entry before it
         and, for the writer's first entry, at most the reclaimed version as its one parent; writer, prev and seq
         continue the log from ``old``. Every entry of the chain is judged and recorded."""
-        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, MAX_ENTRY_BYTES, SCHEMA, canonical
+        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG
 
         where = f"{ref}: not a gitlease audit entry"
-        writer = ref[len(AUDIT_PREFIX) :]
-        first = ZERO.match(old) is not None
-        walk = ["rev-list", "--first-parent", f"--max-count={MAX_AUDIT_CHAIN + 1}", new]
-        res = _read(walk if first else [*walk, f"^{old}"], check=False)
-        candidates = res.out.split() if res.returncode == 0 else [new]
-        names = [n for o in candidates for n in (o, f"{o}^{{tree}}", f"{o}:{ENTRY_FILE}", f"{o}:{ENTRY_SIG}")]
-        got = _cat(names)
-        prev_seq: object = 0
-        if not first:
-            before = _cat([f"{old}:{ENTRY_FILE}"]).get(f"{old}:{ENTRY_FILE}", (None, b""))[1]
-            try:
-                prev_seq = json.loads(before.decode("utf-8")).get("seq")
-            except (ValueError, UnicodeDecodeError, AttributeError):
-                prev_seq = None
-        chain: list[tuple[str, dict, bytes, bytes | None]] = []  # newest first
+        before = None if ZERO.match(old) else old
+        candidates = gitq.first_parents(HOOK, new, before, limit=MAX_AUDIT_CHAIN + 1) or [new]
+        got = _cat([n for o in candidates for n in (o, f"{o}^{{tree}}", f"{o}:{ENTRY_FILE}", f"{o}:{ENTRY_SIG}")])
+        chain = self._audit_chain(where, got, new, before)
+        if chain is not None and self._audit_continues(ref, where, chain, before):
+            self.audit.extend(doc for _cur, doc, _data, _sig in reversed(chain))
+
+    def _audit_chain(
+        self, where: str, got: dict[str, tuple[str, bytes]], new: str, old: str | None
+    ) -> list[tuple[str, dict, bytes, bytes | None]] | None:
+        """The entries from ``new`` down to ``old`` (None: the writer's first), newest first, each (commit,
+        entry, its bytes, its signature), read from ``got``; None when one is not an entry (said in problems)."""
+        from gitlease.service.audit import ENTRY_FILE, ENTRY_SIG, MAX_ENTRY_BYTES, SCHEMA, canonical
+
+        chain: list[tuple[str, dict, bytes, bytes | None]] = []
         cur: str | None = new
         while cur is not None:
             if len(chain) >= MAX_AUDIT_CHAIN:
                 self.problems.append(f"{where}: one push appends at most {MAX_AUDIT_CHAIN} entries")
-                return
+                return None
             kind, body = got.get(cur, (None, b""))
-            parents = tuple(
-                ln[7:].decode() for ln in body.split(b"\n\n", 1)[0].split(b"\n") if ln.startswith(b"parent ")
-            )
+            parents = commit_parents(body)
             kind_e, data = got.get(f"{cur}:{ENTRY_FILE}", (None, b""))
             sig = got.get(f"{cur}:{ENTRY_SIG}", (None, None))[1]
             tree = got.get(f"{cur}^{{tree}}", (None, b""))[1]
@@ -445,30 +418,47 @@ class _Push:
                 or sorted(_tree_names(tree) or ()) != expect
             ):
                 self.problems.append(f"{where} (a commit holding {ENTRY_FILE} and, signed, {ENTRY_SIG})")
-                return
+                return None
             try:
                 doc = json.loads(data.decode("utf-8"))
                 if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or canonical(doc) != data:
                     raise ValueError("schema")
             except (ValueError, UnicodeDecodeError, RecursionError):
                 self.problems.append(f"{where} ({ENTRY_FILE} is not a canonical {SCHEMA} entry)")
-                return
+                return None
             chain.append((cur, doc, data, sig))
             prev = doc.get("prev")
-            if prev is None or (not first and prev == old):
-                if first and len(parents) > 1:
+            if prev is None or (old is not None and prev == old):
+                if old is None and len(parents) > 1:
                     self.problems.append(f"{where}: a first entry has at most one parent (the reclaimed version)")
-                    return
-                if not first and (not parents or parents[0] != old or len(parents) > 2):
+                    return None
+                if old is not None and (not parents or parents[0] != old or len(parents) > 2):
                     self.problems.append(f"{where}: an entry's first parent is the entry before it ({old[:12]})")
-                    return
+                    return None
                 cur = None
             elif not isinstance(prev, str) or not parents or parents[0] != prev or len(parents) > 2:
                 self.problems.append(f"{where}: an entry's first parent is the entry before it ({str(prev)[:12]})")
-                return
+                return None
             else:
                 cur = prev
-        expected_prev = None if first else old
+        return chain
+
+    def _audit_continues(
+        self, ref: str, where: str, chain: list[tuple[str, dict, bytes, bytes | None]], old: str | None
+    ) -> bool:
+        """Whether the entries of ``chain`` (newest first) continue the writer's log after ``old`` (None: the
+        writer's first): writer, prev and seq, and on a signed store each entry's signature."""
+        from gitlease.service.audit import ENTRY_FILE
+
+        writer = ref[len(AUDIT_PREFIX) :]
+        prev_seq: object = 0
+        if old is not None:
+            before = _cat([f"{old}:{ENTRY_FILE}"]).get(f"{old}:{ENTRY_FILE}", (None, b""))[1]
+            try:
+                prev_seq = json.loads(before.decode("utf-8")).get("seq")
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                prev_seq = None
+        expected_prev = old
         trust = _server_trust()
         for cur, doc, data, sig in reversed(chain):  # oldest first
             if (
@@ -481,16 +471,16 @@ class _Push:
                     f"{where}: writer, prev and seq must continue the log ({writer}, {str(expected_prev)[:12]}, "
                     f"{prev_seq + 1 if isinstance(prev_seq, int) else '?'})"
                 )
-                return
+                return False
             if trust.signed:
                 from gitlease.identity.trust import check_audit_entry
 
                 problem = check_audit_entry(trust, doc, data, sig)
                 if problem:
                     self.problems.append(f"{ref}: audit entry signature: {problem}")
-                    return
+                    return False
             expected_prev, prev_seq = cur, prev_seq + 1
-        self.audit.extend(doc for _cur, doc, _data, _sig in reversed(chain))
+        return True
 
     # -- what must hold across the push
     def _scope_changes(self) -> None:
@@ -608,8 +598,7 @@ class _Push:
 
 def _root(oid: str) -> str | None:
     """Version 1 of the lease whose version ``oid`` is: the root of its history (one parent per version)."""
-    res = _read(["rev-list", "--max-parents=0", oid], check=False)
-    roots = res.out.split() if res.returncode == 0 else []
+    roots = gitq.root_commits(HOOK, oid)
     return roots[0] if len(roots) == 1 else None
 
 
@@ -629,28 +618,17 @@ def _tree_names(body: bytes) -> list[str] | None:
 
 
 def _object_format() -> str:
-    res = _read(["rev-parse", "--show-object-format"], check=False)
-    return res.out.strip() or "sha1"
+    return gitq.object_format(HOOK)
 
 
 def _cat(names: list[str]) -> dict[str, tuple[str, bytes]]:
-    res = _read(
-        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
-        input="".join(f"{n} {n}\n" for n in names).encode(),
-        check=False,
-    )
-    return parse_batch(res.stdout)
+    """{name: (type, content)} of the objects ``names`` name here (the quarantine included)."""
+    return gitq.read_objects(HOOK, names)
 
 
 def _lease_refs_here() -> dict[str, str]:
     """{ref: oid} of the lease refs (id, scope, task) on this repository now."""
-    res = _read(["for-each-ref", "--format=%(objectname) %(refname)", SCOPE_REF, NAMESPACE + "/"], check=False)
-    out = {}
-    for line in res.out.splitlines():
-        oid, _, ref = line.partition(" ")
-        if shape(ref) in LEASE_SHAPES:
-            out[ref] = oid
-    return out
+    return {ref: oid for ref, oid in gitq.refs(HOOK, SCOPE_REF, NAMESPACE + "/").items() if shape(ref) in LEASE_SHAPES}
 
 
 def _lease_ids(oids) -> dict[str, str]:
@@ -710,14 +688,14 @@ def pushed_commits(updates: list[tuple[str, str, str]]) -> list[claims_mod.Commi
     not (a new ref: those the default branch, HEAD, has not; before the first push, all of them). Not
     "those no ref has": a commit parked elsewhere first is judged when it reaches a branch. Every update in one
     walk (``claims.gained``), however many refs the push updates."""
-    head = _read(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], check=False).out.strip() or None
+    head = gitq.rev_parse_commit(HOOK, "HEAD")
     judged = [(o, n) for o, n, r in updates if not ZERO.match(n) and not in_namespaces(r) and not parked(r)]
     olds = {o for o, _n in judged if not ZERO.match(o)}
     found = _cat(sorted(olds)) if olds else {}
     known = {o for o in olds if found.get(o, ("", b""))[0] == "commit"}
     # an old value that is not a commit here (git always sends one it has): judged as a new ref
     ranges = [(new, (old,) if old in known else ((head,) if head else ())) for old, new in judged]
-    return claims_mod.gained(_read, ranges)
+    return claims_mod.gained(HOOK, ranges)
 
 
 def _anonymous(v: enforce.Violation) -> enforce.Violation:
@@ -752,8 +730,6 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     commits = pushed_commits(updates)
     if not any(c.paths for c in commits):
         return [], []
-    svc = LeaseService(repo, settings)
-    untrusted = None
     # only the leases bearing on the pushed paths, and those the push may claim (views.restrict_refs)
     touched = sorted({p for c in commits for p in c.paths})
     pushed_options = push_claims()
@@ -762,20 +738,14 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         | pushed_options
         | {r[len(ID_PREFIX) :] for _o, _n, r in updates if shape(r) == "id"}
     )
+    svc, untrusted = LeaseService(repo, settings), None
     try:
         snap = svc.snapshot(use_cache=False, paths=touched, keep=claimed)
     except RemoteUnavailable as exc:
         return [f"cannot read the lease store ({exc.message}); refusing rather than guessing"], []
     except InvalidRecord as exc:
-        # The trust file on HEAD does not parse. Refusing every push would also refuse the push that fixes it
-        # (this hook cannot be skipped): read the leases without trust, honour no claim, so that every path
-        # inside any lease is refused and only paths outside all leases pass.
-        import dataclasses
-
         untrusted = exc.message
-        unread = os.path.join(repo.git_dir, "gitlease", "no-trust-file")  # absent: no trust, nothing required
-        svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
-        snap = svc.snapshot(use_cache=False, paths=touched, keep=claimed)
+        svc, snap = _read_untrusted(repo, settings, touched, claimed)
     now = svc.clock.now()
     options = pushed_options if untrusted is None else set()
     # a fenced push (git lease push) renews its lease in the same push: that renewal, a valid next version
@@ -794,17 +764,40 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         now,
         settings.skew,
         signed=snap.signed_store,
-        raw=lambda oids: claims_mod.raw_commits(_read, oids),
+        raw=lambda oids: claims_mod.raw_commits(HOOK, oids),
         object_format=repo.object_format,
         proven=renewing,
     )
     if not judged.violations:
         return [], []
+    lines = _refusal(judged, check_mode, mode == "warn", untrusted, snap.signed_store)
+    if mode == "warn":
+        return [], lines
+    return lines, []
+
+
+def _read_untrusted(repo, settings, paths: list[str], claimed: set[str]):
+    """(a service, a snapshot of the leases bearing on ``paths`` and ``claimed``) read without trust: the trust
+    file on HEAD does not parse. Refusing every push would also refuse the push that fixes it (this hook cannot
+    be skipped): the leases are read without trust and no claim is honoured, so that every path inside any
+    lease is refused and only paths outside all leases pass."""
+    import dataclasses
+
+    from gitlease.service.leases import LeaseService
+
+    unread = os.path.join(repo.git_dir, "gitlease", "no-trust-file")  # absent: no trust, nothing required
+    svc = LeaseService(repo, dataclasses.replace(settings, allowed_signers=unread))
+    return svc, svc.snapshot(use_cache=False, paths=paths, keep=claimed)
+
+
+def _refusal(judged: claims_mod.Judged, check_mode: str, warn: bool, untrusted: str | None, signed: bool) -> list[str]:
+    """The server's refusal of the violations ``judged`` found (holders anonymous), with its notes and how a
+    holder claims a lease."""
     violations = [_anonymous(v) for v in judged.violations]
     lines = [
         ln.removeprefix("gitlease: ")
         for ln in enforce.refusal(
-            "push", check_mode, violations, warn=mode == "warn", why="server", mine="the leases this push may claim"
+            "push", check_mode, violations, warn=warn, why="server", mine="the leases this push may claim"
         )
     ]
     if lines[-1].startswith("acquire the scope first"):
@@ -814,7 +807,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         lines.append(claims_mod.unsigned_hint(judged.unsigned, "BASE (where the branch starts)"))
     if untrusted is not None:
         lines.append(f"no lease claim is honoured until the trust file is fixed: {untrusted}")
-    elif snap.signed_store:
+    elif signed:
         lines.append(
             "a lease's holder claims it with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or "
             "a 'Lease: LEASE_ID' commit trailer, in commits signed (gpg.format=ssh) with the lease's owner key; "
@@ -825,31 +818,10 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
             "a lease's holder claims it with git push -o lease=LEASE_ID (needs receive.advertisePushOptions) or "
             "a 'Lease: LEASE_ID' commit trailer; on this unsigned store claims are not verified (docs/limits.md)"
         )
-    if mode == "warn":
-        return [], lines
-    return lines, []
+    return lines
 
 
-def parse_receive_lines(data: bytes) -> list[tuple[str, str, str]]:
-    """The pre-receive hook's stdin: ``<old oid> SP <new oid> SP <ref name> LF`` per ref. Lines end at LF only
-    (a ref name may hold U+2028). Anything else is not what git gives: UsageError (exit 2), never skipped."""
-    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
-    updates = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line:
-            continue
-        parts = line.split(" ", 2)
-        if (
-            len(parts) != 3
-            or not OID_RE.fullmatch(parts[0])
-            or not OID_RE.fullmatch(parts[1])
-            or not REF_RE.fullmatch(parts[2])
-        ):
-            raise UsageError(
-                f"line {number} of the hook's input is not '<old oid> <new oid> <ref>' ({line[:80]!r}); refusing"
-            )
-        updates.append((parts[0], parts[1], parts[2]))
-    return updates
+parse_receive_lines = gitq.parse_pre_receive  # the hook's stdin (UsageError, exit 2, for a line git never gives)
 
 
 def pre_receive(data: bytes) -> tuple[list[str], list[str]]:

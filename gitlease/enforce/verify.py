@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
 from gitlease.enforce import rules as enforce
 from gitlease.service.leases import LeaseService, Listing
@@ -26,11 +26,7 @@ LEASE_IN_TEXT = re.compile(r"(lease_[0-9a-z]{6,40})")
 TRAILER = "Lease"  # commit trailer naming the lease a commit was made under: "Lease: lease_..."
 
 
-def touched_paths(cwd: str, include: list[str], exclude: list[str]) -> list[str]:
-    """Every path changed by the commits reachable from ``include`` and not from ``exclude``."""
-    args = ["log", "--format=", "--name-only", "--no-renames", "--cc", "-z", *include, "--not", *exclude, "--"]
-    res = gitcmd.run(args, cwd=cwd)
-    return sorted(set(enforce.zsplit(res.stdout)))
+touched_paths = gitq.touched_paths  # every path changed by the commits ``include`` reaches, ``exclude`` not
 
 
 def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
@@ -193,8 +189,7 @@ def _mirror_push(cwd: str, remote: str) -> bool:
             break
         if b"push" in argv and any(a in (b"--mirror", b"--prune") for a in argv):
             return True
-    res = gitcmd.run(["config", "--bool", "--get", f"remote.{remote}.mirror"], cwd=cwd, check=False)
-    return res.out.strip() == "true"
+    return gitq.config_get(cwd, f"remote.{remote}.mirror", type="bool") == "true"
 
 
 def paths_gained(
@@ -227,17 +222,12 @@ def paths_gained(
             head = _remote_head(cwd, remote, listing)
             fallback["head"] = (head,) if head else _remote_tracking(cwd, remote)
         ranges.append((local_oid, fallback["head"]))
-
-    def git(args, **kw):
-        return gitcmd.run(args, cwd=cwd, **kw)
-
-    return sorted({p for c in claims.gained(git, ranges, trailers=False) for p in c.paths})
+    return sorted({p for c in claims.gained(cwd, ranges, trailers=False) for p in c.paths})
 
 
 def _remote_tracking(cwd: str, remote: str) -> tuple[str, ...]:
     """The commits of ``remote``'s remote-tracking refs here (``--remotes=<remote>``)."""
-    res = gitcmd.run(["for-each-ref", "--format=%(objectname)", f"refs/remotes/{remote}/"], cwd=cwd, check=False)
-    return tuple(sorted(set(res.out.split())))
+    return tuple(sorted(set(gitq.refs(cwd, f"refs/remotes/{remote}/").values())))
 
 
 def _remote_head(cwd: str, remote: str, listing: Listing | Callable[[], Listing] | None = None) -> str | None:
@@ -247,14 +237,11 @@ def _remote_head(cwd: str, remote: str, listing: Listing | Callable[[], Listing]
     if listing is not None:
         oid = listing.head or ""
     else:
-        res = gitcmd.run(["ls-remote", remote, "HEAD"], cwd=cwd, check=False, timeout=60)
-        oid = res.out.split("\t", 1)[0].strip() if res.returncode == 0 else ""
+        listed = gitq.ls_remote(cwd, remote, "HEAD", timeout=60)
+        oid = listed.refs.get("HEAD", "") if listed.ok else ""
     if OID_RE.fullmatch(oid) and _have_all(cwd, remote, {oid}):
         return oid
-    local = gitcmd.run(
-        ["rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/HEAD^{{commit}}"], cwd=cwd, check=False
-    )
-    return local.out.strip() or None
+    return gitq.rev_parse_commit(cwd, f"refs/remotes/{remote}/HEAD")
 
 
 FETCH_EACH = 8  # when one fetch of several missing commits fails, at most this many are fetched one by one
@@ -265,75 +252,21 @@ def _have_all(cwd: str, remote: str, oids: set[str]) -> dict[str, str]:
     missing fetched from ``remote`` first, all in one fetch (one by one only when that fails for a few)."""
     if not oids:
         return {}
-    found = _commits_here(cwd, oids)
+    found = gitq.commits_of(cwd, oids)
     missing = sorted(oids - set(found))
     if missing:
-        _fetch(cwd, remote, missing)
-        found.update(_commits_here(cwd, set(missing)))
+        gitq.fetch_oids(cwd, remote, missing)
+        found.update(gitq.commits_of(cwd, missing))
         left = [o for o in missing if o not in found]
         if 1 < len(missing) and left and len(left) <= FETCH_EACH:  # one bad oid fails a fetch of several
             for oid in left:
-                _fetch(cwd, remote, [oid])
-            found.update(_commits_here(cwd, set(left)))
+                gitq.fetch_oids(cwd, remote, [oid])
+            found.update(gitq.commits_of(cwd, left))
     return found
 
 
-def _fetch(cwd: str, remote: str, oids: list[str]) -> None:
-    gitcmd.run(
-        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
-        + ["--stdin", remote],
-        input="".join(f"{o}\n" for o in oids).encode(),
-        cwd=cwd,
-        check=False,
-        timeout=60,
-    )
-
-
-def _commits_here(cwd: str, oids: set[str]) -> dict[str, str]:
-    """{oid: commit} for those of ``oids`` that name a commit here (peeling tags), in one ``cat-file``."""
-    res = gitcmd.run(
-        ["cat-file", "--batch-check=%(objectname) %(objecttype) %(rest)"],
-        input="".join(f"{o}^{{commit}} {o}\n" for o in sorted(oids)).encode(),
-        cwd=cwd,
-        check=False,
-    )
-    out = {}
-    for line in res.out.splitlines():
-        parts = line.split(" ")
-        if len(parts) == 3 and parts[1] == "commit" and parts[2] in oids:
-            out[parts[2]] = parts[0]
-    return out
-
-
-OID_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, as git writes them
-REF_RE = re.compile(r"[^\x00-\x20\x7f]+")  # a ref name has no space or control character (check-ref-format)
-
-
-def parse_push_lines(data: bytes) -> list[tuple[str, str, str, str]]:
-    """The pre-push hook's stdin: ``<local ref> SP <local oid> SP <remote ref> SP <remote oid> LF`` per ref.
-
-    Lines end at LF only (a ref name may hold U+2028 or U+0085), and the local ref is whatever the user wrote
-    (``:/fix bug``, ``HEAD^{/msg}``: spaces included), so the fields are taken from the right. Anything else is
-    not what git gives: UsageError (exit 2), never skipped, since a line skipped is a push not checked."""
-    text = data.decode("utf-8", "surrogateescape")  # ref names are bytes: not always UTF-8
-    out = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line:
-            continue
-        parts = line.rsplit(" ", 3)
-        if (
-            len(parts) != 4
-            or not parts[0]
-            or not OID_RE.fullmatch(parts[1])
-            or not OID_RE.fullmatch(parts[3])
-            or not REF_RE.fullmatch(parts[2])
-        ):
-            raise UsageError(
-                f"line {number} of the hook's input is not '<local ref> <local oid> "
-                f"<remote ref> <remote oid>' ({line[:80]!r}); refusing"
-            )
-        out.append((parts[0], parts[1], parts[2], parts[3]))
-    return out
+OID_RE = gitq.OID_RE
+parse_push_lines = gitq.parse_pre_push  # the pre-push hook's stdin (UsageError, exit 2, for a line git never gives)
 
 
 def _refuse_or_warn(warn: bool, message: str, code: int) -> tuple[bool, list[str], int]:
@@ -381,26 +314,20 @@ class Verdict:
 
 
 def _rev(cwd: str, name: str, what: str) -> str:
-    res = gitcmd.run(
-        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"], cwd=cwd, check=False
-    )
-    if res.returncode != 0:
+    oid = gitq.rev_parse_commit(cwd, name)
+    if oid is None:
         raise UsageError(
             f"{what} {name!r} is not a commit here (in CI, fetch it first: actions/checkout with fetch-depth: 0)"
         )
-    return res.out.strip()
+    return oid
 
 
 def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple[list[str], str]:
     """The leases a change says it was made under: ``Lease:`` trailers of its commits, else a lease id in
     the branch name (``head_name``, or $GITHUB_HEAD_REF in GitHub Actions, $CI_MERGE_REQUEST_SOURCE_BRANCH_NAME in
     GitLab CI)."""
-    res = gitcmd.run(
-        ["log", f"--format=%(trailers:key={TRAILER},valueonly,separator=%x00)%x00", head, "--not", base, "--"], cwd=cwd
-    )
-    ids = sorted(
-        {m.group(1) for item in enforce.zsplit(res.stdout) for m in [LEASE_IN_TEXT.fullmatch(item.strip())] if m}
-    )
+    values = gitq.trailers_between(cwd, head, base, TRAILER)
+    ids = sorted({m.group(1) for item in values for m in [LEASE_IN_TEXT.fullmatch(item)] if m})
     if ids:
         return ids, "trailer"
     for name in (head_name, os.environ.get("GITHUB_HEAD_REF"), os.environ.get("CI_MERGE_REQUEST_SOURCE_BRANCH_NAME")):
@@ -410,30 +337,25 @@ def leases_named(cwd: str, head: str, base: str, head_name: str | None) -> tuple
     return [], "none"
 
 
-def _git_out(cwd: str, *args: str) -> str:
-    res = gitcmd.run(list(args), cwd=cwd, check=False)
-    return res.out.strip() if res.returncode == 0 else ""
-
-
 def default_head(cwd: str) -> str:
     """The current branch (its name may hold its lease's id), or HEAD when detached."""
-    return _git_out(cwd, "symbolic-ref", "-q", "--short", "HEAD") or "HEAD"
+    return gitq.current_branch(cwd) or "HEAD"
 
 
 def default_base(cwd: str, head: str) -> str:
     """What ``head`` is compared with when no base is given: its upstream; the remote's default branch when the
     upstream is the branch's own copy on the remote (a pushed feature branch), or when there is none."""
-    branch = head if head != "HEAD" and _git_out(cwd, "rev-parse", "--verify", "-q", f"refs/heads/{head}") else ""
-    remote = (_git_out(cwd, "config", f"branch.{branch}.remote") if branch else "") or "origin"
+    branch = head if head != "HEAD" and gitq.rev_parse(cwd, f"refs/heads/{head}") else ""
+    remote = (gitq.config_get(cwd, f"branch.{branch}.remote") if branch else "") or "origin"
     if branch:
-        upstream = _git_out(cwd, "rev-parse", "--abbrev-ref", "--symbolic-full-name", f"{branch}@{{upstream}}")
-        if upstream and _git_out(cwd, "config", f"branch.{branch}.merge") != f"refs/heads/{branch}":
+        upstream = gitq.upstream(cwd, branch)
+        if upstream and gitq.config_get(cwd, f"branch.{branch}.merge") != f"refs/heads/{branch}":
             return upstream
     if remote == ".":  # tracking a branch of this repository: the remote's default is origin's
         remote = "origin"
-    default = _git_out(cwd, "symbolic-ref", "-q", "--short", f"refs/remotes/{remote}/HEAD")
+    default = gitq.symbolic_ref(cwd, f"refs/remotes/{remote}/HEAD")
     for name in (default, f"{remote}/main", f"{remote}/master"):
-        if name and _git_out(cwd, "rev-parse", "--verify", "-q", f"{name}^{{commit}}"):
+        if name and gitq.rev_parse_commit(cwd, name):
             return name
     raise UsageError(
         f"no base to compare {head} with: it has no upstream and {remote} has no default branch here "
@@ -455,7 +377,7 @@ def verify(
     head = head or default_head(cwd)
     base = base or default_base(cwd, head)
     head_oid, base_oid = _rev(cwd, head, "head"), _rev(cwd, base, "base")
-    count = gitcmd.run(["rev-list", "--count", head_oid, "--not", base_oid, "--"], cwd=cwd).out.strip()
+    count = gitq.count_commits(cwd, head_oid, [base_oid])
     paths = touched_paths(cwd, [head_oid], [base_oid])
     if lease_ids:
         ids, found_by = sorted(set(lease_ids)), "flag"
@@ -469,7 +391,7 @@ def verify(
     verdict = Verdict(
         base=base,
         head=head,
-        commits=int(count or 0),
+        commits=count,
         paths=paths,
         leases=ids,
         found_by=found_by,
@@ -481,19 +403,16 @@ def verify(
     snap = svc.snapshot(use_cache=False, paths=paths, keep=ids)
     from gitlease.enforce import claims
 
-    def git(args, **kw):
-        return gitcmd.run(args, cwd=cwd, **kw)
-
     # Each commit may use the named leases: on a signed store only those whose owner key signed it.
     judged = claims.judge(
-        claims.commits_between(git, [head_oid], [base_oid]),
+        claims.commits_between(cwd, [head_oid], [base_oid]),
         lambda c: set(ids),
         snap,
         verdict.mode,
         svc.clock.now(),
         svc.settings.skew,
         signed=snap.signed_store,
-        raw=lambda oids: claims.raw_commits(git, oids),
+        raw=lambda oids: claims.raw_commits(cwd, oids),
         object_format=svc.repo.object_format,
         who="this change",
     )

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitcmd, gitq
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import Settings
 from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
@@ -56,7 +56,6 @@ from gitlease.core.store import (
     _last_error,
     open_store,
     parse_push_porcelain,
-    push_argv,
 )
 from gitlease.ops import race
 
@@ -226,6 +225,10 @@ class Doctor:
         self.on_check(check)
         return check
 
+    def _warn_if(self, name: str, bad: bool, message: str, why: str, **data: Any) -> Check:
+        """``name`` passes with ``message``; or, when ``bad``, warns with ``message`` and ``why``."""
+        return self._add(name, WARN if bad else PASS, message + why if bad else message, **data)
+
     def _status(self, name: str) -> str | None:
         for c in self.checks:
             if c.name == name:
@@ -251,9 +254,9 @@ class Doctor:
 
     # ------------------------------------------------------------------------- local: git itself
     def check_git_version(self) -> None:
-        res = gitcmd.run(["--version"], check=False)
-        version = parse_git_version(res.out)
-        shown = ".".join(map(str, version)) if version else res.out.strip() or "unknown"
+        said = gitq.version()
+        version = parse_git_version(said)
+        shown = ".".join(map(str, version)) if version else said.strip() or "unknown"
         need = ".".join(map(str, MIN_GIT))
         if version is None or version[:2] < MIN_GIT:
             self._add("git-version", FAIL, f"git {shown}: gitlease needs git {need} or newer", version=shown)
@@ -268,8 +271,7 @@ class Doctor:
             self._add("git-version", PASS, f"git {shown} (gitlease needs {need} or newer)", version=shown)
 
     def _resolve_url(self) -> str:
-        res = gitcmd.run(["ls-remote", "--get-url", self._remote], cwd=self.repo.cwd, check=False)
-        return res.out.strip() or self._remote
+        return gitq.resolved_url(self.repo.cwd, self._remote)
 
     # ------------------------------------------------------------------------- the store probes
     PROBES = (
@@ -318,27 +320,15 @@ class Doctor:
         """Refs matching ``pattern`` on the store, read now (raises RemoteUnavailable)."""
         if isinstance(self.store, RemoteStore):
             try:
-                res = gitcmd.run(
-                    ["ls-remote", "--refs", self._remote, pattern],
-                    cwd=self.repo.cwd,
-                    timeout=self.settings.timeout,
-                    check=False,
+                listed = gitq.ls_remote(
+                    self.repo.cwd, self._remote, pattern, refs_only=True, timeout=self.settings.timeout
                 )
             except gitcmd.Timeout as exc:
                 raise RemoteUnavailable(str(exc)) from None
-            if res.returncode != 0:
-                raise RemoteUnavailable(_last_error(res.err) or f"git ls-remote exit {res.returncode}")
-            lines = res.out.splitlines()
-        else:
-            prefix = pattern[:-1] if pattern.endswith("*") else pattern
-            res = gitcmd.run(["for-each-ref", "--format=%(objectname)\t%(refname)", prefix], cwd=self.repo.cwd)
-            lines = res.out.splitlines()
-        out = {}
-        for line in lines:
-            oid, _, ref = line.partition("\t")
-            if ref:
-                out[ref] = oid
-        return out
+            if not listed.ok:
+                raise RemoteUnavailable(_last_error(listed.err) or f"git ls-remote exit {listed.returncode}")
+            return listed.refs
+        return gitq.refs(self.repo.cwd, pattern[:-1] if pattern.endswith("*") else pattern, check=True)
 
     def _push(
         self,
@@ -350,11 +340,16 @@ class Doctor:
     ) -> Outcome:
         """A push built by ``push_argv`` with a trace environment or our own hooks folder (the store's
         ``apply`` takes neither). The remote store only."""
-        argv = push_argv(self._remote, updates, atomic=atomic, run_hooks=hooks_dir is not None)
-        if hooks_dir is not None:
-            argv = ["-c", f"core.hooksPath={hooks_dir}", *argv]
         try:
-            res = gitcmd.run(argv, cwd=self.repo.cwd, timeout=self.settings.timeout, check=False, env=env)
+            res = gitq.push(
+                self.repo.cwd,
+                self._remote,
+                updates,
+                atomic=atomic,
+                hooks_dir=hooks_dir,
+                env=env,
+                timeout=self.settings.timeout,
+            )
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         statuses = parse_push_porcelain(res.out)
@@ -616,16 +611,14 @@ class Doctor:
         read_ms, push_ms = self._read_ms, self._push_ms
         remote = isinstance(self.store, RemoteStore)
         msg = f"read {read_ms:.0f} ms, {'push' if remote else 'write'} {push_ms:.0f} ms"
-        if push_ms > ttl * 100:  # more than a tenth of the TTL
-            self._add(
-                "latency",
-                WARN,
-                msg + f": slow against lease.ttl={ttl}s (renewals may not land in time)",
-                readMs=round(read_ms, 1),
-                pushMs=round(push_ms, 1),
-            )
-        else:
-            self._add("latency", PASS, msg, readMs=round(read_ms, 1), pushMs=round(push_ms, 1))
+        self._warn_if(
+            "latency",
+            push_ms > ttl * 100,  # more than a tenth of the TTL
+            msg,
+            f": slow against lease.ttl={ttl}s (renewals may not land in time)",
+            readMs=round(read_ms, 1),
+            pushMs=round(push_ms, 1),
+        )
 
     def _probe_cas(self, old: str, atomic: bool) -> None:
         ref = self._ref("cas")
@@ -839,22 +832,11 @@ class Doctor:
         path = self.settings.allowed_signers
         if isinstance(self.store, RemoteStore):
             try:
-                res = gitcmd.run(
-                    ["ls-remote", "--symref", self._remote, "HEAD"],
-                    cwd=self.repo.cwd,
-                    timeout=self.settings.timeout,
-                    check=False,
-                )
+                listed = gitq.ls_remote(self.repo.cwd, self._remote, "HEAD", symref=True, timeout=self.settings.timeout)
             except gitcmd.Timeout:
                 self._add("trust-file", WARN, "could not read the remote's default branch (timeout)")
                 return
-            branch, oid = None, None
-            for line in res.out.splitlines():
-                left, _, right = line.partition("\t")
-                if left.startswith("ref: ") and right == "HEAD":
-                    branch = left[5:]
-                elif right == "HEAD":
-                    oid = left
+            branch, oid = listed.symrefs.get("HEAD"), listed.refs.get("HEAD")
             where = f"the remote's default branch ({(branch or 'HEAD').removeprefix('refs/heads/')})"
             if oid is None:
                 self._add(
@@ -914,12 +896,8 @@ class Doctor:
         env = {"GIT_TRACE_CURL": trace, "GIT_TRACE_CURL_NO_DATA": "1", "GIT_TRACE_REDACT": "1"}
         sent = self.clock.now()
         try:
-            gitcmd.run(
-                ["ls-remote", "--refs", self._remote, self.run + "/*"],
-                cwd=self.repo.cwd,
-                timeout=self.settings.timeout,
-                check=False,
-                env=env,
+            gitq.ls_remote(
+                self.repo.cwd, self._remote, self.run + "/*", refs_only=True, timeout=self.settings.timeout, env=env
             )
         except gitcmd.Timeout:
             self._add("clock", WARN, "could not be told: the remote did not answer")
@@ -936,31 +914,26 @@ class Doctor:
         offset, error = got
         skew = self.settings.skew
         msg = f"offset against the remote {offset:+.1f} s (±{error:.1f} s, from its HTTP Date header)"
-        if abs(offset) - error > skew / 2:
-            self._add(
-                "clock",
-                WARN,
-                msg + f": more than half of lease.skew={skew}s; sync this clock (NTP)",
-                offsetSeconds=round(offset, 2),
-                uncertaintySeconds=round(error, 2),
-            )
-        else:
-            self._add("clock", PASS, msg, offsetSeconds=round(offset, 2), uncertaintySeconds=round(error, 2))
+        self._warn_if(
+            "clock",
+            abs(offset) - error > skew / 2,
+            msg,
+            f": more than half of lease.skew={skew}s; sync this clock (NTP)",
+            offsetSeconds=round(offset, 2),
+            uncertaintySeconds=round(error, 2),
+        )
 
     # ------------------------------------------------------------------------------- hooks, key
     def check_hooks(self) -> None:
         worktrees = [self.repo.cwd]
-        res = gitcmd.run(["worktree", "list", "--porcelain", "-z"], cwd=self.repo.cwd, check=False)
-        for item in gitcmd.zsplit(res.out):
-            if item.startswith("worktree "):
-                path = item[len("worktree ") :]
-                if os.path.isdir(path) and os.path.realpath(path) not in map(os.path.realpath, worktrees):
-                    worktrees.append(path)
+        for listed in gitq.worktree_list(self.repo.cwd, check=False):
+            path = listed["worktree"]
+            if os.path.isdir(path) and os.path.realpath(path) not in map(os.path.realpath, worktrees):
+                worktrees.append(path)
         missing: dict[str, list[str]] = {}
         dirs = set()
         for wt in worktrees:
-            got = gitcmd.run(["rev-parse", "--path-format=absolute", "--git-path", "hooks"], cwd=wt, check=False)
-            hooks_dir = got.out.strip()
+            hooks_dir = gitq.git_path(wt, "hooks") or ""
             dirs.add(hooks_dir)
             for name in HOOK_NAMES:
                 if not _hook_installed(os.path.join(hooks_dir, name)):

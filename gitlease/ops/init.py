@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.config import Settings
 from gitlease.core.errors import ConfigError, GitLeaseError, UsageError
 from gitlease.core.repo import Repo
@@ -55,7 +55,7 @@ def _config(repo: Repo, key: str) -> str | None:
 
 
 def _set(repo: Repo, key: str, value: str) -> None:
-    gitcmd.run(["config", key, value], cwd=repo.cwd)
+    gitq.config_set(repo.cwd, key, value)
 
 
 def init(
@@ -168,7 +168,7 @@ def _store(repo: Repo, remote: str | None, *, dedicated: bool) -> list[Step]:
     if current == remote:
         return [Step("remote", "unchanged", f"lease.remote = {remote}")]
     if not dedicated and "://" not in remote and not remote.startswith(("/", ".")) and ":" not in remote:
-        known = gitcmd.run(["remote"], cwd=repo.cwd).out.split()
+        known = gitq.remote_names(repo.cwd)
         if remote not in known:
             raise UsageError(
                 f"no git remote named {remote!r} (known: {', '.join(known) or 'none'}); give a remote name or a URL"
@@ -241,15 +241,15 @@ def _signing(repo: Repo) -> Step:
 
     pairs = commit_signing_config(_config(repo, "lease.signingKey"))
     linked = os.path.abspath(repo.git_dir) != os.path.abspath(repo.common_dir)
-    per_worktree = linked and _git_config(repo, "--type=bool", "extensions.worktreeConfig") == "true"
-    scope = ["--worktree"] if per_worktree else ["--local"]
+    per_worktree = linked and gitq.config_get(repo.cwd, "extensions.worktreeConfig", type="bool") == "true"
+    scope = "worktree" if per_worktree else "local"
     where = "this worktree's config" if per_worktree else "this clone's config"
-    current = {k: _git_config(repo, *scope, k) for k, _ in pairs}
+    current = {k: gitq.config_get(repo.cwd, k, scope=scope) for k, _ in pairs}
     if all(current[k] == v for k, v in pairs):
         return Step("signing", "unchanged", f"commits are signed with lease.signingKey ({where})")
     was = current.get("user.signingKey")
     for k, v in pairs:
-        gitcmd.run(["config", *scope, k, v], cwd=repo.cwd)
+        gitq.config_set(repo.cwd, k, v, scope=scope)
     replaced = f"; it was {was}" if was and was != dict(pairs)["user.signingKey"] else ""
     return Step(
         "signing",
@@ -257,11 +257,6 @@ def _signing(repo: Repo) -> Step:
         f"git commit signs with lease.signingKey (gpg.format=ssh, user.signingKey, commit.gpgSign in {where}"
         f"{replaced}): on a signed store a commit's Lease: claim counts only when its lease's key signed it",
     )
-
-
-def _git_config(repo: Repo, *args: str) -> str | None:
-    res = gitcmd.run(["config", *args], cwd=repo.cwd, check=False)
-    return res.out.strip() if res.returncode == 0 else None
 
 
 def _trust(repo: Repo, names: list[str], public: str, signer: str | None, decide: Callable[[str], bool]) -> Step:

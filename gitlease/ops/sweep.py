@@ -445,13 +445,12 @@ def history(service: LeaseService, *, since: float | None = None, lease_id: str 
 def _lease_versions(service: LeaseService, heads: list[str], trust):
     """(oid, record, signed, problem) of every lease version reachable from ``heads``, in one walk and one
     read; ``problem``: its signature does not verify against ``trust`` (None: fine, or unsigned store)."""
-    from gitlease.core import gitcmd
+    from gitlease.core import gitq
     from gitlease.service.views import parse_blob
 
     if not heads:
         return []
-    res = gitcmd.run(["log", "--format=%H", *heads, "--"], cwd=service.store.repo_dir, check=False)
-    oids = [line for line in res.out.splitlines() if line]
+    oids = gitq.log_commits(service.store.repo_dir, heads)
     blobs = service.store.read(oids, fetch=False)
     out = []
     for oid in oids:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.config import Settings
 from gitlease.core.errors import GitLeaseError, UsageError
 from gitlease.core.repo import Repo
@@ -219,18 +219,16 @@ def _commit_on(repo: Repo, parent: str, path: str, data: bytes | None, message: 
     Signed when this clone signs its commits (``commit.gpgSign``, set up by ``git lease init``)."""
     cwd = repo.cwd
     with tempfile.TemporaryDirectory(prefix="gitlease-trust-") as tmp:
-        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        gitcmd.run(["read-tree", parent], cwd=cwd, env=env)
+        scratch = gitq.with_index(cwd, os.path.join(tmp, "index"))
+        gitq.read_tree(scratch, parent)
         if data is None:
-            gitcmd.run(["update-index", "--force-remove", "--", path], cwd=cwd, env=env)
+            gitq.index_remove(scratch, path)
         else:
-            blob = gitcmd.run(["hash-object", "-w", "--stdin"], cwd=cwd, input=data).out.strip()
-            gitcmd.run(["update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"], cwd=cwd, env=env)
-        tree = gitcmd.run(["write-tree"], cwd=cwd, env=env).out.strip()
-    signs = gitcmd.run(["config", "--type=bool", "commit.gpgSign"], cwd=cwd, check=False).out.strip() == "true"
-    return gitcmd.run(
-        ["commit-tree", *(["-S"] if signs else []), tree, "-p", parent, "-m", message], cwd=cwd
-    ).out.strip()
+            gitq.index_add(scratch, path, gitq.hash_object(cwd, data))
+        tree = gitq.write_tree(scratch)
+        assert tree is not None
+    signs = gitq.config_get(cwd, "commit.gpgSign", type="bool") == "true"
+    return gitq.commit_tree(cwd, tree, [parent], message, sign=signs)
 
 
 def _write_here(repo: Repo, path: str, name: str, edit: Edit, *, local: bool, remote: str | None) -> Change:

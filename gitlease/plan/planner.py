@@ -148,6 +148,28 @@ class QueueRow:
         return scopes.normalize_all(self.scope if self.scope is not None else self.paths or ())
 
 
+def read_lines(path: str, what: str) -> tuple[list[str], str]:
+    """(the lines of the file at ``path``, or of stdin for ``-``; where they came from). UsageError (exit 2)
+    naming ``what`` the file is when it cannot be read or is not UTF-8."""
+    if path == "-":
+        import sys
+
+        return sys.stdin.read().splitlines(), "stdin"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().splitlines(), path
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8") from None
+
+
+def read_file_rows(path: str, what: str) -> list[QueueRow]:
+    """``read_rows`` of the file at ``path`` (``-``: stdin), ``what`` naming it in errors."""
+    lines, source = read_lines(path, what)
+    return read_rows(lines, source=source)
+
+
 def read_rows(lines: Iterable[str], *, source: str = "tasks") -> list[QueueRow]:
     """JSON lines ``{"id", "scope": [...]}`` or ``{"id", "paths": [...]}`` (blank lines and ``#`` comments are
     skipped), checked. Raises UsageError naming the line for anything malformed, an invalid scope or path, or a
@@ -359,6 +381,8 @@ __all__ = [
     "QueueRow",
     "make_task",
     "read_rows",
+    "read_file_rows",
+    "read_lines",
     "tasks_from_rows",
     "parse_tasks",
     "plan",

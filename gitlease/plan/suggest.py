@@ -109,17 +109,15 @@ class RepoTree:
 
 def read_tree(repo_dir: str, rev: str = "HEAD", *, timeout: float | None = 30.0) -> RepoTree:
     """The tree of ``rev`` (empty in a repository without commits), from one ``git ls-tree``."""
-    from gitlease.core import gitcmd
+    from gitlease.core import gitq
+    from gitlease.core.errors import GitError
 
-    res = gitcmd.run(
-        ["ls-tree", "-r", "--name-only", "-z", "--full-tree", rev], cwd=repo_dir, check=False, timeout=timeout
-    )
-    if res.returncode != 0:
-        probe = gitcmd.run(["rev-parse", "--verify", "-q", rev + "^{tree}"], cwd=repo_dir, check=False)
-        if probe.returncode != 0:
+    try:
+        return RepoTree.from_paths(gitq.tree_paths(repo_dir, rev, timeout=timeout))
+    except GitError as exc:
+        if not gitq.has_tree(repo_dir, rev):
             return RepoTree.from_paths(())  # no commit yet: nothing to detect
-        raise UsageError(f"cannot read the tree of {rev}: {res.err.strip()}")
-    return RepoTree.from_paths(gitcmd.zsplit(res.out))
+        raise UsageError(f"cannot read the tree of {rev}: {exc.stderr.strip()}") from None
 
 
 def _parent(path: str) -> str:

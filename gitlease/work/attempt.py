@@ -20,7 +20,7 @@ import re
 import subprocess
 from typing import TYPE_CHECKING, Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitcmd, gitq
 from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, NotHeld, RemoteUnavailable
 from gitlease.core.refnames import quarantine_ref
 from gitlease.core.store import RefUpdate
@@ -246,16 +246,13 @@ class TaskAttempt:
         """The verified commit an earlier attempt parked at ``ref`` (on the store), checked out in this attempt's
         worktree to be landed again; False when it cannot be had (then the agent runs again)."""
         r = self.r
-        res = gitcmd.run(
-            ["fetch", "--quiet", "--no-tags", r.remote, f"+{ref}:{ref}"] if r.remote else ["rev-parse", ref],
-            cwd=r.svc.repo.cwd,
-            check=False,
-        )
-        oid = gitcmd.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=r.svc.repo.cwd, check=False)
-        if res.returncode != 0 or oid.returncode != 0:
+        cwd = r.svc.repo.cwd
+        fetched = gitq.fetch_ref(cwd, r.remote, ref, ref) is None if r.remote else True
+        oid = gitq.rev_parse_commit(cwd, ref)
+        if not fetched or oid is None:
             self.emit("error", message=f"the verified work of an earlier attempt ({ref}) cannot be fetched; rerunning")
             return False
-        gitcmd.run(["reset", "--quiet", "--hard", oid.out.strip()], cwd=self.att.path)
+        gitq.reset_hard(self.att.path, oid)
         return True
 
     def _run_command(self, env: dict[str, Any]) -> None:
@@ -274,8 +271,7 @@ class TaskAttempt:
                 detail = f"; {said[i + 1]}" if i + 1 < len(said) and not said[i + 1].startswith("gitlease:") else ""
                 raise _Fail(f"the command exited {rc}: {said[i]}{detail}", final=True)
             raise _Fail(f"the command exited {rc}" + (f": {said[-1][:300]}" if said else ""))
-        dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=all"], cwd=att.path).out.strip()
-        if dirt:
+        if gitq.status(att.path):
             raise _Fail("the command left uncommitted changes (the runner commits nothing itself)")
 
     def _run_verifier(self, env: dict[str, Any]) -> None:
@@ -286,8 +282,7 @@ class TaskAttempt:
             said = self._log_lines("verify", "")
             raise _Fail(f"the verifier failed (exit {vrc})" + (f": {said[-1][:300]}" if said else ""))
         # what a verifier leaves untracked (build output) is not the task's work; a tracked file it changed is
-        dirt = gitcmd.run(["status", "--porcelain", "--untracked-files=no"], cwd=self.att.path).out.strip()
-        if dirt:
+        if gitq.status(self.att.path, untracked=False):
             raise _Fail("the verifier changed tracked files")
 
     def _check_stop(self) -> None:
@@ -454,9 +449,9 @@ class TaskAttempt:
         the server refused is, so that a landing refused every time ends ``failed`` (its work kept), never a
         loop."""
         r, task, number = self.r, self.task, self.number
-        head = gitcmd.run(["rev-parse", "HEAD"], cwd=self.att.path).out.strip()
+        head = gitq.head_commit(self.att.path)
         local = quarantine_ref(task.id, number)
-        gitcmd.run(["update-ref", local, head], cwd=r.svc.repo.cwd, check=False)
+        gitq.update_ref(r.svc.repo.cwd, local, head, check=False)
         ref = self._park(local)
         final = exc.counted and number >= r.opts.attempts
         attempts = number if exc.counted else number - 1
@@ -507,7 +502,7 @@ class TaskAttempt:
         r = self.r
         if not r.svc.store.capabilities.shared:
             return ref
-        oid = gitcmd.run(["rev-parse", "--verify", "--quiet", ref], cwd=r.svc.repo.cwd, check=False).out.strip()
+        oid = gitq.rev_parse(r.svc.repo.cwd, ref)
         target = quarantine_ref(self.task.id, self.number)
         if not oid:
             return ref
@@ -519,7 +514,7 @@ class TaskAttempt:
         if not ok:
             self.emit("error", message=f"work kept here in {ref}, not parked on the store: {why[:200]}")
             return ref
-        gitcmd.run(["update-ref", target, oid], cwd=r.svc.repo.cwd, check=False)
+        gitq.update_ref(r.svc.repo.cwd, target, oid, check=False)
         return target
 
     def _release(self) -> None:

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gitlease.core import gitcmd
+from gitlease.core import gitcmd, gitq
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable
 from gitlease.core.refnames import id_ref
 from gitlease.core.store import RefUpdate
@@ -159,19 +159,14 @@ class Lander:
         at, r = t.at, self.r
         path = at.att.path
         if onto is not None:
-            ahead = gitcmd.run(["rev-list", "--count", f"{onto}..HEAD"], cwd=path).out.strip()
-            if ahead == "0":
+            if gitq.count_commits(path, "HEAD", [onto]) == 0:
                 self._nothing_to_land(t)
                 return None
-            reb = gitcmd.run(["rebase", "--quiet", onto], cwd=path, check=False)
-            if reb.returncode != 0:
-                gitcmd.run(["rebase", "--abort"], cwd=path, check=False)
-                why = (reb.err or reb.out).strip().splitlines()[-1:] or ["conflict"]
-                t.finish(
-                    error=_Fail(f"its change no longer rebases onto {t.base_ref} ({why[0]}): the agent runs again")
-                )
+            why = gitq.rebase(path, onto)
+            if why is not None:
+                t.finish(error=_Fail(f"its change no longer rebases onto {t.base_ref} ({why}): the agent runs again"))
                 return None
-        head = gitcmd.run(["rev-parse", "HEAD"], cwd=path).out.strip()
+        head = gitq.head_commit(path)
         within = None if r.opts.allow_extend else at.task.scope
         try:
             check_task_landing(at.held.svc, r.remote, at.lease_id, head, onto or base, within=within)

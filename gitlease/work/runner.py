@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable, UsageError
 from gitlease.core.refnames import TASK_PREFIX, decode_segment
@@ -656,15 +656,11 @@ class Runner:
         tracking = f"refs/remotes/{self.remote}/{branch}" if re.fullmatch(r"[\w.-]+", self.remote) else None
         dst = tracking or f"refs/gitlease/work-base/{branch}"
         with self._fetch_lock:
-            res = gitcmd.run(
-                ["fetch", "--quiet", "--no-tags", self.remote, f"+refs/heads/{branch}:{dst}"],
-                cwd=self.svc.repo.cwd,
-                check=False,
-                timeout=self.svc.settings.timeout * 4,
-            )
-            if res.returncode != 0:
-                raise RemoteUnavailable(f"cannot fetch {branch} from {self.remote}: {res.err.strip()[-300:]}")
-            oid = gitcmd.run(["rev-parse", "--verify", dst], cwd=self.svc.repo.cwd).out.strip()
+            cwd = self.svc.repo.cwd
+            err = gitq.fetch_ref(cwd, self.remote, f"refs/heads/{branch}", dst, timeout=self.svc.settings.timeout * 4)
+            oid = gitq.rev_parse(cwd, dst) if err is None else None
+            if oid is None:
+                raise RemoteUnavailable(f"cannot fetch {branch} from {self.remote}: {(err or '').strip()[-300:]}")
         return branch, oid
 
     def _target(self, task: WorkTask) -> str:
@@ -742,17 +738,10 @@ def make_source(repo: str, tasks, *, granularity: str | None = None, remote: str
 
 
 def read_queue_file(path: str) -> tuple[list[str], str]:
-    if path == "-":
-        import sys
+    """The queue file's lines (``-``: stdin) and where they came from (UsageError when it cannot be read)."""
+    from gitlease.plan.planner import read_lines
 
-        return sys.stdin.read().splitlines(), "stdin"
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().splitlines(), path
-    except OSError as exc:
-        raise UsageError(f"cannot read queue {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"queue {path} is not UTF-8") from None
+    return read_lines(path, "queue")
 
 
 __all__ = [

@@ -30,7 +30,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core import scope as scopes
 from gitlease.core.clock import iso, parse_iso
 from gitlease.core.config import LOCAL
@@ -48,6 +48,7 @@ POOL_LOCK = "worktrees.lock"
 QUARANTINE_PREFIX = "refs/gitlease/quarantine/"
 REASON_PREFIX = "gitlease:"
 DEFAULT_BRANCH_PREFIX = "lease/"
+IDENT = ("gitlease", "gitlease@localhost")  # author and committer of a quarantine snapshot
 
 # Files in a worktree's git dir that mean an operation is half done.
 IN_PROGRESS = (
@@ -232,17 +233,7 @@ class WorktreeManager:
     # ------------------------------------------------------------------------------ listing
     def worktrees(self) -> list[Worktree]:
         """Every linked worktree of the repository (not the main one)."""
-        res = gitcmd.run(["worktree", "list", "--porcelain", "-z"], cwd=self.repo.cwd)
-        listed: dict[str, dict[str, str]] = {}
-        cur: dict[str, str] = {}
-        for item in res.out.split("\0"):
-            if not item:
-                if cur.get("worktree"):
-                    listed[os.path.realpath(cur["worktree"])] = cur
-                cur = {}
-                continue
-            key, _, value = item.partition(" ")
-            cur[key] = value
+        listed = {os.path.realpath(w["worktree"]): w for w in gitq.worktree_list(self.repo.cwd)}
         out = []
         admin = os.path.join(self.repo.common_dir, "worktrees")
         for name in sorted(os.listdir(admin)) if os.path.isdir(admin) else []:
@@ -449,13 +440,9 @@ class WorktreeManager:
         """The base ref and its commit. Default: origin/HEAD, else origin/main, else this worktree's HEAD."""
         candidates = [base] if base else ["origin/HEAD", "origin/main", "HEAD"]
         for name in candidates:
-            res = gitcmd.run(
-                ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}"],
-                cwd=self.repo.cwd,
-                check=False,
-            )
-            if res.returncode == 0 and res.out.strip():
-                return name, res.out.strip()
+            oid = gitq.rev_parse_commit(self.repo.cwd, name)
+            if oid:
+                return name, oid
         if base:
             raise UsageError(f"base {base!r} does not exist here (fetch it first, or pass another --base)")
         raise UsageError("no base to start a worktree from: this repository has no commit yet; pass --base")
@@ -508,11 +495,11 @@ class WorktreeManager:
         new = os.path.join(parent, f"wt-{slug}-{n}")
         reason = wt.locked
         if reason is not None:
-            gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
-        moved = gitcmd.run(["worktree", "move", wt.path, new], cwd=self.repo.cwd, check=False).returncode == 0
+            gitq.worktree_unlock(self.repo.cwd, wt.path)
+        moved = gitq.worktree_move(self.repo.cwd, wt.path, new)
         path = new if moved else wt.path
         if reason is not None:
-            gitcmd.run(["worktree", "lock", "--reason", reason, path], cwd=self.repo.cwd, check=False)
+            gitq.worktree_lock(self.repo.cwd, path, reason, check=False)
         if not moved:
             return wt
         meta = wt.meta
@@ -560,72 +547,14 @@ class WorktreeManager:
         now = iso(self.clock.now())
         self._ensure_worktree_config()
         if isinstance(chosen, str):
-            path = chosen
-            with self._pool_lock():  # git worktree add/list are not safe against a concurrent add ("failed
-                # to read worktrees/<id>/gitdir" while the other one writes it): every add and listing of ours
-                # runs under the pool lock
-                gitcmd.run(
-                    [
-                        "worktree",
-                        "add",
-                        "--quiet",
-                        "--lock",
-                        "--reason",
-                        reason,
-                        "--no-track",
-                        "-b",
-                        branch,
-                        path,
-                        base_oid,
-                    ],
-                    cwd=self.repo.cwd,
-                )
+            path, meta = chosen, self._attach_new(chosen, lease_id, branch, reason, (base_name, base_oid), now)
             git_dir = _git_dir_of(path)
-            meta = Meta(
-                id=os.path.basename(path),
-                path=path,
-                branch=branch,
-                base=base_name,
-                base_oid=base_oid,
-                state="bound",
-                created_at=now,
-                since=now,
-                lease=lease_id,
-            )
-            # claimed until its held.json names the lease: until then it looks free and clean to a racing
-            # _choose (the pool lock is not held while attaching)
-            meta.claim = {"pid": os.getpid(), "start": process_start(os.getpid()), "token": self._token, "at": now}
-            reused = False
         else:
-            wt = chosen
-            assert wt.meta is not None
-            meta = wt.meta
-            insp = self.inspect(wt)  # again, right before the only step that moves its files
-            if not insp.clean:
-                raise GitLeaseError(
-                    f"worktree {wt.id} stopped being clean while it was being attached: {'; '.join(insp.reasons())}"
-                )
-            self._drop_dead_leases(wt)
-            old_branch, old_tip = _current_branch(wt), wt.head
-            # checkout without -f refuses to overwrite any local change: the reset cannot destroy work
-            gitcmd.run(["checkout", "--quiet", "--no-track", "-b", branch, base_oid], cwd=wt.path)
-            if old_branch and old_branch != branch and old_tip:
-                _delete_branch_if_contained(wt.path, old_branch, old_tip)
-            gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
-            gitcmd.run(["worktree", "lock", "--reason", reason, wt.path], cwd=self.repo.cwd)
-            path, git_dir = wt.path, wt.git_dir
+            path, git_dir, meta = chosen.path, chosen.git_dir, self._attach_pooled(chosen, branch, reason, base_oid)
             meta.branch, meta.base, meta.base_oid = branch, base_name, base_oid
             meta.state, meta.since, meta.lease, meta.quarantine_ref = "bound", now, lease_id, None
-            reused = True
         _save_meta(git_dir, meta)
-        gitcmd.run(["config", "--worktree", "lease.enforce", "strict"], cwd=path)
-        gitcmd.run(["config", "--worktree", "--unset-all", "lease.remote"], cwd=path, check=False)
-        store = self.svc.settings.remote or ("" if self.svc.settings.store_unset else LOCAL)
-        if store and self.repo.config.get("lease.remote") != store:
-            gitcmd.run(["config", "--worktree", "lease.remote", store], cwd=path)
-        # commits made in it are signed with the lease's key: its claims are honoured on a signed store
-        for key, value in commit_signing_config(self.svc.settings.signing_key):
-            gitcmd.run(["config", "--worktree", key, value], cwd=path)
+        self._configure(path)
         self._move_held(lease_id, HeldState(os.path.join(git_dir, "gitlease")), self.svc.held)
         meta.claim = None  # bound: its held.json now says who holds it
         _save_meta(git_dir, meta)
@@ -636,9 +565,62 @@ class WorktreeManager:
             base=base_name,
             base_oid=base_oid,
             lease_id=lease_id,
-            reused=reused,
+            reused=not isinstance(chosen, str),
             skipped=skipped,
         )
+
+    def _attach_new(self, path: str, lease_id: str, branch: str, reason: str, base: tuple[str, str], now: str) -> Meta:
+        """A new worktree at the reserved ``path``, on a new ``branch`` at ``base`` (name, commit), locked with
+        ``reason``; its metadata (not saved yet), claimed by this process."""
+        base_name, base_oid = base
+        with self._pool_lock():  # git worktree add/list are not safe against a concurrent add ("failed
+            # to read worktrees/<id>/gitdir" while the other one writes it): every add and listing of ours
+            # runs under the pool lock
+            gitq.worktree_add(self.repo.cwd, path, base_oid, branch=branch, lock_reason=reason)
+        meta = Meta(
+            id=os.path.basename(path),
+            path=path,
+            branch=branch,
+            base=base_name,
+            base_oid=base_oid,
+            state="bound",
+            created_at=now,
+            since=now,
+            lease=lease_id,
+        )
+        # claimed until its held.json names the lease: until then it looks free and clean to a racing
+        # _choose (the pool lock is not held while attaching)
+        meta.claim = {"pid": os.getpid(), "start": process_start(os.getpid()), "token": self._token, "at": now}
+        return meta
+
+    def _attach_pooled(self, wt: Worktree, branch: str, reason: str, base_oid: str) -> Meta:
+        """A pooled worktree, inspected again, reset to a new ``branch`` at ``base_oid`` and locked anew."""
+        assert wt.meta is not None
+        insp = self.inspect(wt)  # again, right before the only step that moves its files
+        if not insp.clean:
+            raise GitLeaseError(
+                f"worktree {wt.id} stopped being clean while it was being attached: {'; '.join(insp.reasons())}"
+            )
+        self._drop_dead_leases(wt)
+        old_branch, old_tip = _current_branch(wt), wt.head
+        # checkout without -f refuses to overwrite any local change: the reset cannot destroy work
+        gitq.checkout_new_branch(wt.path, branch, base_oid)
+        if old_branch and old_branch != branch and old_tip:
+            _delete_branch_if_contained(wt.path, old_branch, old_tip)
+        gitq.worktree_unlock(self.repo.cwd, wt.path)
+        gitq.worktree_lock(self.repo.cwd, wt.path, reason)
+        return wt.meta
+
+    def _configure(self, path: str) -> None:
+        """A bound worktree's own config: strict enforcement, this command's lease store, and commit signing
+        with the lease's key (its claims are honoured on a signed store)."""
+        gitq.config_set(path, "lease.enforce", "strict", scope="worktree")
+        gitq.config_unset(path, "lease.remote", scope="worktree", check=False)
+        store = self.svc.settings.remote or ("" if self.svc.settings.store_unset else LOCAL)
+        if store and self.repo.config.get("lease.remote") != store:
+            gitq.config_set(path, "lease.remote", store, scope="worktree")
+        for key, value in commit_signing_config(self.svc.settings.signing_key):
+            gitq.config_set(path, key, value, scope="worktree")
 
     def _reason(self, lease_id: str) -> str:
         """The lock reason: the lease and its owner as recorded (falling back to this command's settings)."""
@@ -670,23 +652,24 @@ class WorktreeManager:
         common = os.path.join(self.repo.common_dir, "config")
         main_wt = os.path.join(self.repo.common_dir, "config.worktree")
 
-        def get(key: str, *extra: str) -> str | None:
-            res = gitcmd.run(["config", "--file", common, *extra, "--get", key], check=False)
-            return res.out.strip() if res.returncode == 0 else None
+        cwd = self.repo.cwd
 
-        if get("extensions.worktreeConfig", "--bool") == "true":
+        def on() -> bool:
+            return gitq.config_get(cwd, "extensions.worktreeConfig", type="bool", file=common) == "true"
+
+        if on():
             return
         with self._pool_lock():
-            if get("extensions.worktreeConfig", "--bool") == "true":
+            if on():
                 return
-            if get("core.bare", "--bool") == "true":
-                gitcmd.run(["config", "--file", main_wt, "core.bare", "true"])
-                gitcmd.run(["config", "--file", common, "--unset", "core.bare"])
-            wt_value = get("core.worktree")
+            if gitq.config_get(cwd, "core.bare", type="bool", file=common) == "true":
+                gitq.config_set(cwd, "core.bare", "true", file=main_wt)
+                gitq.config_unset(cwd, "core.bare", file=common)
+            wt_value = gitq.config_get(cwd, "core.worktree", file=common)
             if wt_value is not None:
-                gitcmd.run(["config", "--file", main_wt, "core.worktree", wt_value])
-                gitcmd.run(["config", "--file", common, "--unset", "core.worktree"])
-            gitcmd.run(["config", "--file", common, "extensions.worktreeConfig", "true"])
+                gitq.config_set(cwd, "core.worktree", wt_value, file=main_wt)
+                gitq.config_unset(cwd, "core.worktree", file=common)
+            gitq.config_set(cwd, "extensions.worktreeConfig", "true", file=common)
 
     # ------------------------------------------------------------------------------ list
     def list(self) -> list[Entry]:
@@ -755,7 +738,7 @@ class WorktreeManager:
         there may delete: ``git worktree repair``). True when it was missing and is back."""
         if os.path.exists(os.path.join(path, ".git")) or not os.path.isdir(path):
             return False
-        gitcmd.run(["worktree", "repair", path], cwd=self.repo.cwd, check=False)
+        gitq.worktree_repair(self.repo.cwd, path)
         return os.path.exists(os.path.join(path, ".git"))
 
     def give_back(self, workspace: str, *, quarantine_only: bool = False) -> tuple[str, str | None]:
@@ -791,17 +774,9 @@ class WorktreeManager:
             meta.last_lease = meta.lease
         meta.state, meta.since, meta.lease, meta.claim, meta.quarantine_ref = "free", now, None, None, None
         _save_meta(wt.git_dir, meta)
-        gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
-        gitcmd.run(
-            [
-                "worktree",
-                "lock",
-                "--reason",
-                f"{REASON_PREFIX} pool, free since {now} (last lease {meta.last_lease or 'none'})",
-                wt.path,
-            ],
-            cwd=self.repo.cwd,
-        )
+        gitq.worktree_unlock(self.repo.cwd, wt.path)
+        reason = f"{REASON_PREFIX} pool, free since {now} (last lease {meta.last_lease or 'none'})"
+        gitq.worktree_lock(self.repo.cwd, wt.path, reason)
 
     def _quarantine(self, wt: Worktree, insp: Inspection) -> str:
         meta = wt.meta
@@ -813,7 +788,7 @@ class WorktreeManager:
         meta.state, meta.since, meta.claim, meta.quarantine_ref = "quarantined", now, None, ref
         meta.notes = insp.dirt
         _save_meta(wt.git_dir, meta)
-        gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+        gitq.worktree_unlock(self.repo.cwd, wt.path)
         return ref
 
     def save(self, wt: Worktree, insp: Inspection, *, include_ignored: bool) -> str:
@@ -822,31 +797,20 @@ class WorktreeManager:
         tmp = os.path.join(wt.private_dir, f"save-index-{os.getpid()}-{os.urandom(4).hex()}")
         os.makedirs(wt.private_dir, exist_ok=True)
         index = os.path.join(wt.git_dir, "index")
-        ident = {
-            "GIT_AUTHOR_NAME": "gitlease",
-            "GIT_AUTHOR_EMAIL": "gitlease@localhost",
-            "GIT_COMMITTER_NAME": "gitlease",
-            "GIT_COMMITTER_EMAIL": "gitlease@localhost",
-        }
+        scratch = gitq.with_index(wt.path, tmp)
         try:
-            head = _rev(wt.path, "HEAD")
-            parents = ["-p", head] if head else []
+            head = gitq.rev_parse(wt.path, "HEAD")
+            parents = [head] if head else []
             if os.path.exists(index):
                 shutil.copyfile(index, tmp)
-                res = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}, check=False)
-                if res.returncode == 0 and head:  # the index as a second parent, like git stash (unless unmerged)
-                    idx = gitcmd.run(
-                        ["commit-tree", res.out.strip(), "-p", head, "-m", "index"], cwd=wt.path, env=ident
-                    ).out.strip()
-                    parents += ["-p", idx]
+                staged = gitq.write_tree(scratch, check=False)
+                if staged and head:  # the index as a second parent, like git stash (unless unmerged)
+                    parents.append(gitq.commit_tree(wt.path, staged, [head], "index", ident=IDENT))
                 # files marked skip-worktree or assume-unchanged are saved as they are on disk, too
-                _unmark(wt, _marked(wt), {"GIT_INDEX_FILE": tmp})
-            gitcmd.run(
-                ["add", "--all", *(["-f"] if include_ignored else []), "--", "."],
-                cwd=wt.path,
-                env={"GIT_INDEX_FILE": tmp},
-            )
-            tree = gitcmd.run(["write-tree"], cwd=wt.path, env={"GIT_INDEX_FILE": tmp}).out.strip()
+                _unmark(wt, _marked(wt), tmp)
+            gitq.add_all(scratch, ignored=include_ignored)
+            tree = gitq.write_tree(scratch)
+            assert tree is not None
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -857,11 +821,10 @@ class WorktreeManager:
             + "".join(f"reason: {r}\n" for r in insp.dirt)
             + ("ignored files: included\n" if include_ignored else "ignored files: not included (kept on disk)\n")
         )
-        commit = gitcmd.run(["commit-tree", tree, *parents, "-m", msg], cwd=wt.path, env=ident).out.strip()
+        commit = gitq.commit_tree(wt.path, tree, parents, msg, ident=IDENT)
         stamp = iso(self.clock.now()).replace(":", "").replace("-", "")
         ref = f"{QUARANTINE_PREFIX}{wt.id}/{stamp}-{os.urandom(3).hex()}"
-        zero = "0" * len(commit)
-        gitcmd.run(["update-ref", "-m", "gitlease quarantine", ref, commit, zero], cwd=self.repo.cwd)
+        gitq.update_ref(self.repo.cwd, ref, commit, "0" * len(commit), message="gitlease quarantine")
         return ref
 
     # ----------------------------------------------------------------------------- remove
@@ -910,16 +873,11 @@ class WorktreeManager:
                 )
             ref = self.save(wt, insp, include_ignored=True)
         handed = self._hand_back(wt)
-        gitcmd.run(["worktree", "unlock", wt.path], cwd=self.repo.cwd, check=False)
+        gitq.worktree_unlock(self.repo.cwd, wt.path)
         if wt.exists:
-            args = ["worktree", "remove"] + (["-f"] if ref else []) + [wt.path]
-            res = gitcmd.run(args, cwd=self.repo.cwd, check=False)
+            res = gitq.worktree_remove(self.repo.cwd, wt.path, force=bool(ref))
             if res.returncode != 0:
-                gitcmd.run(
-                    ["worktree", "lock", "--reason", f"{REASON_PREFIX} removal failed", wt.path],
-                    cwd=self.repo.cwd,
-                    check=False,
-                )
+                gitq.worktree_lock(self.repo.cwd, wt.path, f"{REASON_PREFIX} removal failed", check=False)
                 raise GitError(
                     f"git worktree remove {wt.path} failed: {res.err.strip()}",
                     cmd=list(res.cmd),
@@ -927,7 +885,7 @@ class WorktreeManager:
                     stderr=res.err,
                 )
         else:
-            gitcmd.run(["worktree", "prune"], cwd=self.repo.cwd)
+            gitq.worktree_prune(self.repo.cwd)
         meta = wt.meta
         if meta and wt.head and meta.branch and not ref:
             _delete_branch_if_contained(self.repo.cwd, meta.branch, wt.head)
@@ -997,31 +955,24 @@ def _slug(paths: Sequence[str], fallback: str) -> str:
 
 
 def _check_branch_name(cwd: str, branch: str) -> None:
-    res = gitcmd.run(["check-ref-format", "--branch", branch], cwd=cwd, check=False)
-    if res.returncode != 0 or branch.startswith("-"):
+    if not gitq.valid_branch_name(cwd, branch):
         raise UsageError(f"{branch!r} is not a valid branch name")
-    if gitcmd.run(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=cwd, check=False).returncode == 0:
+    if gitq.ref_exists(cwd, f"refs/heads/{branch}"):
         raise UsageError(f"branch {branch!r} already exists; pick another --branch")
 
 
 def _git_dir_of(path: str) -> str:
-    return gitcmd.run(["rev-parse", "--path-format=absolute", "--git-dir"], cwd=path).out.strip()
+    return gitq.git_dir(path)
 
 
-def _rev(cwd: str, name: str) -> str | None:
-    res = gitcmd.run(["rev-parse", "--verify", "--quiet", name], cwd=cwd, check=False)
-    return res.out.strip() or None if res.returncode == 0 else None
-
-
-def _on(wt: Worktree, args: Sequence[str], **kw) -> gitcmd.Result:
-    """git on a worktree from outside it (``--git-dir``/``--work-tree``, run in its git dir), so that one
+def _on(wt: Worktree) -> gitq.At:
+    """The worktree addressed from outside it (``--git-dir``/``--work-tree``, run in its git dir), so that one
     agent's inspection is never itself "a process with its working directory in it" for another's."""
-    return gitcmd.run(["--git-dir", wt.git_dir, "--work-tree", wt.path, *args], cwd=wt.git_dir, **kw)
+    return gitq.outside(wt.git_dir, wt.path)
 
 
 def _current_branch(wt: Worktree) -> str | None:
-    res = _on(wt, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
-    return res.out.strip() or None if res.returncode == 0 else None
+    return gitq.current_branch(_on(wt))
 
 
 def _head_of(git_dir: str) -> str | None:
@@ -1032,30 +983,13 @@ def _head_of(git_dir: str) -> str | None:
 def _marked(wt: Worktree) -> list[str]:
     """Index entries marked skip-worktree or assume-unchanged (``git ls-files -v``: ``S``, or a lower-case
     tag) whose file is on disk."""
-    res = _on(wt, ["ls-files", "-v", "-z"], check=False)
-    marked = [
-        item[2:]
-        for item in res.out.split("\0")
-        if len(item) > 2 and item[1] == " " and (item[0] == "S" or item[0].islower())
-    ]
-    return [p for p in marked if os.path.lexists(os.path.join(wt.path, p))]
+    return [p for p in gitq.flagged_paths(_on(wt)) if os.path.lexists(os.path.join(wt.path, p))]
 
 
-def _unmark(wt: Worktree, paths: Sequence[str], env: dict[str, str]) -> bool:
-    """Clear both bits of ``paths`` in the index ``env`` names. One flag per call: update-index applies only
-    the first of ``--no-assume-unchanged`` and ``--no-skip-worktree`` to a path. Paths are given from the top
-    of the worktree (``:/`` is no pathspec here), so git runs with the worktree's top as its cwd."""
-    for flag in ("--no-assume-unchanged", "--no-skip-worktree"):
-        for i in range(0, len(paths), 500):
-            got = gitcmd.run(
-                ["--git-dir", wt.git_dir, "--work-tree", wt.path, "update-index", flag, "--", *paths[i : i + 500]],
-                cwd=wt.path,
-                env=env,
-                check=False,
-            )
-            if got.returncode != 0:
-                return False
-    return True
+def _unmark(wt: Worktree, paths: Sequence[str], index: str) -> bool:
+    """Clear both bits of ``paths`` in the index file ``index``. Paths are given from the top of the worktree
+    (``:/`` is no pathspec here), so git runs with the worktree's top as its cwd."""
+    return gitq.clear_flags(gitq.with_index(gitq.outside(wt.git_dir, wt.path, cwd=wt.path), index), paths)
 
 
 def _hidden_changes(wt: Worktree) -> list[str]:
@@ -1070,14 +1004,14 @@ def _hidden_changes(wt: Worktree) -> list[str]:
     tmp = os.path.join(wt.git_dir, f"gitlease-hidden-index-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         shutil.copyfile(index, tmp)
-        env = {"GIT_INDEX_FILE": tmp}
-        if not _unmark(wt, marked, env):
+        if not _unmark(wt, marked, tmp):
             return [f"{len(marked)} files marked skip-worktree or assume-unchanged that could not be checked"]
-        _on(wt, ["update-index", "-q", "--refresh"], env=env, check=False)
-        diff = _on(wt, ["diff-files", "--name-only", "-z"], env=env, check=False)
-        if diff.returncode != 0:
+        scratch = gitq.with_index(_on(wt), tmp)
+        gitq.refresh_index(scratch)
+        changed = gitq.changed_files(scratch)
+        if changed is None:
             return [f"{len(marked)} files marked skip-worktree or assume-unchanged that could not be checked"]
-        n = len([p for p in diff.out.split("\0") if p])
+        n = len(changed)
     except OSError:
         return [f"{len(marked)} files marked skip-worktree or assume-unchanged that could not be checked"]
     finally:
@@ -1106,8 +1040,7 @@ def _disposable(path: str, patterns: Sequence[str]) -> bool:
 
 
 def _ignored(wt: Worktree) -> list[str]:
-    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"])
-    return [item[2:] for item in res.out.split("\0") if item.startswith("! ")]
+    return [e.path for e in gitq.status(_on(wt), ignored=True) if e.kind == "!"]
 
 
 def _clean_disposable(wt: Worktree, patterns: Sequence[str]) -> list[str]:
@@ -1131,31 +1064,17 @@ def _clean_disposable(wt: Worktree, patterns: Sequence[str]) -> list[str]:
 
 
 def _status_dirt(wt: Worktree, disposable: Sequence[str] = ()) -> list[str]:
-    res = _on(
-        wt,
-        ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--ignore-submodules=none"],
-    )
     staged = unstaged = unmerged = untracked = ignored = 0
-    items = res.out.split("\0")
-    i = 0
-    while i < len(items):
-        item = items[i]
-        i += 1
-        if not item:
-            continue
-        kind = item[0]
-        if kind in "12":
-            xy = item[2:4]
-            staged += xy[0] != "."
-            unstaged += xy[1] != "."
-            if kind == "2":
-                i += 1  # a rename's original path is the next item
-        elif kind == "u":
+    for e in gitq.status(_on(wt), ignored=True, submodules=True):
+        if e.kind in ("1", "2"):
+            staged += e.xy[0] != "."
+            unstaged += e.xy[1] != "."
+        elif e.kind == "u":
             unmerged += 1
-        elif kind == "?":
+        elif e.kind == "?":
             untracked += 1
-        elif kind == "!":
-            ignored += not _disposable(item[2:], disposable)
+        elif e.kind == "!":
+            ignored += not _disposable(e.path, disposable)
     out = []
     for n, label in (
         (staged, "staged change"),
@@ -1171,11 +1090,10 @@ def _status_dirt(wt: Worktree, disposable: Sequence[str] = ()) -> list[str]:
 
 def _nested_repositories(wt: Worktree) -> list[str]:
     """Untracked or ignored directories that are repositories of their own (git status does not descend)."""
-    res = _on(wt, ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching"])
     return [
-        item[2:]
-        for item in res.out.split("\0")
-        if item[:2] in ("? ", "! ") and item.endswith("/") and os.path.exists(os.path.join(wt.path, item[2:], ".git"))
+        e.path
+        for e in gitq.status(_on(wt), ignored=True)
+        if e.kind in ("?", "!") and e.path.endswith("/") and os.path.exists(os.path.join(wt.path, e.path, ".git"))
     ]
 
 
@@ -1184,38 +1102,22 @@ def _own_stashes(wt: Worktree, branches: set[str]) -> int:
     branch ("WIP on BRANCH: ..." or "On BRANCH: ...")."""
     if not branches:
         return 0
-    res = _on(wt, ["stash", "list", "--format=%gs"], check=False)
     heads = tuple(p for b in branches for p in (f"WIP on {b}: ", f"On {b}: "))
-    return sum(1 for line in res.out.splitlines() if line.startswith(heads))
+    return sum(1 for line in gitq.stash_subjects(_on(wt)) if line.startswith(heads))
 
 
 def _only_here(wt: Worktree, branch: str | None) -> int:
     """Commits reachable from HEAD that no other branch, remote-tracking branch or tag holds."""
-    args = ["rev-list", "--count", "HEAD", "--not"]
-    if branch:
-        args.append(f"--exclude={branch}")  # --exclude before --branches takes names without refs/heads/
-    args += ["--branches", "--remotes", "--tags"]
-    res = _on(wt, args, check=False)
-    try:
-        return int(res.out.strip() or 0) if res.returncode == 0 else 0
-    except ValueError:
-        return 0
+    return gitq.count_unshared(_on(wt), "HEAD", branch) or 0
 
 
 def _delete_branch_if_contained(cwd: str, branch: str, tip: str) -> bool:
     """Delete a task branch only when another branch, remote or tag holds every commit of it, pinned to
     the tip that was checked (update-ref -d BRANCH OID)."""
     ref = f"refs/heads/{branch}"
-    if _rev(cwd, ref) != tip:
+    if gitq.rev_parse(cwd, ref) != tip or gitq.count_unshared(cwd, ref, branch) != 0:
         return False
-    res = gitcmd.run(
-        ["rev-list", "--count", ref, "--not", f"--exclude={branch}", "--branches", "--remotes", "--tags"],
-        cwd=cwd,
-        check=False,
-    )
-    if res.returncode != 0 or res.out.strip() != "0":
-        return False
-    return gitcmd.run(["update-ref", "-d", ref, tip], cwd=cwd, check=False).returncode == 0
+    return gitq.delete_ref(cwd, ref, tip)
 
 
 def _procs_in(path: str) -> list[int]:

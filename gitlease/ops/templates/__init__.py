@@ -88,22 +88,19 @@ def install_spec_for(direct_url: str | None) -> tuple[str | None, str]:
 
 
 def _from_checkout(path: str) -> tuple[str | None, str]:
-    from gitlease.core import gitcmd
+    from gitlease.core import gitq
 
-    head = gitcmd.run(["rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=path, check=False)
-    if head.returncode != 0:
+    commit = gitq.rev_parse_commit(path, "HEAD")
+    if commit is None:
         return None, f"installed from {path}, which is not a git checkout"
-    commit = head.out.strip()
-    branches = gitcmd.run(["branch", "-r", "--format=%(refname:short)", "--contains", commit], cwd=path, check=False)
     remotes = []
-    for name in branches.out.split():
+    for name in gitq.branches_containing(path, commit):
         remote = name.split("/", 1)[0]
         if remote not in remotes:
             remotes.append(remote)
     for remote in remotes:
-        got = gitcmd.run(["remote", "get-url", remote], cwd=path, check=False)
-        url = got.out.strip()
-        reachable = _pip_git_url(url) if got.returncode == 0 else None
+        url = gitq.remote_url(path, remote)
+        reachable = _pip_git_url(url) if url is not None else None
         if reachable:
             return f"git+{reachable}@{commit}", f"{path} ({remote})"
     return (
