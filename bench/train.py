@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
-from bench.work import AGENT, git  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
+from bench.work import AGENT, git, seed_tasks  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
 from testing.servers import GitDaemon  # noqa: E402
 
 TRACE = ROOT / "tests/data/requests-tail240.jsonl"
@@ -41,14 +41,8 @@ def run_one(daemon: GitDaemon, tmp: Path, tasks: list[dict], workers: int, agent
     bare = daemon.make_bare(name)
     subprocess.run([str(Path(sys.executable).parent / "git-lease"), "install-hooks", "--server"], cwd=bare,
                    check=True, capture_output=True)  # fmt: skip
-    seed, clone = tmp / f"seed{workers}", tmp / f"clone{workers}"
-    git("init", "-q", "-b", "main", str(seed), cwd=tmp)
-    for p in sorted({p for t in tasks for p in t["paths"]}):
-        (seed / p).parent.mkdir(parents=True, exist_ok=True)
-        (seed / p).write_text("x\n")
-    git("add", "-A", cwd=seed)
-    git("commit", "-q", "-m", "init", cwd=seed)
-    git("push", "-q", str(bare), "main", cwd=seed)
+    clone = tmp / f"clone{workers}"
+    seed_tasks(tmp, bare, tasks)
     git("clone", "-q", daemon.url_for(name), str(clone), cwd=tmp)
     git("config", "lease.remote", "origin", cwd=clone)
     seen: dict = {}

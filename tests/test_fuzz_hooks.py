@@ -55,6 +55,18 @@ def fuzz_settings(examples: int):
     )
 
 
+def judge(ok: bool, code: int, expectation, data) -> None:
+    """A hook's verdict on ``data`` against the model's ``expectation()``: a documented exit code always; a
+    refusal where the model refuses, a pass where it accepts (either where it says "any")."""
+    assert code in CODES
+    expected = expectation()
+    event(f"{expected} -> exit {code}")
+    if expected == "refuse":
+        assert not ok and code != 0, data
+    elif expected == "accept":
+        assert ok and code == 0, data
+
+
 def _env():
     return dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"])
 
@@ -197,16 +209,9 @@ class PushWorld:
 
 
 @pytest.fixture
-def push_world(make_repo, tmp_path, monkeypatch):
+def push_world(pushing, monkeypatch):
     """A clone holding a lease on src: INSIDE (touches src/a) may be pushed, OUTSIDE (docs/x) may not."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    r = make_repo("pusher")
-    git(r, "remote", "add", "origin", bare.as_uri())
-    git(r, "push", "-q", "origin", "HEAD:main")
-    git(r, "fetch", "-q", "origin")
-    git(r, "config", "lease.remote", "origin")
-    assert cli(r, "install-hooks").returncode == 0
+    r, bare = pushing
     acquire(r, "src", ttl=86400)  # a run of this fuzz test outlasting the lease would refuse for that reason
     w = PushWorld()
     w.repo, w.url = r, bare.as_uri()
@@ -273,13 +278,7 @@ def check_pre_push(world, examples):
     )
     def prop(data):
         ok, code = run_pre_push(world, data)
-        assert code in CODES
-        expected = push_expectation(world, data)
-        event(f"{expected} -> exit {code}")
-        if expected == "refuse":
-            assert not ok and code != 0, data
-        elif expected == "accept":
-            assert ok and code == 0, data
+        judge(ok, code, lambda: push_expectation(world, data), data)
 
     prop()
 
@@ -379,22 +378,13 @@ class ReceiveWorld:
 
 
 @pytest.fixture
-def receive_world(make_repo, tmp_path, monkeypatch):
+def receive_world(origin, monkeypatch):
     """A bare remote where agent-a holds svc. Pushed-but-not-landed commits (in the object store, on no ref, as
     in git's quarantine): OUTSIDE touches svc/f (refused), FREE touches free/h, CLAIMED touches svc/g with a
     ``Lease:`` trailer naming a's lease."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    seed = make_repo("seed")
-    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    bare = origin.bare
     assert cli(bare, "install-hooks", "--server").returncode == 0
-    clones = []
-    for name in ("a", "b"):
-        path = tmp_path / name
-        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
-        git(path, "config", "lease.remote", "origin")
-        clones.append(path)
-    a, b = clones
+    a, b = origin("a"), origin("b")
     w = ReceiveWorld()
     w.lease = acquire(a, "svc", agent="agent-a", task="task-a")
     w.bare, w.b = bare, b
@@ -473,13 +463,7 @@ def check_pre_receive(world, examples):
     )
     def prop(data):
         ok, code = run_pre_receive(data)
-        assert code in CODES
-        expected = receive_expectation(world, data)
-        event(f"{expected} -> exit {code}")
-        if expected == "refuse":
-            assert not ok and code != 0, data
-        elif expected == "accept":
-            assert ok and code == 0, data
+        judge(ok, code, lambda: receive_expectation(world, data), data)
 
     prop()
 

@@ -538,20 +538,11 @@ def test_a_signature_for_the_admin_namespace_is_not_a_lease_signature():
 
 
 @pytest.fixture
-def guarded_signed(tmp_path, make_repo):
+def guarded_signed(tmp_path, origin):
     """A bare remote with the server hook; an admin clone that commits trust files; agent-a's signing clone."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    seed = make_repo("seed")
-    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    bare = origin.bare
     assert cli(bare, "install-hooks", "--server").returncode == 0
-    clones = []
-    for name in ("admin", "a"):
-        path = tmp_path / name
-        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
-        git(path, "config", "lease.remote", "origin")
-        clones.append(path)
-    admin, a = clones
+    admin, a = origin("admin"), origin("a")
     key = sshsig.generate_key(str(tmp_path / "key_a"), comment="agent-a")
     git(a, "config", "lease.signingKey", str(tmp_path / "key_a"))
     git(a, "config", "lease.agent", "agent-a")

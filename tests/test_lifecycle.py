@@ -20,7 +20,7 @@ import sys
 import time
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, read_terminal
 from test_guard import edit
 from test_hooks import acquire
 from test_run import wait_dead
@@ -190,14 +190,8 @@ def _on_a_terminal(world, q, steps):
                 os.write(fd, b"\x03")
             else:
                 action()
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the terminal's last process is gone
-            break
-        if not chunk:
+        chunk = read_terminal(fd, 0.2)
+        if chunk is None:  # EOF, or EIO: the terminal's last process is gone
             break
         out += chunk
     _, status = os.waitpid(pid, 0)
