@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
 from bench.work import AGENT, git, seed_tasks  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
+from testing.benchdoc import write_section  # noqa: E402
 from testing.servers import GitDaemon  # noqa: E402
 
 TRACE = ROOT / "tests/data/requests-tail240.jsonl"
@@ -104,16 +105,8 @@ def main(argv=None) -> int:
         lines += [""] + [f"- {what}: {'met' if ok else 'not met'}" for what, ok in met]
     lines.append(END)
     if args.write:
-        doc = Path(args.write)
-        text = doc.read_text()
-        block = "\n".join(lines)
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text = (
-                text.rstrip("\n") + "\n\n## The landing train (`git lease work` at 1 to 20 workers)\n\n" + block + "\n"
-            )
-        doc.write_text(text)
+        heading = "## The landing train (`git lease work` at 1 to 20 workers)"
+        write_section(args.write, "\n".join(lines), BEGIN, END, heading=heading)
     else:
         print("\n".join(lines))
     return 0

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
+from testing.benchdoc import write_section  # noqa: E402
 from testing.gitutil import seed_bare  # noqa: E402
 
 TRACES = {"requests": ROOT / "tests/data/requests-tail240.jsonl", "tokio": ROOT / "tests/data/tokio-tail240.jsonl"}
@@ -128,14 +129,7 @@ def main(argv=None) -> int:
         END,
     ]
     if args.write:
-        doc = Path(args.write)
-        text = doc.read_text()
-        block = "\n".join(lines)
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text = text.rstrip("\n") + "\n\n## The queue runner on real histories\n\n" + block + "\n"
-        doc.write_text(text)
+        write_section(args.write, "\n".join(lines), BEGIN, END, heading="## The queue runner on real histories")
     return 0
 
 

@@ -24,7 +24,7 @@ import sys
 
 import pytest
 from conftest import cli, git
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_hooks import acquire, commit
 
@@ -33,26 +33,13 @@ from gitlease.core.errors import GitLeaseError
 from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import server as receive
 from gitlease.enforce import verify
-from testing.fuzz import examples
+from testing.fuzz import event, examples, fuzz_settings, tally  # noqa: F401  (tally: an autouse fixture)
 
 HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 REF = re.compile(r"[^\x00-\x20\x7f]+")
 ZERO = "0" * 40
 CODES = {0, 1, 2, 4, 5, 6}  # docs/hooks.md, "Exit codes"
 BIN = os.path.dirname(sys.executable)
-
-
-TALLY: dict[str, int] = {}  # outcomes seen, per property (printed with -s; GITLEASE_FUZZ_TALLY=1)
-
-
-def event(what: str) -> None:
-    TALLY[what] = TALLY.get(what, 0) + 1
-
-
-def fuzz_settings(examples: int):
-    return settings(
-        max_examples=examples, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
-    )
 
 
 def judge(ok: bool, code: int, expectation, data) -> None:
@@ -196,6 +183,13 @@ def _stdin(line, real_line, *, huge=b"", well_formed=st.nothing()):
     return st.one_of(lines, lines, lines, raw, big, well_formed, well_formed, well_formed)
 
 
+def _hook_input(world, line, fields):
+    """A hook's stdin: lines like ``line``, the world's bad line among them, 20,000 bad lines, or well-formed lines
+    of ``fields`` naming the world's commits."""
+    huge = (world.bad_line + "\n").encode() * 20000
+    return _stdin(line, world.bad_line, huge=huge, well_formed=_well_formed(world, fields))
+
+
 def _lines_of(data: bytes) -> list[str] | None:
     """What git's grammar says the input is: its non-empty lines (ref names are bytes, not always UTF-8)."""
     return [ln for ln in data.decode("utf-8", "surrogateescape").split("\n") if ln]
@@ -268,14 +262,7 @@ def check_pre_push(world, examples):
     line = _line(("ref", "oid", "ref", "oid"), oids, refs)
 
     @fuzz_settings(examples)
-    @given(
-        _stdin(
-            line,
-            world.bad_line,
-            huge=(world.bad_line + "\n").encode() * 20000,
-            well_formed=_well_formed(world, ("local", "oid", "remote", "oid")),
-        )
-    )
+    @given(_hook_input(world, line, ("local", "oid", "remote", "oid")))
     def prop(data):
         ok, code = run_pre_push(world, data)
         judge(ok, code, lambda: push_expectation(world, data), data)
@@ -453,14 +440,7 @@ def check_pre_receive(world, examples):
     line = _line(("oid", "oid", "ref"), _oids(world), _refs())
 
     @fuzz_settings(examples)
-    @given(
-        _stdin(
-            line,
-            world.bad_line,
-            huge=(world.bad_line + "\n").encode() * 20000,
-            well_formed=_well_formed(world, ("oid", "oid", "remote")),
-        )
-    )
+    @given(_hook_input(world, line, ("oid", "oid", "remote")))
     def prop(data):
         ok, code = run_pre_receive(data)
         judge(ok, code, lambda: receive_expectation(world, data), data)
@@ -710,11 +690,3 @@ def test_fuzz_one_walk_gains_what_a_walk_per_range_gains(dag):
         event(f"{len(want)} commits")
 
     prop()
-
-
-@pytest.fixture(autouse=True)
-def _tally(request):
-    TALLY.clear()
-    yield
-    if os.environ.get("GITLEASE_FUZZ_TALLY"):
-        print(f"\n{request.node.name}: {dict(sorted(TALLY.items()))}")

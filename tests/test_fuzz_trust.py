@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 from conftest import cli, git
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_sshsig import (
     SSH_KEYGEN,
@@ -44,28 +44,11 @@ from gitlease.identity.signer import SshSigner
 from gitlease.identity.sshsig import wire
 from gitlease.identity.trust import INVALID, VERIFIED, Trust, _parse
 from gitlease.service.leases import LeaseService
-from testing.fuzz import examples
+from testing.fuzz import event, examples, fuzz_settings, tally  # noqa: F401  (tally: an autouse fixture)
 
 NS = "gitlease"
 KA, KB = in_process_key(7), in_process_key(8)
 A, B = KA.public_key(), KB.public_key()
-TALLY: dict[str, int] = {}
-
-
-def event(what: str) -> None:
-    TALLY[what] = TALLY.get(what, 0) + 1
-
-
-@pytest.fixture(autouse=True)
-def _tally(request):
-    TALLY.clear()
-    yield
-    if os.environ.get("GITLEASE_FUZZ_TALLY"):
-        print(f"\n{request.node.name}: {dict(sorted(TALLY.items()))}")
-
-
-def fuzz_settings(examples: int):
-    return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
