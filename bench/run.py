@@ -352,6 +352,13 @@ def delete_refs(bare: Path, prefix: str) -> None:
         git("update-ref", "--stdin", cwd=bare, input="".join(f"delete {r}\n" for r in refs))
 
 
+def clear_scratch_refs(bare: Path) -> None:
+    """The baseline's pushes (refs/bench/) and the audit log of the releases measured (refs/leases-audit/: every
+    release is audited) deleted, so that only leases are left to count."""
+    delete_refs(bare, "refs/bench/")
+    delete_refs(bare, "refs/leases-audit/")
+
+
 def count_refs(bare: Path) -> tuple[int, int]:
     """(all refs, loose ref files) in the bare repository."""
     total = len(git("for-each-ref", "--format=%(refname)", cwd=bare).split())
@@ -542,7 +549,7 @@ def part_scale(
 ) -> list[dict]:
     rows = []
     for n, packed in plan.sizes:
-        delete_refs(bare, "refs/bench/")
+        clear_scratch_refs(bare)
         t0 = time.perf_counter()
         have = len(POPULATION)
         if n >= have:
@@ -588,7 +595,7 @@ def part_scale(
                 "anatomy": anatomy,
             }
         )
-    delete_refs(bare, "refs/bench/")
+    clear_scratch_refs(bare)
     return rows
 
 
@@ -1033,7 +1040,7 @@ def main(argv=None) -> int:
 
         log("parts 1-3: plain push, library calls, CLI processes")
         ops = part_ops(clients, plan, log)
-        delete_refs(bare, "refs/bench/")
+        clear_scratch_refs(bare)
         if count_refs(bare)[0] != 0:
             raise BenchError("leases left on the remote after parts 1-3")
         log("part 4: acquire with many active leases")
