@@ -817,3 +817,21 @@ def test_the_doctors_verdict_is_said_once_by_the_runner(world):
     events = [json.loads(line) for line in res.stdout.splitlines()[:-1]]
     said = [e for e in events if e["event"] == "warning"]
     assert len(said) == 1 and "git lease doctor" in said[0]["message"], events
+
+
+def test_a_claim_whose_push_landed_unseen_is_settled_at_the_next_read(world):
+    """The runner's claim push landed after the client gave up on it (the store went away): a lease claiming
+    the task, owned by this very process, that no attempt of the runner holds. The next planning step settles
+    it (adopted, released) instead of leaving the task blocked until the lease expires."""
+    from gitlease import open_service
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    ghost = open_service(str(a), task="g1").acquire(["src/a"], ttl=600, holder_pid=os.getpid(), task="g1")
+    open_service(str(a)).forget(ghost.lease_id)  # the client never heard of it
+    events = []
+    summary = run_queue(str(a), [{"id": "g1", "paths": ["src/a/x.py"]}], command=world.command, land="main",
+                        on_event=events.append)  # fmt: skip
+    lines = [e.line() for e in events]
+    assert summary.done == ["g1"], lines
+    assert any(f"an unclear claim of this runner ({ghost.lease_id}) settled" in line for line in lines), lines

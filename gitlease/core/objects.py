@@ -57,13 +57,28 @@ class ObjectWriter:
         lines += [f"author {stamp}", f"committer {stamp}", "", message.rstrip("\n"), ""]
         return self.write("commit", "\n".join(lines).encode("utf-8"))
 
+    def signed_commit(
+        self,
+        name: str,
+        data: bytes,
+        sig_name: str,
+        signature: bytes | None,
+        parents: tuple[str, ...],
+        ident: str,
+        timestamp: int,
+        message: str,
+    ) -> str:
+        """A commit whose tree holds ``data`` as ``name`` and, signed, its signature as ``sig_name``: how every
+        record gitlease keeps on a store is written (lease versions, task outcomes, doctor verdicts)."""
+        files = {name: self.blob(data)}
+        if signature is not None:
+            files[sig_name] = self.blob(signature)
+        return self.commit(self.tree(files), parents, ident, timestamp, message)
+
     def lease_commit(
         self, record: bytes, signature: bytes | None, parents: tuple[str, ...], ident: str, timestamp: int, message: str
     ) -> str:
-        files = {RECORD_FILE: self.blob(record)}
-        if signature is not None:
-            files[SIGNATURE_FILE] = self.blob(signature)
-        return self.commit(self.tree(files), parents, ident, timestamp, message)
+        return self.signed_commit(RECORD_FILE, record, SIGNATURE_FILE, signature, parents, ident, timestamp, message)
 
 
 def ident_for(agent: str, host: str) -> str:

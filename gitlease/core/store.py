@@ -72,6 +72,16 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Transaction:
+    """How ``Store.apply`` was asked to apply its updates (each kind's ``_transact`` reads it)."""
+
+    timeout: float  # this call's bound
+    extra_refspecs: tuple[str, ...] = ()  # branches pushed in the same transaction
+    run_hooks: bool = False  # the client's pre-push hook judges it
+    atomic: bool = True  # all or nothing; False: each ref judged on its own
+
+
+@dataclass(frozen=True)
 class Blob:
     record: bytes | None  # None: missing, not a lease commit, or too large
     signature: bytes | None
@@ -125,6 +135,17 @@ class Store:
         run_hooks: bool = False,
         atomic: bool = True,
     ) -> Outcome:
+        """One compare-and-swap transaction over ``updates`` (atomic unless ``atomic=False``: then each ref is
+        judged on its own). ``extra_refspecs``: branch refspecs pushed in the same transaction (a store whose
+        ``capabilities.branches``); ``run_hooks``: let the client's pre-push hook judge it; ``timeout``: this
+        call's bound (default: the store's). What landed is told to ``on_applied``."""
+        if extra_refspecs and not self.capabilities.branches:
+            raise ValueError(f"the {self.kind} store does not push branches")
+        tx = Transaction(timeout or self.timeout, tuple(extra_refspecs), run_hooks, atomic)
+        return self._landed(updates, self._transact(updates, tx))
+
+    def _transact(self, updates: Sequence[RefUpdate], tx: Transaction) -> Outcome:
+        """``apply`` as each kind does it (``on_applied`` is told by ``apply``)."""
         raise NotImplementedError
 
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
@@ -244,18 +265,12 @@ class RemoteStore(Store):
     def name(self) -> str:
         return self.remote
 
-    def apply(
-        self,
-        updates: Sequence[RefUpdate],
-        *,
-        timeout: float | None = None,
-        extra_refspecs: Sequence[str] = (),
-        run_hooks: bool = False,
-        atomic: bool = True,
-    ) -> Outcome:
-        argv = push_argv(self.remote, updates, extra_refspecs=extra_refspecs, run_hooks=run_hooks, atomic=atomic)
+    def _transact(self, updates: Sequence[RefUpdate], tx: Transaction) -> Outcome:
+        argv = push_argv(
+            self.remote, updates, extra_refspecs=tx.extra_refspecs, run_hooks=tx.run_hooks, atomic=tx.atomic
+        )
         try:
-            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=timeout or self.timeout, check=False, grace=PUSH_GRACE)
+            res = gitcmd.run(argv, cwd=self.repo_dir, timeout=tx.timeout, check=False, grace=PUSH_GRACE)
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         statuses = parse_push_porcelain(res.out)
@@ -274,8 +289,7 @@ class RemoteStore(Store):
             # No verdict for some ref: the connection failed before, or during, the push.
             return Outcome(ok=False, ambiguous=True, statuses=statuses, message=_last_error(res.err), server=server)
         ok = all(not s.startswith("rejected") for s in statuses.values()) and res.returncode == 0
-        out = Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err), server=server)
-        return self._landed(updates, out)
+        return Outcome(ok=ok, statuses=statuses, message="" if ok else _last_error(res.err), server=server)
 
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         """The lease refs, by one ``git ls-remote``. ``head``: the same call also answers the remote's ``HEAD``
@@ -494,17 +508,7 @@ class LocalStore(Store):
     def name(self) -> str:
         return "local"
 
-    def apply(
-        self,
-        updates: Sequence[RefUpdate],
-        *,
-        timeout: float | None = None,
-        extra_refspecs: Sequence[str] = (),
-        run_hooks: bool = False,
-        atomic: bool = True,
-    ) -> Outcome:
-        if extra_refspecs:
-            raise ValueError("the local store does not push branches")
+    def _transact(self, updates: Sequence[RefUpdate], tx: Transaction) -> Outcome:
         lines = ["start"]
         for u in updates:
             if u.new is None:
@@ -519,13 +523,13 @@ class LocalStore(Store):
                 ["update-ref", "--stdin"],
                 cwd=self.repo_dir,
                 input=("\n".join(lines) + "\n").encode(),
-                timeout=timeout or self.timeout,
+                timeout=tx.timeout,
                 check=False,
             )
         except gitcmd.Timeout as exc:
             return Outcome(ok=False, ambiguous=True, message=str(exc))
         if res.returncode == 0:
-            return self._landed(updates, Outcome(ok=True, statuses={u.ref: "ok" for u in updates}))
+            return Outcome(ok=True, statuses={u.ref: "ok" for u in updates})
         msg = _last_error(res.err)
         return Outcome(ok=False, statuses={u.ref: "rejected:" + msg for u in updates}, message=msg)
 
@@ -649,21 +653,11 @@ class MemoryStore(Store):
     def name(self) -> str:
         return f"memory:{self._name}"
 
-    def apply(
-        self,
-        updates: Sequence[RefUpdate],
-        *,
-        timeout: float | None = None,
-        extra_refspecs: Sequence[str] = (),
-        run_hooks: bool = False,
-        atomic: bool = True,
-    ) -> Outcome:
-        if extra_refspecs:
-            raise ValueError("the memory store does not push branches")
+    def _transact(self, updates: Sequence[RefUpdate], tx: Transaction) -> Outcome:
         with self.space.lock:
             refs = self.space.refs
             why = {u.ref: _refusal(refs, u, updates) for u in updates}
-            if atomic and any(why.values()):
+            if tx.atomic and any(why.values()):
                 statuses = {u.ref: "rejected:" + (why[u.ref] or "atomic push failed") for u in updates}
                 return Outcome(ok=False, statuses=statuses, message="failed to push some refs")
             statuses = {}
@@ -679,9 +673,7 @@ class MemoryStore(Store):
                     self.space.origin.setdefault(u.new, self.objects_dir)
                 statuses[u.ref] = "ok"
         ok = all(st == "ok" for st in statuses.values())
-        return self._landed(
-            updates, Outcome(ok=ok, statuses=statuses, message="" if ok else "failed to push some refs")
-        )
+        return Outcome(ok=ok, statuses=statuses, message="" if ok else "failed to push some refs")
 
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         with self.space.lock:

@@ -154,54 +154,13 @@ class Trust:
         at the first commit already verified under this trust; its versions are taken from the memo (the
         history rules are still checked over the whole history), and a history found valid is memoised."""
         out = ChainCheck()
-        chain: list[str] = []
-        oid: str | None = head
         ident = self.identity if memo is not None else None
         remembered = memo if ident is not None else None  # memo and identity, or neither
-        base: Sequence[HistoryCheck] = []
-        while oid is not None:
-            if remembered is not None and ident is not None:
-                cached = remembered.versions(ident, lease_id, oid)
-                if cached:
-                    base = cached
-                    break
-            ps = parents.get(oid)
-            if ps is None:
-                out.problems.append(f"history unreadable at {oid[:12]}")
-                break
-            chain.append(oid)
-            if len(ps) > 1:
-                out.problems.append(f"version commit {oid[:12]} has {len(ps)} parents")
-                break
-            if len(chain) > MAX_CHAIN:
-                out.problems.append(f"history longer than {MAX_CHAIN} versions")
-                break
-            oid = ps[0] if ps else None
+        chain, base = _walk(lease_id, head, parents, out, remembered, ident)
         root_oid = base[-1].oid if base else (chain[-1] if chain else None)
         if grant is not None and root_oid is not None and root_oid != grant and not out.problems:
             out.problems.append("the id ref's history does not lead to the grant the scope refs point at")
-        parsed: list[tuple[str, records.Record]] = []
-        fresh: list[HistoryCheck] = []  # the versions checked here, newest first (above ``base``)
-        for c in chain:
-            blob = blobs.get(c) or Blob(None, None, "record missing")
-            data = blob.record
-            if data is None:
-                out.problems.append(f"version {c[:12]}: {blob.problem or 'record missing'}")
-                fresh.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
-                continue
-            try:
-                rec = known[c] if known and c in known else records.parse(data)
-            except InvalidRecord as exc:
-                out.problems.append(f"version {c[:12]}: {exc}")
-                fresh.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))
-                continue
-            check = self.check_version(rec, data, blob.signature, when)
-            if blob.problem:
-                check = VersionCheck(rec.version, INVALID, check.key, check.fingerprint, problem=blob.problem)
-            fresh.append(HistoryCheck(c, rec, check, blob.signature is not None))
-            parsed.append((c, rec))
-            if check.problem:
-                out.problems.append(check.problem)
+        fresh, parsed = self._check_versions(chain, blobs, known, when, out)
         new = len(fresh)
         lost = bool(base and new and base[-1].record is None)  # never: a memoised v1 has its record (prefetch)
         if lost:
@@ -226,6 +185,40 @@ class Trust:
         if remembered is not None and ident is not None and out.status != INVALID and new:
             remembered.remember(ident, lease_id, out.versions, new)
         return out
+
+    def _check_versions(
+        self,
+        chain: list[str],
+        blobs: Mapping[str, Blob],
+        known: Mapping[str, records.Record] | None,
+        when: float,
+        out: ChainCheck,
+    ) -> tuple[list[HistoryCheck], list[tuple[str, records.Record]]]:
+        """Each version of ``chain`` (newest first) read and its signature checked: (the checks, newest first;
+        the records parsed). Problems go to ``out``."""
+        parsed: list[tuple[str, records.Record]] = []
+        fresh: list[HistoryCheck] = []
+        for c in chain:
+            blob = blobs.get(c) or Blob(None, None, "record missing")
+            data = blob.record
+            if data is None:
+                out.problems.append(f"version {c[:12]}: {blob.problem or 'record missing'}")
+                fresh.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem="unreadable")))
+                continue
+            try:
+                rec = known[c] if known and c in known else records.parse(data)
+            except InvalidRecord as exc:
+                out.problems.append(f"version {c[:12]}: {exc}")
+                fresh.append(HistoryCheck(c, None, VersionCheck(None, INVALID, problem=str(exc))))
+                continue
+            check = self.check_version(rec, data, blob.signature, when)
+            if blob.problem:
+                check = VersionCheck(rec.version, INVALID, check.key, check.fingerprint, problem=blob.problem)
+            fresh.append(HistoryCheck(c, rec, check, blob.signature is not None))
+            parsed.append((c, rec))
+            if check.problem:
+                out.problems.append(check.problem)
+        return fresh, parsed
 
     @staticmethod
     def _chain_rules(lease_id: str, out: ChainCheck, new: int | None = None) -> None:
@@ -687,6 +680,41 @@ class ChainCheck:
     versions: Sequence[HistoryCheck] = field(default_factory=list)  # newest first
     signer: str | None = None  # fingerprint of the key that signed v1
     principal: str | None = None
+
+
+def _walk(
+    lease_id: str,
+    head: str,
+    parents: Mapping[str, Sequence[str]],
+    out: ChainCheck,
+    memo: ChainMemo | None,
+    ident: str | None,
+) -> tuple[list[str], Sequence[HistoryCheck]]:
+    """A lease's history from ``head`` back to version 1 (newest first), one parent a version, stopping at the
+    first commit ``memo`` verified already under ``ident``: (the commits walked, the memoised versions below
+    them). Problems (unreadable, merges, too long) go to ``out``."""
+    chain: list[str] = []
+    base: Sequence[HistoryCheck] = []
+    oid: str | None = head
+    while oid is not None:
+        if memo is not None and ident is not None:
+            cached = memo.versions(ident, lease_id, oid)
+            if cached:
+                base = cached
+                break
+        ps = parents.get(oid)
+        if ps is None:
+            out.problems.append(f"history unreadable at {oid[:12]}")
+            break
+        chain.append(oid)
+        if len(ps) > 1:
+            out.problems.append(f"version commit {oid[:12]} has {len(ps)} parents")
+            break
+        if len(chain) > MAX_CHAIN:
+            out.problems.append(f"history longer than {MAX_CHAIN} versions")
+            break
+        oid = ps[0] if ps else None
+    return chain, base
 
 
 def _key_words(key: str | None) -> str | None:

@@ -5,8 +5,9 @@ and the release audited in one atomic push).
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
@@ -75,7 +76,8 @@ class Grants(ServiceBase):
         self.require_store()
         paths = scopes.normalize_all(raw_scopes)
         ttl = ttl or self.settings.ttl
-        self._check_size(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+        make = functools.partial(self._record, paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+        self._check_size(paths, make)
         self.check_writer()
         doctor_gate(self)  # no passing doctor verdict for this server: a warning, or refused (verdict.py)
         release_with = self._release_with(replace, paths)
@@ -83,7 +85,8 @@ class Grants(ServiceBase):
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         for _attempt in range(ACQUIRE_ATTEMPTS):
-            rec, oid, updates = self._grant(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+            rec = make()  # a new lease id, nonce and version 1 each attempt
+            oid, updates = self._grant(rec, task)
             attempts[rec.lease_id] = (rec, oid)
             out = self._push(updates + release_with + list(piggyback))
             if piggyback and not out.ok:
@@ -108,12 +111,7 @@ class Grants(ServiceBase):
             last_refusal = out
             if any("hook declined" in st for st in out.statuses.values()):
                 self._undo_partial(attempts)
-                said = [ln for ln in out.server if ln not in out.message][:5]
-                raise GitLeaseError(
-                    f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
-                    + "".join(f"; remote: {ln}" for ln in said),
-                    server=out.server,
-                )
+                raise _declined(rec, out)
             # only what bears on the scope, and our attempts (their remnants are found by their ids and grants)
             snap = self.snapshot(use_cache=False, paths=paths, keep=attempts)
             landed = self._landed_after_all(snap, attempts, task)
@@ -123,15 +121,20 @@ class Grants(ServiceBase):
             snap = self._wait_out_remnants(paths, snap, set(attempts))
             self._clear_blockers(paths, snap, set(attempts), cleared)
             # nothing blocks any more (released meanwhile, or cleared): try again with a new version
-        if last_refusal is not None:  # every attempt lost a race: refuse by what holds the scope now, if anything
+        raise self._refusal(paths, attempts, last_refusal)
+
+    def _refusal(
+        self, paths: tuple[str, ...], attempts: dict[str, tuple[Record, str]], last: Outcome | None
+    ) -> GitLeaseError:
+        """Why an acquire whose every attempt lost a race is refused: what holds the scope now (HeldError, exit
+        3), else the store's last refusal."""
+        if last is not None:
             snap = self._wait_out_remnants(paths, self.snapshot(use_cache=False, paths=paths), set(attempts))
             live = self._live_blockers(paths, snap, attempts)
             if live:
-                raise held_error(paths, live, self.clock.now(), self.settings.skew)
-        raise GitLeaseError(
-            f"could not acquire {' '.join(paths)}: "
-            f"{(last_refusal.message if last_refusal else '') or 'the store refused the update'}"
-        )
+                return held_error(paths, live, self.clock.now(), self.settings.skew)
+        why = (last.message if last else "") or "the store refused the update"
+        return GitLeaseError(f"could not acquire {' '.join(paths)}: {why}")
 
     def _owner(self, holder_pid: int, task: str | None = None) -> Owner:
         return Owner(
@@ -166,21 +169,13 @@ class Grants(ServiceBase):
             stop_after=stop_after,
         )
 
-    def _check_size(
-        self,
-        paths: tuple[str, ...],
-        ttl: int,
-        holder_pid: int,
-        renew_every: int | None,
-        workspace: str | None,
-        stop_after: int | None = None,
-    ) -> None:
-        """Refuse, before any push, a lease whose record (any version of it) readers would refuse, or whose
-        release or reclaim the audit log could not record."""
+    def _check_size(self, paths: tuple[str, ...], make: Callable[[], Record]) -> None:
+        """Refuse, before any push, a lease whose record (any version of it: ``make()`` gives one) readers would
+        refuse, or whose release or reclaim the audit log could not record."""
         if len(paths) > records.MAX_PATHS:
             problem: str | None = f"{len(paths)} paths, over the limit of {records.MAX_PATHS} paths per lease"
         else:
-            rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after)
+            rec = make()
             problem = records.size_problem(rec) or self.release_size_problem(rec)
         if problem:
             raise UsageError(
@@ -216,24 +211,14 @@ class Grants(ServiceBase):
         }
         return entry_problem(fields, writer="x" * 256, key=self.signer.public_key, oid_hex=len(oid))
 
-    def _grant(
-        self,
-        paths: tuple[str, ...],
-        ttl: int,
-        holder_pid: int,
-        renew_every: int | None,
-        workspace: str | None,
-        stop_after: int | None = None,
-        task: str | None = None,
-    ) -> tuple[Record, str, list[RefUpdate]]:
-        """A new lease's version 1 (a unique commit) and the creates of its id ref and scope refs (and of its
-        task's claim, ``task``)."""
-        rec = self._record(paths, ttl, holder_pid, renew_every, workspace, stop_after, task)
+    def _grant(self, rec: Record, task: str | None = None) -> tuple[str, list[RefUpdate]]:
+        """The version 1 ``rec`` written (a unique commit), and the creates of its id ref and scope refs (and of
+        its task's claim, ``task``)."""
         oid = self._write_version(rec, None, "acquire")
-        updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in paths]
+        updates = [RefUpdate(id_ref(rec.lease_id), oid, None)] + [RefUpdate(scope_ref(p), oid, None) for p in rec.paths]
         if task:
             updates.append(RefUpdate(task_ref(task), oid, None))
-        return rec, oid, updates
+        return oid, updates
 
     def _release_with(self, replace: str | None, paths: tuple[str, ...]) -> list[RefUpdate]:
         """The deletes releasing ``replace`` in the acquire's own push; none (released first, on its own) when
@@ -443,6 +428,16 @@ class Grants(ServiceBase):
             f"lease {lease_id} is not held by this worktree ({self.repo.cwd}): {self._where_held(view)}",
             leaseId=lease_id,
         )
+
+
+def _declined(rec: Record, out: Outcome) -> GitLeaseError:
+    """A server hook refused the grant: say so with the server's own reasons."""
+    said = [ln for ln in out.server if ln not in out.message][:5]
+    return GitLeaseError(
+        f"the store refused lease {rec.lease_id}: {out.message or 'a server hook declined'}"
+        + "".join(f"; remote: {ln}" for ln in said),
+        server=out.server,
+    )
 
 
 def _scope_path(ref: str) -> str | None:

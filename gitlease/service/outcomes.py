@@ -282,13 +282,11 @@ class Outcomes:
             "nonce": os.urandom(8).hex(),
         }
         data = canonical(doc)
-        files = {FILE: svc.objects.blob(data)}
-        sig = svc.signer.sign(data)
-        if sig is not None:
-            files[SIG_FILE] = svc.objects.blob(sig)
-        tree = svc.objects.tree(files)
         ident = ident_for(svc.settings.agent, os.uname().nodename)
-        oid = svc.objects.commit(tree, (parent,) if parent else (), ident, int(now), f"outcome {task}: {state}")
+        oid = svc.objects.signed_commit(
+            FILE, data, SIG_FILE, svc.signer.sign(data), (parent,) if parent else (), ident, int(now),
+            f"outcome {task}: {state}",
+        )  # fmt: skip
         return oid, Outcome.from_doc(doc, oid)
 
     def update(self, task: str, oid: str, parent: str | None) -> RefUpdate:

@@ -117,24 +117,7 @@ class Reader(ServiceBase):
             except RemoteUnavailable as exc:
                 if not use_cache or paths is not None:
                     raise
-                cached = cache.load()
-                if cached is None:
-                    raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
-                refs, fetched_at = cached
-                blobs, parsed = self._read_records(kept, set(refs.values()), set(refs.values()), fetch=False)
-                trust = self.trust(offline=True)
-                views = build_views(refs, blobs, parsed)
-                self._verify(views, blobs, trust, before)
-                return Snapshot(
-                    views,
-                    fetched_at,
-                    stale=True,
-                    error=str(exc),
-                    trust=trust.describe(),
-                    signed_store=trust.signed,
-                    foreign=foreign_refs(refs),
-                    listing=refs,
-                )
+                return self._stale_snapshot(cache, kept, before, exc)
         finally:
             kept.close()
         if paths is None:  # a restricted read leaves most objects unfetched: not a listing to answer from later
@@ -159,6 +142,27 @@ class Reader(ServiceBase):
             signed_store=trust.signed,
             foreign=foreign_refs(refs),
             restricted_to=tuple(paths) if paths is not None else None,
+            listing=refs,
+        )
+
+    def _stale_snapshot(self, cache: _RefsCache, kept: RecordCache, before: Memory, exc: RemoteUnavailable) -> Snapshot:
+        """The store unreadable: the last listing fetched, from objects already here, marked stale with why."""
+        cached = cache.load()
+        if cached is None:
+            raise RemoteUnavailable(f"{exc}; and no earlier state is known") from None
+        refs, fetched_at = cached
+        blobs, parsed = self._read_records(kept, set(refs.values()), set(refs.values()), fetch=False)
+        trust = self.trust(offline=True)
+        views = build_views(refs, blobs, parsed)
+        self._verify(views, blobs, trust, before)
+        return Snapshot(
+            views,
+            fetched_at,
+            stale=True,
+            error=str(exc),
+            trust=trust.describe(),
+            signed_store=trust.signed,
+            foreign=foreign_refs(refs),
             listing=refs,
         )
 

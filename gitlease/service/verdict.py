@@ -108,16 +108,19 @@ def record(svc: ServiceBase, report: dict[str, Any], identity: dict[str, Any]) -
         "nonce": os.urandom(8).hex(),
     }
     data = canonical(doc)
-    files = {FILE: svc.objects.blob(data)}
     sig = svc.signer.sign(data)
-    if sig is not None:
-        files[SIG] = svc.objects.blob(sig)
-    tree = svc.objects.tree(files)
     message = "refused"
     for _ in range(5):  # another doctor run recorded one meanwhile: go again on top of it
         parent = _head(svc, ref)
-        oid = svc.objects.commit(
-            tree, (parent,) if parent else (), AUTHOR, int(svc.clock.now()), f"doctor: {_said(doc)} {url}"
+        oid = svc.objects.signed_commit(
+            FILE,
+            data,
+            SIG,
+            sig,
+            (parent,) if parent else (),
+            AUTHOR,
+            int(svc.clock.now()),
+            f"doctor: {_said(doc)} {url}",
         )
         out = svc.store.apply([RefUpdate(ref, oid, parent)])
         if out.ok:

@@ -145,6 +145,7 @@ class Runner:
         self._base: str | None = None
         self.log_dir = os.path.join(self.svc.repo.shared_dir(), "work-logs")
         self._signals_seen = 0
+        self._interrupts: Interrupts | None = None
         self.signal = 0  # the signal that interrupted the run, 0: none
         self.lander = Lander(self)
         self.last_outcomes: dict[str, Outcome] = {}
@@ -250,7 +251,7 @@ class Runner:
         for line in self.svc.warnings:  # the doctor's verdict, said once (gitlease/service/verdict.py)
             self.emit("warning", -1, message=line)
         # counts only (gitlease/liveness/interrupts.py); acted on below, in this thread
-        interrupts = Interrupts().install() if handle_signals else None
+        interrupts = self._interrupts = Interrupts().install() if handle_signals else None
         try:
             self._reopen(self.opts.rerun)
             self._prune_dead(-1)
@@ -386,7 +387,10 @@ class Runner:
         for v in snap.leases:
             for ref in v.task_refs:
                 with contextlib.suppress(ValueError):
-                    claimed[decode_segment(ref[len(TASK_PREFIX) :])] = v.lease_id
+                    task_id = decode_segment(ref[len(TASK_PREFIX) :])
+                    if self._settle_unclear_claim(svc, n, task_id, v):
+                        continue
+                    claimed[task_id] = v.lease_id
         self._note_ignored(n)
         unfinished = [
             t for t in tasks if not self._conflicting(n, t, outs.get(t.id)) and not (t.id in outs and outs[t.id].final)
@@ -427,6 +431,28 @@ class Runner:
                     self._inflight.add(tid)
                     return by_id[tid], outs.get(tid)
         return "wait"
+
+    def _settle_unclear_claim(self, svc: LeaseService, n: int, task_id: str, v) -> bool:
+        """A claim this very process made whose acquire never said so (its push landed after the client gave up:
+        the store went away meanwhile): nobody works on it, so it is released now, not left blocking the task
+        until it expires. True when it was."""
+        rec = v.record
+        if rec is None or rec.owner.pid != os.getpid() or rec.owner.host != os.uname().nodename:
+            return False
+        with self._lock:
+            if task_id in self._inflight or v.lease_id in self._granted:
+                return False  # an attempt of this runner is on it (or was: its own release settles it)
+        tsvc = LeaseService(
+            svc.repo, dataclasses.replace(svc.settings, task=task_id), clock=self.clock, signer=svc.signer
+        )
+        try:
+            tsvc._remember(rec, v.current_oid or v.grant_oid, v.grant_oid or v.current_oid, task_id)
+            tsvc.release(v.lease_id)
+        except GitLeaseError as exc:
+            self.emit("error", n, task_id, message=f"an unclear claim of this runner ({v.lease_id}): {exc.message}")
+            return False
+        self.emit("released", n, task_id, message=f"an unclear claim of this runner ({v.lease_id}) settled")
+        return True
 
     def _note_ignored(self, n: int) -> None:
         """An outcome whose signature does not verify on a signed store is left out; say so, once each."""
@@ -511,7 +537,10 @@ class Runner:
             if now < latest:
                 if now >= end:
                     return
-                self.clock.sleep(min(latest, end) - now)  # also once stopping (_pause returns at once then)
+                if self._linger(min(latest, end) - now):  # told to stop now: they expire on their own
+                    ids = " ".join(v.lease_id for v in left)
+                    self.emit("stopping", -1, message=f"not waiting for {ids} to expire: a sweeper reclaims them")
+                    return
                 continue
             try:
                 got = Sweeper(self.svc).sweep()
@@ -521,9 +550,23 @@ class Runner:
             for r in got.results:
                 if r.outcome == "reclaimed":
                     self.emit("swept", -1, r.owner, message=r.line())
-            if self.clock.now() >= end:
+            if self.clock.now() >= end or self._linger(1.0):
                 return
-            self.clock.sleep(1.0)
+
+    def _linger(self, seconds: float) -> bool:
+        """Wait ``seconds`` (the injected clock's own time when there is one) unless told to stop now (a second
+        Ctrl-C, SIGTERM, SIGHUP, ``request_stop`` twice): True when told. The signals are looked at here too,
+        since the workers are done and nothing else does."""
+        if type(self.clock).sleep is not Clock.sleep:
+            self.clock.sleep(seconds)
+            return self.kill.is_set()
+        end = self.clock.monotonic() + seconds
+        while self.clock.monotonic() < end:
+            self._handle_signals(self._interrupts)
+            if self.kill.is_set():
+                return True
+            self.kill.wait(min(0.2, max(0.0, end - self.clock.monotonic())))
+        return self.kill.is_set()
 
     def _prune_dead(self, n: int) -> None:
         """Task worktrees of this clone left by a runner that died (``kill -9``): their lease released, or
