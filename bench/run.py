@@ -960,7 +960,7 @@ def build_report(
         "`.venv/bin/python bench/run.py --quick` is a smoke check of well under a minute.",
         "",
         "Method: one bare repository, served both as `file://` and by `git daemon --export-all "
-        "--enable=receive-pack` on a free loopback port, with `receive.autogc=false` (no background gc, which "
+        "--enable=receive-pack` (testing/servers.py's, as the tests run it) on a free loopback port, with `receive.autogc=false` (no background gc, which "
         "would also pack refs, during a measurement). Each transport has its own client repository with "
         "`lease.remote` set to its URL; HOME and the global git config are temporary, the system config is off. "
         "Parts 1-3 are interleaved round by round (push, library acquire/renew/release, CLI acquire/renew/release; "
