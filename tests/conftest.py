@@ -152,6 +152,21 @@ def in_threads(call, items, *, timeout: float) -> list:
     return results
 
 
+def wait_file(path, proc=None, timeout: float = 60.0) -> list[str]:
+    """The words of the file at ``path`` once it exists (a process under test wrote it); fails after ``timeout``
+    seconds, or as soon as ``proc`` (the runner) has ended without it."""
+    import select
+    import time
+
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the runner ended first: {proc.returncode} {proc.communicate()}")
+        select.select([], [], [], 0.05)
+    return path.read_text().split()
+
+
 def read_terminal(fd: int, wait: float) -> bytes | None:
     """What a pty's leader ``fd`` has to read within ``wait`` seconds (b"" when nothing came), or None once the
     terminal is closed (EOF, or EIO: its last process is gone)."""

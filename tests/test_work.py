@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_terminal
+from conftest import read_terminal, wait_file
 
 from testing.gitutil import cli, git, seed_bare
 
@@ -348,11 +348,13 @@ def test_ctrl_c_finishes_running_tasks_releases_and_exits_130_then_a_restart_res
 def test_a_second_ctrl_c_stops_the_command_and_quarantines_its_work(world):
     a = world.clone("a")
     q = world.queue([{"id": "h1", "paths": ["src/a/x.py"], "hang": True}])
-    (world.root / "pre.sh").write_text("echo partial >> src/a/x.py\n")
+    edited = world.root / "edited"  # the command's work is in its worktree (the runner's line comes before it)
+    (world.root / "pre.sh").write_text(f"echo partial >> src/a/x.py && touch '{edited}'\n")
     proc = _start(
         a, str(q), "--land", "main", "--", "sh", "-c", f"sh {world.root / 'pre.sh'} && " + " ".join(world.command)
     )
     _wait_for(proc, "running h1")
+    wait_file(edited, proc)
     proc.send_signal(signal.SIGINT)
     _wait_for(proc, "taking no more tasks")
     proc.send_signal(signal.SIGINT)
