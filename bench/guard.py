@@ -23,29 +23,25 @@ in a temporary ``PYTHONPYCACHEPREFIX``). The section sits between ``<!-- guard:b
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.hooks import git, isolate, make_repo, p90  # noqa: E402
+from bench.hooks import bench_main, git, make_repo, p90  # noqa: E402
 from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
 from gitlease.enforce.agenthooks import hook_command  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
-from testing.benchdoc import write_section  # noqa: E402
+from testing.benchdoc import markers  # noqa: E402
 
-BEGIN, END = "<!-- guard:begin -->", "<!-- guard:end -->"
+BEGIN, END = markers("guard")
 TARGET_MS = 30.0
 
 
@@ -67,14 +63,15 @@ def setup(tmp: Path) -> dict[str, tuple[Path, str]]:
     for i in range(999):
         svc.acquire([f"many/p{i:03d}"], ttl=86400)
     svc.acquire(["pkg19"], ttl=86400)
-    return {
-        "allowed (strict)": (strict, "pkg00/mod1.py"),
-        "refused (strict)": (strict, "pkg01/mod1.py"),
-        "allowed (others)": (others, "pkg00/mod1.py"),
-        "refused (others)": (others, "pkg19/mod1.py"),
-        "allowed (others, 1,000 leases)": (many, "pkg00/mod1.py"),
-        "refused (others, 1,000 leases)": (many, "pkg19/mod1.py"),
-    }
+    cases = {}  # an edit in pkg00 is allowed everywhere; strict refuses pkg01 (not its own), others pkg19 (b's)
+    for where, wt, refused in (
+        ("strict", strict, "pkg01"),
+        ("others", others, "pkg19"),
+        ("others, 1,000 leases", many, "pkg19"),
+    ):
+        cases[f"allowed ({where})"] = (wt, "pkg00/mod1.py")
+        cases[f"refused ({where})"] = (wt, f"{refused}/mod1.py")
+    return cases
 
 
 def timed(argv: list[str], cwd: Path, data: bytes | None = None, want: int | None = None) -> float:
@@ -138,25 +135,10 @@ def report(samples, runs: int, warmup: int, started: float, load0: float) -> str
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--write", metavar="FILE")
-    args = ap.parse_args(argv)
-    runs, warmup = (10, 2) if args.quick else (60, 5)
-    started, load0 = time.monotonic(), os.getloadavg()[0]
-    tmp = Path(tempfile.mkdtemp(prefix="gitlease-bench-guard-"))
-    try:
-        isolate(tmp)
-        cases = setup(tmp)
-        samples = measure(cases, runs, warmup)
-        section = report(samples, runs, warmup, started, load0)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(section)
-    if args.write:
-        write_section(Path(args.write), section, BEGIN, END)
-        print(f"wrote its section of {args.write}", file=sys.stderr)
-    return 0
+    def bench(tmp: Path, runs: int, warmup: int, started: float, load0: float) -> str:
+        return report(measure(setup(tmp), runs, warmup), runs, warmup, started, load0)
+
+    return bench_main(argv, __doc__, "guard", bench)
 
 
 if __name__ == "__main__":

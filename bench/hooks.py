@@ -44,9 +44,9 @@ from gitlease.core.config import resolve  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
 from gitlease.enforce.install import install  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
-from testing.benchdoc import write_section  # noqa: E402
+from testing.benchdoc import markers, write_section  # noqa: E402
 
-BEGIN, END = "<!-- hooks:begin -->", "<!-- hooks:end -->"
+BEGIN, END = markers("hooks")
 
 
 def git(*args, cwd=None) -> str:
@@ -202,27 +202,36 @@ def report(samples, runs, warmup, lfs: str | None, started: float, load0: float)
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def bench_main(argv, doc: str, name: str, bench) -> int:
+    """The command line of a start-up benchmark (this one, bench/guard.py): ``--quick`` (fewer rounds), ``--write
+    FILE`` (its section of FILE, between the markers of ``name``). ``bench(tmp, runs, warmup, started, load0)``
+    measures in ``tmp``, a temporary folder under an isolated HOME (removed after), and returns the section."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--write", metavar="FILE")
     args = ap.parse_args(argv)
     runs, warmup = (10, 2) if args.quick else (60, 5)
     started, load0 = time.monotonic(), os.getloadavg()[0]
-    tmp = Path(tempfile.mkdtemp(prefix="gitlease-bench-hooks-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"gitlease-bench-{name}-"))
     try:
         isolate(tmp)
-        lfs = lfs_version()
-        repos = setup(tmp, lfs is not None)
-        samples = measure(repos, runs, warmup)
-        section = report(samples, runs, warmup, lfs, started, load0)
+        section = bench(tmp, runs, warmup, started, load0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(section)
     if args.write:
-        write_section(Path(args.write), section, BEGIN, END)
+        write_section(Path(args.write), section, *markers(name))
         print(f"wrote its section of {args.write}", file=sys.stderr)
     return 0
+
+
+def main(argv=None) -> int:
+    def bench(tmp: Path, runs: int, warmup: int, started: float, load0: float) -> str:
+        lfs = lfs_version()
+        samples = measure(setup(tmp, lfs is not None), runs, warmup)
+        return report(samples, runs, warmup, lfs, started, load0)
+
+    return bench_main(argv, __doc__, "hooks", bench)
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ from gitlease.core.errors import HeldError  # noqa: E402
 from gitlease.core.refnames import scope_ref  # noqa: E402
 from gitlease.core.repo import Repo  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
+from testing.servers import GitDaemon  # noqa: E402
 
-HOST = "127.0.0.1"
 VENV_BIN = Path(sys.executable).parent  # replaced in isolate() by a regular install's bin (see install_cli)
 KINDS = ("file", "daemon")
 LABEL = {"file": "file://", "daemon": "git daemon (git://)"}
@@ -190,76 +190,6 @@ def run_timed(argv, *, cwd=None, check=True) -> tuple[float, subprocess.Complete
     if check and res.returncode != 0:
         raise BenchError(f"{' '.join(map(str, argv))} failed ({res.returncode}): {res.stderr.strip()}")
     return elapsed, res
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-class GitDaemon:
-    """``git daemon`` on a free loopback port, the leader of its own process group (killed as a group)."""
-
-    def __init__(self, base: Path, log: Path) -> None:
-        self.base, self.log_path = base, log
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def start(self) -> None:
-        for _attempt in range(5):
-            self.port = free_port()
-            argv = [
-                "git",
-                "daemon",
-                "--reuseaddr",
-                f"--listen={HOST}",
-                f"--port={self.port}",
-                f"--base-path={self.base}",
-                "--export-all",
-                "--enable=receive-pack",
-                str(self.base),
-            ]
-            self._log = open(self.log_path, "ab")
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, start_new_session=True
-            )
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break  # could not bind (port taken meanwhile): try another port
-                try:
-                    with socket.create_connection((HOST, self.port), timeout=0.5):
-                        return
-                except OSError:
-                    time.sleep(0.02)
-            self.stop()
-        raise BenchError(
-            f"git daemon did not start; see {self.log_path}: {self.log_path.read_text(errors='replace')[-500:]}"
-        )
-
-    def url(self, name: str) -> str:
-        return f"git://{HOST}:{self.port}/{name}"
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # children (per-connection daemons, receive-pack) may outlive the leader
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self._log.close()
 
 
 # --------------------------------------------------------------------------------- environment
@@ -420,6 +350,13 @@ def delete_refs(bare: Path, prefix: str) -> None:
     refs = git("for-each-ref", "--format=%(refname)", prefix, cwd=bare).split()
     if refs:
         git("update-ref", "--stdin", cwd=bare, input="".join(f"delete {r}\n" for r in refs))
+
+
+def clear_scratch_refs(bare: Path) -> None:
+    """The baseline's pushes (refs/bench/) and the audit log of the releases measured (refs/leases-audit/: every
+    release is audited) deleted, so that only leases are left to count."""
+    delete_refs(bare, "refs/bench/")
+    delete_refs(bare, "refs/leases-audit/")
 
 
 def count_refs(bare: Path) -> tuple[int, int]:
@@ -612,7 +549,7 @@ def part_scale(
 ) -> list[dict]:
     rows = []
     for n, packed in plan.sizes:
-        delete_refs(bare, "refs/bench/")
+        clear_scratch_refs(bare)
         t0 = time.perf_counter()
         have = len(POPULATION)
         if n >= have:
@@ -658,7 +595,7 @@ def part_scale(
                 "anatomy": anatomy,
             }
         )
-    delete_refs(bare, "refs/bench/")
+    clear_scratch_refs(bare)
     return rows
 
 
@@ -1023,7 +960,7 @@ def build_report(
         "`.venv/bin/python bench/run.py --quick` is a smoke check of well under a minute.",
         "",
         "Method: one bare repository, served both as `file://` and by `git daemon --export-all "
-        "--enable=receive-pack` on a free loopback port, with `receive.autogc=false` (no background gc, which "
+        "--enable=receive-pack` (testing/servers.py's, as the tests run it) on a free loopback port, with `receive.autogc=false` (no background gc, which "
         "would also pack refs, during a measurement). Each transport has its own client repository with "
         "`lease.remote` set to its URL; HOME and the global git config are temporary, the system config is off. "
         "Parts 1-3 are interleaved round by round (push, library acquire/renew/release, CLI acquire/renew/release; "
@@ -1091,16 +1028,19 @@ def main(argv=None) -> int:
         git("init", "--bare", "-q", str(bare))
         git("config", "receive.autogc", "false", cwd=bare)
         git("config", "gc.auto", "0", cwd=bare)
-        daemon = GitDaemon(base, tmp / "daemon.log")
-        daemon.start()
-        urls = {"file": bare.as_uri(), "daemon": daemon.url("leases.git")}
+        daemon = GitDaemon(base, log_path=tmp / "daemon.log", verbose=False)
+        try:
+            daemon.start()
+        except (RuntimeError, TimeoutError) as exc:
+            raise BenchError(f"git daemon did not start: {exc}") from None
+        urls = {"file": bare.as_uri(), "daemon": daemon.url_for("leases.git")}
         log(f"bench in {tmp}; git daemon on port {daemon.port}; {'quick' if args.quick else 'full'} run")
         clients = {k: make_client(tmp / f"client-{k}", k, urls[k]) for k in KINDS}
         checkers = {k: make_client(tmp / f"checker-{k}", k, urls[k]) for k in KINDS}
 
         log("parts 1-3: plain push, library calls, CLI processes")
         ops = part_ops(clients, plan, log)
-        delete_refs(bare, "refs/bench/")
+        clear_scratch_refs(bare)
         if count_refs(bare)[0] != 0:
             raise BenchError("leases left on the remote after parts 1-3")
         log("part 4: acquire with many active leases")

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
-from bench.work import AGENT, git  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
+from bench.work import AGENT, git, seed_tasks  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
+from testing.benchdoc import write_section  # noqa: E402
 from testing.servers import GitDaemon  # noqa: E402
 
 TRACE = ROOT / "tests/data/requests-tail240.jsonl"
@@ -41,14 +42,8 @@ def run_one(daemon: GitDaemon, tmp: Path, tasks: list[dict], workers: int, agent
     bare = daemon.make_bare(name)
     subprocess.run([str(Path(sys.executable).parent / "git-lease"), "install-hooks", "--server"], cwd=bare,
                    check=True, capture_output=True)  # fmt: skip
-    seed, clone = tmp / f"seed{workers}", tmp / f"clone{workers}"
-    git("init", "-q", "-b", "main", str(seed), cwd=tmp)
-    for p in sorted({p for t in tasks for p in t["paths"]}):
-        (seed / p).parent.mkdir(parents=True, exist_ok=True)
-        (seed / p).write_text("x\n")
-    git("add", "-A", cwd=seed)
-    git("commit", "-q", "-m", "init", cwd=seed)
-    git("push", "-q", str(bare), "main", cwd=seed)
+    clone = tmp / f"clone{workers}"
+    seed_tasks(tmp, bare, tasks)
     git("clone", "-q", daemon.url_for(name), str(clone), cwd=tmp)
     git("config", "lease.remote", "origin", cwd=clone)
     seen: dict = {}
@@ -110,16 +105,8 @@ def main(argv=None) -> int:
         lines += [""] + [f"- {what}: {'met' if ok else 'not met'}" for what, ok in met]
     lines.append(END)
     if args.write:
-        doc = Path(args.write)
-        text = doc.read_text()
-        block = "\n".join(lines)
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text = (
-                text.rstrip("\n") + "\n\n## The landing train (`git lease work` at 1 to 20 workers)\n\n" + block + "\n"
-            )
-        doc.write_text(text)
+        heading = "## The landing train (`git lease work` at 1 to 20 workers)"
+        write_section(args.write, "\n".join(lines), BEGIN, END, heading=heading)
     else:
         print("\n".join(lines))
     return 0

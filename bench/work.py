@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
+from testing.benchdoc import write_section  # noqa: E402
+from testing.gitutil import seed_bare  # noqa: E402
 
 TRACES = {"requests": ROOT / "tests/data/requests-tail240.jsonl", "tokio": ROOT / "tests/data/tokio-tail240.jsonl"}
 BEGIN, END = "<!-- bench/work.py -->", "<!-- /bench/work.py -->"
@@ -58,16 +60,15 @@ def load(trace: Path, n: int) -> list[dict]:
     ]
 
 
+def seed_tasks(tmp: Path, bare: Path, tasks: list[dict]) -> None:
+    """The bare repository's main: one commit holding every path of ``tasks``."""
+    seed_bare(tmp, sorted({p for t in tasks for p in t["paths"]}), bare=bare)
+
+
 def world(tmp: Path, tasks: list[dict]) -> Path:
-    bare, seed, clone = tmp / "remote.git", tmp / "seed", tmp / "clone"
+    bare, clone = tmp / "remote.git", tmp / "clone"
     git("init", "-q", "--bare", str(bare), cwd=tmp)
-    git("init", "-q", "-b", "main", str(seed), cwd=tmp)
-    for p in sorted({p for t in tasks for p in t["paths"]}):
-        (seed / p).parent.mkdir(parents=True, exist_ok=True)
-        (seed / p).write_text("x\n")
-    git("add", "-A", cwd=seed)
-    git("commit", "-q", "-m", "init", cwd=seed)
-    git("push", "-q", str(bare), "main", cwd=seed)
+    seed_tasks(tmp, bare, tasks)
     git("clone", "-q", str(bare), str(clone), cwd=tmp)
     git("config", "lease.remote", "origin", cwd=clone)
     return clone
@@ -128,14 +129,7 @@ def main(argv=None) -> int:
         END,
     ]
     if args.write:
-        doc = Path(args.write)
-        text = doc.read_text()
-        block = "\n".join(lines)
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text = text.rstrip("\n") + "\n\n## The queue runner on real histories\n\n" + block + "\n"
-        doc.write_text(text)
+        write_section(args.write, "\n".join(lines), BEGIN, END, heading="## The queue runner on real histories")
     return 0
 
 

@@ -62,6 +62,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -312,20 +313,23 @@ def wait_expired(remote: Path, pid: int, skew: float, deadline: float) -> float:
     return time.monotonic() - t0
 
 
-def leased_run(
-    fleet: Fleet,
-    *,
-    kill: bool = True,
-    midpush: bool = True,
-    restart_server: bool = True,
-    stop: bool = False,
-    timeout: float = 240,
-) -> dict:
-    """Two runners, and the faults: kill -9 the one running the slow task mid-task; kill -9 the one landing
-    the mid-push task while its landing push is held in the server's pre-receive (a flag file); each killed
-    runner restarted once its leases have expired (polled on the remote). Over git daemon or HTTP, the server
-    is killed and restarted once a third of the tasks are done. With ``stop``, then SIGSTOP the other runner
-    until every lease it holds has expired (plus the skew), and SIGCONT it."""
+@dataclass(frozen=True)
+class Faults:
+    """The faults a leased run injects (see leased_run)."""
+
+    kill: bool = True  # kill -9 the runner running the slow task mid-task
+    midpush: bool = True  # kill -9 the runner landing the mid-push task during its landing push
+    restart_server: bool = True  # git daemon or HTTP: kill the server and restart it
+    stop: bool = False  # SIGSTOP the other runner past its leases
+
+
+def leased_run(fleet: Fleet, inject: Faults = Faults(), *, timeout: float = 240) -> dict:
+    """Two runners, and the faults ``inject`` names: kill -9 the one running the slow task mid-task; kill -9 the
+    one landing the mid-push task while its landing push is held in the server's pre-receive (a flag file); each
+    killed runner restarted once its leases have expired (polled on the remote). Over git daemon or HTTP, the
+    server is killed and restarted once a third of the tasks are done. With ``stop``, then SIGSTOP the other
+    runner until every lease it holds has expired (plus the skew), and SIGCONT it."""
+    kill, midpush, restart_server, stop = inject.kill, inject.midpush, inject.restart_server, inject.stop
     a, b = fleet.clone("a"), fleet.clone("b")
     logs = {"a": fleet.root / "runner-a.log", "b": fleet.root / "runner-b.log"}
     offset = {name: 0 for name in logs}  # where each runner process's own lines start in its (appended) log
@@ -606,11 +610,8 @@ def run(
     fleet = None
     try:
         fleet = Fleet(root, tasks=tasks, seed=seed, ttl=ttl, workers=workers, transport=transport)
-        got = (
-            control_run(fleet)
-            if control
-            else leased_run(fleet, kill=kill, midpush=kill, restart_server=restart_server, stop=stop, timeout=timeout)
-        )
+        inject = Faults(kill=kill, midpush=kill, restart_server=restart_server, stop=stop)
+        got = control_run(fleet) if control else leased_run(fleet, inject, timeout=timeout)
         fleet.close()
         anomalies, counts = check(fleet.remote, fleet.tasks, fleet.ledger, list(fleet.clones.values()))
         return {

@@ -9,6 +9,9 @@ A property checks what the code does, never how fast."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from hypothesis import HealthCheck, settings
 
 SUITE = "suite"
@@ -21,3 +24,33 @@ settings.load_profile(SUITE)
 def examples(default: int, long: int) -> int:
     """``long`` when the long profile is loaded, else ``default``."""
     return long if settings.default.max_examples == settings.get_profile(LONG).max_examples else default
+
+
+def fuzz_settings(max_examples: int):
+    """A property of the fuzz tests: ``max_examples`` examples, fresh ones each run (no example database), no
+    deadline and no health check (the examples run real git)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+TALLY: dict[str, int] = {}  # outcomes seen, per property (printed with -s; GITLEASE_FUZZ_TALLY=1)
+
+
+def event(what: str) -> None:
+    """Count one outcome ``what`` of the running property."""
+    TALLY[what] = TALLY.get(what, 0) + 1
+
+
+@pytest.fixture(autouse=True)
+def tally(request):
+    """Outcomes counted afresh for each test (autouse where a fuzz module imports it); printed after it with
+    GITLEASE_FUZZ_TALLY=1 (and -s)."""
+    TALLY.clear()
+    yield
+    if os.environ.get("GITLEASE_FUZZ_TALLY"):
+        print(f"\n{request.node.name}: {dict(sorted(TALLY.items()))}")

@@ -566,22 +566,19 @@ def _http_main(root: str, port: int) -> int:
                         while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                             pass  # trailers
                         return
-                    left = size
-                    while left:
-                        data = self.rfile.read(min(left, 65536))
-                        if not data:
-                            raise ConnectionError("EOF in chunk")
-                        left -= len(data)
-                        yield data
+                    yield from self._exactly(size, "EOF in chunk")
                     self.rfile.readline(65537)  # CRLF after the chunk
             else:
-                left = int(self.headers.get("Content-Length") or 0)
-                while left:
-                    data = self.rfile.read(min(left, 65536))
-                    if not data:
-                        raise ConnectionError("EOF in body")
-                    left -= len(data)
-                    yield data
+                yield from self._exactly(int(self.headers.get("Content-Length") or 0), "EOF in body")
+
+        def _exactly(self, left: int, eof: str):
+            """Yield the next ``left`` bytes of the request, in pieces; ConnectionError(``eof``) if it ends first."""
+            while left:
+                data = self.rfile.read(min(left, 65536))
+                if not data:
+                    raise ConnectionError(eof)
+                left -= len(data)
+                yield data
 
         def _body(self, gzipped: bool):
             if not gzipped:

@@ -9,7 +9,7 @@ import os
 import threading
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, in_threads
 from helpers import Fleet
 from test_sweep import plant, sfleet  # noqa: F401  (the fixture is shared)
 
@@ -183,22 +183,12 @@ def plant_many(svc, n, *, ttl=60):
 def _concurrent_sweeps(fleet, names):
     sweepers = [Sweeper(fleet.agent(n)) for n in names]
     barrier = threading.Barrier(len(sweepers), timeout=60)
-    results, errs = [], []
 
     def go(s):
-        try:
-            barrier.wait()
-            results.append(s.sweep())
-        except Exception as exc:  # reported below
-            errs.append(exc)
+        barrier.wait()
+        return s.sweep()
 
-    threads = [threading.Thread(target=go, args=(s,)) for s in sweepers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errs, errs
-    return results
+    return in_threads(go, sweepers, timeout=300)
 
 
 def _assert_each_once(svc, ids, results):
@@ -215,35 +205,29 @@ def _assert_each_once(svc, ids, results):
     assert svc.store.list_refs() == {}
 
 
+def _reclaims_by_concurrent_sweepers(fleet, leases, names):
+    """``leases`` stale leases, swept by sweepers ``names`` at once: each reclaimed once, each with its entry."""
+    a = fleet.agent("a")
+    ids = plant_many(a, leases)
+    fleet.clock.advance(100)
+    _assert_each_once(a, ids, _concurrent_sweeps(fleet, names))
+
+
 def test_100_reclaims_by_4_concurrent_sweepers(tmp_path):
     """The local store (refs shared by 4 worktrees, one update-ref transaction per reclaim): fast. The same
     over a file:// remote and, bigger, over git daemon are the slow variants below (a push costs ~50 ms)."""
-    fleet = Fleet(tmp_path, None)
-    a = fleet.agent("a")
-    ids = plant_many(a, 100)
-    fleet.clock.advance(100)
-    results = _concurrent_sweeps(fleet, [f"sweeper{i}" for i in range(4)])
-    _assert_each_once(a, ids, results)
+    _reclaims_by_concurrent_sweepers(Fleet(tmp_path, None), 100, [f"sweeper{i}" for i in range(4)])
 
 
 @pytest.mark.slow
 def test_100_reclaims_by_4_concurrent_sweepers_over_file_remote(tmp_path, remote_file):
-    fleet = Fleet(tmp_path, remote_file.url)
-    a = fleet.agent("a")
-    ids = plant_many(a, 100)
-    fleet.clock.advance(100)
-    results = _concurrent_sweeps(fleet, [f"sweeper{i}" for i in range(4)])
-    _assert_each_once(a, ids, results)
+    _reclaims_by_concurrent_sweepers(Fleet(tmp_path, remote_file.url), 100, [f"sweeper{i}" for i in range(4)])
 
 
 @pytest.mark.slow
 def test_200_reclaims_by_6_concurrent_sweepers_two_sharing_a_writer(tmp_path, remote_daemon):
-    fleet = Fleet(tmp_path, remote_daemon.url)
-    a = fleet.agent("a")
-    ids = plant_many(a, 200)
-    fleet.clock.advance(100)
-    results = _concurrent_sweeps(fleet, ["s0", "s1", "s2", "s3", "shared", "shared"])
-    _assert_each_once(a, ids, results)
+    names = ["s0", "s1", "s2", "s3", "shared", "shared"]
+    _reclaims_by_concurrent_sweepers(Fleet(tmp_path, remote_daemon.url), 200, names)
 
 
 class FakeSigner(Signer):

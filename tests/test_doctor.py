@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, write_hook
 
 from gitlease.core.clock import FakeClock
 from gitlease.core.config import resolve
@@ -74,6 +74,14 @@ def test_human_output_is_one_line_per_check_for_the_configured_remote(remote_fil
     assert doctor_refs(remote_file.path) == ""
 
 
+def failed_doctor_behind(remote, cwd, hook: str):
+    """doctor from ``cwd`` against ``remote`` once its pre-receive hook is ``hook``: it fails (exit 1)."""
+    write_hook(remote.path, hook)
+    res, env, checks = run_doctor(cwd, remote.url)
+    assert res.returncode == 1
+    return res, env, checks
+
+
 def test_local_store(make_repo):
     work = make_repo()
     res = cli(work, "doctor", "--json")
@@ -86,14 +94,12 @@ def test_local_store(make_repo):
 
 def test_remote_refusing_custom_refs_fails(remote_file, make_repo):
     remote = remote_file  # (a server-side hook: the same on every transport)
-    hook = remote.path / "hooks" / "pre-receive"
-    hook.write_text(
+    res, env, checks = failed_doctor_behind(
+        remote,
+        make_repo(),
         '#!/bin/sh\nwhile read old new ref; do case "$ref" in refs/leases/*)\n'
-        '  echo "refs/leases/ is not allowed here" >&2; exit 1;; esac; done\n'
+        '  echo "refs/leases/ is not allowed here" >&2; exit 1;; esac; done\n',
     )
-    hook.chmod(0o755)
-    res, env, checks = run_doctor(make_repo(), remote.url)
-    assert res.returncode == 1
     assert env["error"]["kind"] == "doctor-failed" and "custom-refs" in env["error"]["message"]
     assert checks["custom-refs"]["status"] == "fail"
     assert "refused" in checks["custom-refs"]["message"]
@@ -117,14 +123,12 @@ def test_remote_without_atomic_fails(remote, make_repo):
 
 
 def test_remote_denying_deletes_fails_and_says_what_is_left(remote_file, make_repo):
-    hook = remote_file.path / "hooks" / "pre-receive"  # (receive.denyDeletes covers refs/heads/ only)
-    hook.write_text(
+    res, env, checks = failed_doctor_behind(  # (receive.denyDeletes covers refs/heads/ only)
+        remote_file,
+        make_repo(),
         '#!/bin/sh\nwhile read old new ref; do [ "$new" = 0000000000000000000000000000000000000000 ]'
-        ' && { echo "no deletes" >&2; exit 1; }; done; exit 0\n'
+        ' && { echo "no deletes" >&2; exit 1; }; done; exit 0\n',
     )
-    hook.chmod(0o755)
-    res, env, checks = run_doctor(make_repo(), remote_file.url)
-    assert res.returncode == 1
     assert checks["deletes"]["status"] == "fail" and "could not be released" in checks["deletes"]["message"]
     left = checks["cleanup"]["left"]
     assert checks["cleanup"]["status"] == "fail" and left
@@ -307,12 +311,11 @@ def test_sigterm_during_a_probe_cleans_up_and_exits_130(remote_file, make_repo, 
 
     fifo = tmp_path / "hook-running"
     os.mkfifo(fifo)
-    hook = remote_file.path / "hooks" / "pre-receive"  # holds the directory/file probe until we signal
-    hook.write_text(
+    write_hook(  # holds the directory/file probe until we signal
+        remote_file.path,
         f'#!/bin/sh\nwhile read old new ref; do case "$ref" in */df/sub) echo go > "{fifo}";'
-        " exec sleep 60;; esac; done; exit 0\n"
+        " exec sleep 60;; esac; done; exit 0\n",
     )
-    hook.chmod(0o755)
     exe = os.path.join(os.path.dirname(sys.executable), "git-lease")  # itself, not git's wrapper (which dies of
     proc = subprocess.Popen(
         [exe, "doctor", "--json", "--remote", remote_file.url],
@@ -337,16 +340,14 @@ def test_a_remote_that_forbids_rewinds_and_deletes_fails_deletes_only(remote_fil
     """Like gitolite's RW without +: creates and fast-forwards only. Lease refs are created, fast-forwarded
     (renewals) and deleted, so deletes fail, with the server's reason; the compare-and-swap probe (fast-forwards
     only) passes: the server's check is not what is wrong there."""
-    hook = remote_file.path / "hooks" / "pre-receive"
-    hook.write_text(
+    res, env, checks = failed_doctor_behind(
+        remote_file,
+        make_repo(),
         "#!/bin/sh\nz=0000000000000000000000000000000000000000\nwhile read old new ref; do\n"
         '  [ "$new" = $z ] && { echo "DENIED: delete $ref" >&2; exit 1; }\n'
         '  [ "$old" != $z ] && ! git merge-base --is-ancestor "$old" "$new" && { echo "DENIED: rewind" >&2; exit 1; }\n'
-        "done\nexit 0\n"
+        "done\nexit 0\n",
     )
-    hook.chmod(0o755)
-    res, env, checks = run_doctor(make_repo(), remote_file.url)
-    assert res.returncode == 1
     assert checks["compare-and-swap"]["status"] == "pass", checks["compare-and-swap"]
     assert checks["deletes"]["status"] == "fail" and "DENIED: delete" in checks["deletes"]["message"]
     assert [c["name"] for c in checks.values() if c["status"] == "fail"] == ["deletes", "cleanup"]

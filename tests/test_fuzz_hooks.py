@@ -24,7 +24,7 @@ import sys
 
 import pytest
 from conftest import cli, git
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_hooks import acquire, commit
 
@@ -32,7 +32,7 @@ from gitlease.core.errors import GitLeaseError
 from gitlease.enforce import claims as claims_mod
 from gitlease.enforce import server as receive
 from gitlease.enforce import verify
-from testing.fuzz import examples
+from testing.fuzz import event, examples, fuzz_settings, tally  # noqa: F401  (tally: an autouse fixture)
 
 HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 REF = re.compile(r"[^\x00-\x20\x7f]+")
@@ -41,17 +41,16 @@ CODES = {0, 1, 2, 4, 5, 6}  # docs/hooks.md, "Exit codes"
 BIN = os.path.dirname(sys.executable)
 
 
-TALLY: dict[str, int] = {}  # outcomes seen, per property (printed with -s; GITLEASE_FUZZ_TALLY=1)
-
-
-def event(what: str) -> None:
-    TALLY[what] = TALLY.get(what, 0) + 1
-
-
-def fuzz_settings(examples: int):
-    return settings(
-        max_examples=examples, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
-    )
+def judge(ok: bool, code: int, expectation, data) -> None:
+    """A hook's verdict on ``data`` against the model's ``expectation()``: a documented exit code always; a
+    refusal where the model refuses, a pass where it accepts (either where it says "any")."""
+    assert code in CODES
+    expected = expectation()
+    event(f"{expected} -> exit {code}")
+    if expected == "refuse":
+        assert not ok and code != 0, data
+    elif expected == "accept":
+        assert ok and code == 0, data
 
 
 def _env():
@@ -183,6 +182,13 @@ def _stdin(line, real_line, *, huge=b"", well_formed=st.nothing()):
     return st.one_of(lines, lines, lines, raw, big, well_formed, well_formed, well_formed)
 
 
+def _hook_input(world, line, fields):
+    """A hook's stdin: lines like ``line``, the world's bad line among them, 20,000 bad lines, or well-formed lines
+    of ``fields`` naming the world's commits."""
+    huge = (world.bad_line + "\n").encode() * 20000
+    return _stdin(line, world.bad_line, huge=huge, well_formed=_well_formed(world, fields))
+
+
 def _lines_of(data: bytes) -> list[str] | None:
     """What git's grammar says the input is: its non-empty lines (ref names are bytes, not always UTF-8)."""
     return [ln for ln in data.decode("utf-8", "surrogateescape").split("\n") if ln]
@@ -196,16 +202,9 @@ class PushWorld:
 
 
 @pytest.fixture
-def push_world(make_repo, tmp_path, monkeypatch):
+def push_world(pushing, monkeypatch):
     """A clone holding a lease on src: INSIDE (touches src/a) may be pushed, OUTSIDE (docs/x) may not."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    r = make_repo("pusher")
-    git(r, "remote", "add", "origin", bare.as_uri())
-    git(r, "push", "-q", "origin", "HEAD:main")
-    git(r, "fetch", "-q", "origin")
-    git(r, "config", "lease.remote", "origin")
-    assert cli(r, "install-hooks").returncode == 0
+    r, bare = pushing
     acquire(r, "src", ttl=86400)  # a run of this fuzz test outlasting the lease would refuse for that reason
     w = PushWorld()
     w.repo, w.url = r, bare.as_uri()
@@ -266,23 +265,10 @@ def check_pre_push(world, examples):
     line = _line(("ref", "oid", "ref", "oid"), oids, refs)
 
     @fuzz_settings(examples)
-    @given(
-        _stdin(
-            line,
-            world.bad_line,
-            huge=(world.bad_line + "\n").encode() * 20000,
-            well_formed=_well_formed(world, ("local", "oid", "remote", "oid")),
-        )
-    )
+    @given(_hook_input(world, line, ("local", "oid", "remote", "oid")))
     def prop(data):
         ok, code = run_pre_push(world, data)
-        assert code in CODES
-        expected = push_expectation(world, data)
-        event(f"{expected} -> exit {code}")
-        if expected == "refuse":
-            assert not ok and code != 0, data
-        elif expected == "accept":
-            assert ok and code == 0, data
+        judge(ok, code, lambda: push_expectation(world, data), data)
 
     prop()
 
@@ -382,22 +368,13 @@ class ReceiveWorld:
 
 
 @pytest.fixture
-def receive_world(make_repo, tmp_path, monkeypatch):
+def receive_world(origin, monkeypatch):
     """A bare remote where agent-a holds svc. Pushed-but-not-landed commits (in the object store, on no ref, as
     in git's quarantine): OUTSIDE touches svc/f (refused), FREE touches free/h, CLAIMED touches svc/g with a
     ``Lease:`` trailer naming a's lease."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    seed = make_repo("seed")
-    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    bare = origin.bare
     assert cli(bare, "install-hooks", "--server").returncode == 0
-    clones = []
-    for name in ("a", "b"):
-        path = tmp_path / name
-        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
-        git(path, "config", "lease.remote", "origin")
-        clones.append(path)
-    a, b = clones
+    a, b = origin("a"), origin("b")
     w = ReceiveWorld()
     w.lease = acquire(a, "svc", agent="agent-a", task="task-a")
     w.bare, w.b = bare, b
@@ -466,23 +443,10 @@ def check_pre_receive(world, examples):
     line = _line(("oid", "oid", "ref"), _oids(world), _refs())
 
     @fuzz_settings(examples)
-    @given(
-        _stdin(
-            line,
-            world.bad_line,
-            huge=(world.bad_line + "\n").encode() * 20000,
-            well_formed=_well_formed(world, ("oid", "oid", "remote")),
-        )
-    )
+    @given(_hook_input(world, line, ("oid", "oid", "remote")))
     def prop(data):
         ok, code = run_pre_receive(data)
-        assert code in CODES
-        expected = receive_expectation(world, data)
-        event(f"{expected} -> exit {code}")
-        if expected == "refuse":
-            assert not ok and code != 0, data
-        elif expected == "accept":
-            assert ok and code == 0, data
+        judge(ok, code, lambda: receive_expectation(world, data), data)
 
     prop()
 
@@ -726,11 +690,3 @@ def test_fuzz_one_walk_gains_what_a_walk_per_range_gains(dag):
         event(f"{len(want)} commits")
 
     prop()
-
-
-@pytest.fixture(autouse=True)
-def _tally(request):
-    TALLY.clear()
-    yield
-    if os.environ.get("GITLEASE_FUZZ_TALLY"):
-        print(f"\n{request.node.name}: {dict(sorted(TALLY.items()))}")

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 from conftest import cli, git
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_sshsig import (
     SSH_KEYGEN,
@@ -44,28 +44,11 @@ from gitlease.identity.signer import SshSigner
 from gitlease.identity.sshsig import wire
 from gitlease.identity.trust import INVALID, VERIFIED, Trust, _parse
 from gitlease.service.leases import LeaseService
-from testing.fuzz import examples
+from testing.fuzz import event, examples, fuzz_settings, tally  # noqa: F401  (tally: an autouse fixture)
 
 NS = "gitlease"
 KA, KB = in_process_key(7), in_process_key(8)
 A, B = KA.public_key(), KB.public_key()
-TALLY: dict[str, int] = {}
-
-
-def event(what: str) -> None:
-    TALLY[what] = TALLY.get(what, 0) + 1
-
-
-@pytest.fixture(autouse=True)
-def _tally(request):
-    TALLY.clear()
-    yield
-    if os.environ.get("GITLEASE_FUZZ_TALLY"):
-        print(f"\n{request.node.name}: {dict(sorted(TALLY.items()))}")
-
-
-def fuzz_settings(examples: int):
-    return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
@@ -538,20 +521,11 @@ def test_a_signature_for_the_admin_namespace_is_not_a_lease_signature():
 
 
 @pytest.fixture
-def guarded_signed(tmp_path, make_repo):
+def guarded_signed(tmp_path, origin):
     """A bare remote with the server hook; an admin clone that commits trust files; agent-a's signing clone."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    seed = make_repo("seed")
-    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
+    bare = origin.bare
     assert cli(bare, "install-hooks", "--server").returncode == 0
-    clones = []
-    for name in ("admin", "a"):
-        path = tmp_path / name
-        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
-        git(path, "config", "lease.remote", "origin")
-        clones.append(path)
-    admin, a = clones
+    admin, a = origin("admin"), origin("a")
     key = sshsig.generate_key(str(tmp_path / "key_a"), comment="agent-a")
     git(a, "config", "lease.signingKey", str(tmp_path / "key_a"))
     git(a, "config", "lease.agent", "agent-a")

@@ -224,6 +224,13 @@ def test_corrupt_local_state_refuses(repo):
     assert run(repo, "commit", "-q", "-m", "off").returncode == 0
 
 
+def assert_guards_src(r, outside):
+    """With a lease on src, the commit hook lets a commit inside it through and refuses one at ``outside``."""
+    acquire(r, "src")
+    assert commit(r, "src/a").returncode == 0
+    assert commit(r, outside).returncode == 1
+
+
 def test_first_commit_and_nothing_staged(tmp_path):
     r = tmp_path / "fresh"
     git(tmp_path, "init", "-q", str(r))
@@ -272,9 +279,7 @@ def test_recursion_guard_when_our_hook_is_its_own_legacy(make_repo):
     hooks = r / ".git" / "hooks"
     (hooks / "pre-commit.gitlease-legacy").write_bytes((hooks / "pre-commit").read_bytes())
     (hooks / "pre-commit.gitlease-legacy").chmod(0o755)
-    acquire(r, "src")
-    assert commit(r, "src/a").returncode == 0
-    assert commit(r, "nope").returncode == 1
+    assert_guards_src(r, "nope")
 
 
 def test_chain_survives_another_manager_moving_our_hook_aside(make_repo):
@@ -325,9 +330,7 @@ def test_core_hooks_path(make_repo):
     git(r, "config", "core.hooksPath", ".githooks")
     res = cli(r, "install-hooks")
     assert res.returncode == 0 and str(r / ".githooks" / "pre-commit") in res.stdout
-    acquire(r, "src")
-    assert commit(r, "src/a").returncode == 0
-    assert commit(r, "elsewhere").returncode == 1
+    assert_guards_src(r, "elsewhere")
 
 
 def test_install_refuses_to_overwrite_a_kept_hook(make_repo):
@@ -341,19 +344,6 @@ def test_install_refuses_to_overwrite_a_kept_hook(make_repo):
 
 
 # --------------------------------------------------------------------------------- pre-push
-
-
-@pytest.fixture
-def pushing(make_repo, tmp_path):
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    r = make_repo("pusher")
-    git(r, "remote", "add", "origin", bare.as_uri())
-    git(r, "push", "-q", "origin", "HEAD:main")
-    git(r, "fetch", "-q", "origin")
-    git(r, "config", "lease.remote", "origin")
-    assert cli(r, "install-hooks").returncode == 0
-    return r, bare
 
 
 def test_pre_push_inside_passes_outside_and_others_refused(pushing, make_repo):

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, not_released_by_another
 from helpers import Fleet
 
 from gitlease.core import errors
@@ -60,11 +60,9 @@ class Signed(Fleet):
         return LeaseService(repo, settings, clock=self.clock, signer=signer)
 
 
-@pytest.fixture(params=["local", "file"])
-def signed(request, tmp_path):
-    if request.param == "local":
-        return Signed(tmp_path, None)
-    return Signed(tmp_path, request.getfixturevalue("remote_file").url)
+@pytest.fixture
+def signed(tmp_path, store_url):
+    return Signed(tmp_path, store_url)
 
 
 def _forge(
@@ -124,41 +122,15 @@ def test_stored_signature_verifies_with_ssh_keygen(signed, tmp_path):
     blob = a.store.read([got.oid])[got.oid]
     (tmp_path / "lease.sig").write_bytes(blob.signature)
     (tmp_path / "allowed").write_text(f'a namespaces="gitlease" {signed.keys["a"].public_key()}\n')
-    res = subprocess.run(
-        [
-            SSH_KEYGEN,
-            "-Y",
-            "verify",
-            "-f",
-            str(tmp_path / "allowed"),
-            "-I",
-            "a",
-            "-n",
-            "gitlease",
-            "-s",
-            str(tmp_path / "lease.sig"),
-        ],
-        input=blob.record,
-        capture_output=True,
-    )
+
+    def keygen_verify(namespace):
+        allowed, sig = str(tmp_path / "allowed"), str(tmp_path / "lease.sig")
+        argv = [SSH_KEYGEN, "-Y", "verify", "-f", allowed, "-I", "a", "-n", namespace, "-s", sig]
+        return subprocess.run(argv, input=blob.record, capture_output=True)
+
+    res = keygen_verify("gitlease")
     assert res.returncode == 0, res.stderr
-    res = subprocess.run(
-        [
-            SSH_KEYGEN,
-            "-Y",
-            "verify",
-            "-f",
-            str(tmp_path / "allowed"),
-            "-I",
-            "a",
-            "-n",
-            "git",
-            "-s",
-            str(tmp_path / "lease.sig"),
-        ],
-        input=blob.record,
-        capture_output=True,
-    )
+    res = keygen_verify("git")
     assert res.returncode != 0
 
 
@@ -278,11 +250,7 @@ def test_forged_renewal_cli(tmp_path, remote_file):
 
 
 def test_release_and_renew_by_a_non_owner_are_refused(signed):
-    a, b = signed.agent("a"), signed.agent("b")
-    got = a.acquire(["svc"])
-    before = a.store.list_refs()
-    with pytest.raises(errors.NotHeld):
-        b.release(got.lease_id)
+    a, b, got, before = not_released_by_another(signed)
     # the same worktree, but configured with another (trusted) key: owner binding refuses it too
     impostor = signed.agent("a", key="b")
     for act in (impostor.release, impostor.renew):

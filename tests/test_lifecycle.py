@@ -20,7 +20,7 @@ import sys
 import time
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, read_terminal, wait_file
 from test_guard import edit
 from test_hooks import acquire
 from test_run import wait_dead
@@ -81,16 +81,6 @@ def world(tmp_path):
 
 def env():
     return dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"])
-
-
-def wait_file(path, proc=None, timeout=60.0):
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the runner ended first: {proc.returncode} {proc.communicate()}")
-        select.select([], [], [], 0.05)
-    return path.read_text().split()
 
 
 def agent_pidfds(pids_file, proc=None):
@@ -190,14 +180,8 @@ def _on_a_terminal(world, q, steps):
                 os.write(fd, b"\x03")
             else:
                 action()
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the terminal's last process is gone
-            break
-        if not chunk:
+        chunk = read_terminal(fd, 0.2)
+        if chunk is None:  # EOF, or EIO: the terminal's last process is gone
             break
         out += chunk
     _, status = os.waitpid(pid, 0)

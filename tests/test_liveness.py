@@ -356,7 +356,7 @@ def test_a_frozen_holder_tree_loses_its_lease_on_time_and_its_command_never_writ
     import signal
     import subprocess
 
-    from test_run import FAST, agent_repo, env, wait_dead
+    from test_run import FAST, GIT_LEASE, agent_repo, spawn, wait_dead
 
     from gitlease.core.config import resolve
     from gitlease.core.errors import HeldError
@@ -370,16 +370,7 @@ def test_a_frozen_holder_tree_loses_its_lease_on_time_and_its_command_never_writ
         'echo "$GITLEASE_LEASE $$"; read go; git lease progress "writing" || exit 6; '
         f'echo late > "{out}"; exec sleep 1000'
     )
-    proc = subprocess.Popen(
-        [os.path.join(os.path.dirname(__import__("sys").executable), "git-lease"), "run", "--scope", "svc", *FAST]
-        + ["--", "sh", "-c", command],
-        cwd=work,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    proc = spawn([GIT_LEASE, "run", "--scope", "svc", *FAST, "--", "sh", "-c", command], work, stdin=subprocess.PIPE)
     lease, cmd_pid = proc.stdout.readline().split()
     cmd_fd = os.pidfd_open(int(cmd_pid))
     client = AgentClient()
@@ -497,19 +488,13 @@ def test_progress_from_a_run_command_is_recorded_and_silence_stops_it(tmp_path, 
     (exit 6) by its own supervisor."""
     import subprocess
 
-    from test_run import agent_repo, env, wait_dead
+    from test_run import agent_repo, env, spawn, wait_dead
 
     work = agent_repo(tmp_path, remote_file.url)
     run = ["git", "lease", "run", "--renew-every", "1", "--grace", "1"]
     command = 'git lease progress "tests 40/120" >/dev/null || exit 9; echo "reported $GITLEASE_LEASE $$"; '
-    proc = subprocess.Popen(
-        [*run, "--scope", "svc", "--ttl", "30", "--", "sh", "-c", command + "read go"],
-        cwd=work,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
+    proc = spawn(
+        [*run, "--scope", "svc", "--ttl", "30", "--", "sh", "-c", command + "read go"], work, stdin=subprocess.PIPE
     )
     word, lease, _pid = proc.stdout.readline().split()
     assert word == "reported"
@@ -522,25 +507,8 @@ def test_progress_from_a_run_command_is_recorded_and_silence_stops_it(tmp_path, 
     _, err = proc.communicate(timeout=60)
     assert recorded == "tests 40/120" and proc.returncode == 0, err
     git(work, "config", "lease.progressTimeout", "6")  # now a command that goes silent after reporting once
-    proc = subprocess.Popen(
-        [
-            *run,
-            "--no-renew-agent",
-            "--scope",
-            "svc",
-            "--ttl",
-            "30",
-            "--",
-            "sh",
-            "-c",
-            command + 'trap "" TERM; exec sleep 1000',
-        ],
-        cwd=work,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    silent = command + 'trap "" TERM; exec sleep 1000'
+    proc = spawn([*run, "--no-renew-agent", "--scope", "svc", "--ttl", "30", "--", "sh", "-c", silent], work)
     word, lease, pid = proc.stdout.readline().split()
     fd = os.pidfd_open(int(pid))
     wait_dead([fd])  # silent since: stopped once the timeout (6 s) ran out

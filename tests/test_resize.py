@@ -5,8 +5,8 @@ import json
 import subprocess
 
 import pytest
-from conftest import cli, git
-from test_verify import guarded, remote  # noqa: F401  (fixtures)
+from conftest import cli, git, run_git
+from test_verify import guarded  # noqa: F401  (a fixture)
 
 from gitlease.core import errors
 from gitlease.core import record as records
@@ -223,26 +223,13 @@ def test_server_hook_accepts_extend_and_narrow_and_refuses_half_of_one(guarded):
 
     wider = replace(rec.next_version(rec.renewed + 1), paths=("lib", "svc", "zz"))
     oid = svc._write_version(wider, cur, "extend")
-    out = subprocess.run(
-        ["git", "push", "--porcelain", "--atomic", f"--force-with-lease={ref}:{cur}", "origin", f"{oid}:{ref}"],
-        cwd=a,
-        capture_output=True,
-        text=True,
+    out = run_git(
+        a, "push", "--porcelain", "--atomic", f"--force-with-lease={ref}:{cur}", "origin", f"{oid}:{ref}", check=False
     )
     assert out.returncode == 1 and "a renewal may not change paths" in out.stderr
-    out = subprocess.run(
-        [
-            "git",
-            "push",
-            "--porcelain",
-            "--atomic",
-            f"--force-with-lease={scope_ref('zz')}:",
-            "origin",
-            f"{got.oid}:{scope_ref('zz')}",
-        ],
-        cwd=a,
-        capture_output=True,
-        text=True,
+    zz = scope_ref("zz")
+    out = run_git(
+        a, "push", "--porcelain", "--atomic", f"--force-with-lease={zz}:", "origin", f"{got.oid}:{zz}", check=False
     )
     assert out.returncode == 1 and "created without their lease's id ref" in out.stderr
     svc.release(got.lease_id)

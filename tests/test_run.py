@@ -46,10 +46,16 @@ def agent_repo(base, url, name="a"):
     return path
 
 
-def start_run(cwd, *args):
+def spawn(argv, cwd, *, stdin=None):
+    """``argv`` started in ``cwd``, this venv's git-lease first on PATH, its output read as text from pipes
+    (``stdin``: subprocess.PIPE to write to it)."""
     return subprocess.Popen(
-        [GIT_LEASE, "run", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+        argv, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
     )
+
+
+def start_run(cwd, *args):
+    return spawn([GIT_LEASE, "run", *args], cwd)
 
 
 def started(proc):
@@ -230,15 +236,7 @@ def _frozen_holder_then_takeover(tmp_path, remote_file, push_cmd):
     git(work, "add", "svc.txt")
     git(work, "commit", "-q", "-m", "A's work")
     head = git(work, "rev-parse", "HEAD").strip()
-    pusher = subprocess.Popen(
-        ["sh", "-c", f"read go; exec {push_cmd}"],
-        cwd=work,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    pusher = spawn(["sh", "-c", f"read go; exec {push_cmd}"], work, stdin=subprocess.PIPE)
     pusher.send_signal(signal.SIGSTOP)
     b = other_agent(tmp_path, url, FakeClock(expires + 31))  # A's lease expired, beyond the skew margin
     got = b.acquire(["svc"])
@@ -287,14 +285,7 @@ def test_acquire_wait_cli_wakes_on_release_and_gives_up(tmp_path, remote_file):
     lease = json.loads(cli(a, "acquire", "--scope", "svc", "--json").stdout)["result"]["leaseId"]
     res = cli(b, "acquire", "--scope", "svc/x", "--wait", "1s")
     assert res.returncode == 3 and "gave up after waiting 1s" in res.stderr and lease in res.stderr
-    waiter = subprocess.Popen(
-        ["git", "lease", "acquire", "--scope", "svc/x", "--wait", "60s"],
-        cwd=b,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
+    waiter = spawn(["git", "lease", "acquire", "--scope", "svc/x", "--wait", "60s"], b)
     assert "waiting" in waiter.stderr.readline()  # refused once, now backing off
     assert cli(a, "release", lease).returncode == 0
     out, err = waiter.communicate(timeout=60)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, run_git
 from test_hooks import commit, write
 
 from gitlease.core import record as records
@@ -361,19 +361,8 @@ def test_i2_nothing_but_gitleases_own_shapes_under_the_lease_namespaces(tmp_path
     # an audit entry that does not continue the log, or forged, is refused
     forged = git(a, "commit-tree", git(a, "rev-parse", "HEAD^{tree}").strip(), "-m", "x").strip()
     old = remote_ref(guarded, "refs/leases-audit/a")
-    res = subprocess.run(
-        [
-            "git",
-            "push",
-            "--no-verify",
-            f"--force-with-lease=refs/leases-audit/a:{old}",
-            "origin",
-            f"{forged}:refs/leases-audit/a",
-        ],
-        cwd=a,
-        capture_output=True,
-        text=True,
-    )
+    lease = f"--force-with-lease=refs/leases-audit/a:{old}"
+    res = run_git(a, "push", "--no-verify", lease, "origin", f"{forged}:refs/leases-audit/a", check=False)
     assert res.returncode == 1 and "not a gitlease audit entry" in res.stderr
 
 

@@ -1,7 +1,7 @@
 """The lease protocol against every store kind: local refs, file://, git daemon, smart HTTP."""
 
 import pytest
-from conftest import git
+from conftest import git, not_released_by_another
 
 from gitlease.core import errors
 from gitlease.core.refnames import id_ref, scope_ref
@@ -85,11 +85,7 @@ def test_renew_after_retake_is_lost(fleet):
 
 
 def test_release_not_held_changes_nothing(fleet):
-    a, b = fleet.agent("a"), fleet.agent("b")
-    got = a.acquire(["svc"])
-    before = a.store.list_refs()
-    with pytest.raises(errors.NotHeld):
-        b.release(got.lease_id)
+    a, b, got, before = not_released_by_another(fleet)
     with pytest.raises(errors.NotHeld):
         b.renew(got.lease_id)
     assert a.store.list_refs() == before

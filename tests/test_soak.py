@@ -98,8 +98,9 @@ def test_server_log_parse_orders_by_prepare_and_keeps_unlogged_outcomes_uncertai
         serverlog.parse("garbage\n")
 
 
-def _two_leases(tmp_path):
-    """Real lease objects in a real bare store: a released lease on ``src`` and a held one on ``src/x``."""
+def _store(tmp_path, *, logged: bool = False):
+    """A real bare store (its transactions logged by the server's hook when ``logged``) and agent w0's service on
+    it, from a repository of its own. Returns (the bare store, the service)."""
     import subprocess
 
     from gitlease.core.config import resolve
@@ -108,10 +109,17 @@ def _two_leases(tmp_path):
 
     bare = tmp_path / "store.git"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    if logged:
+        serverlog.install(bare)
     work = tmp_path / "work"
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     repo = Repo.discover(str(work))
-    svc = LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent="w0", ttl=60))
+    return bare, LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent="w0", ttl=60))
+
+
+def _two_leases(tmp_path):
+    """Real lease objects in a real bare store: a released lease on ``src`` and a held one on ``src/x``."""
+    bare, svc = _store(tmp_path)
     a = svc.acquire(["src"])
     svc.release(a.lease_id)
     b = svc.acquire(["src/x"])
@@ -156,20 +164,9 @@ def test_checker_half_landed_grant_is_not_a_lease_but_renewing_it_is_an_anomaly(
 def test_checker_follows_extend_and_narrow(tmp_path):
     """A lease extended and narrowed (real pushes, logged by the server's reference-transaction hook): no
     anomaly; the same extend without its scope ref, or a grant overlapping an extended path, is one."""
-    import subprocess
-
-    from gitlease.core.config import resolve
     from gitlease.core.refnames import id_ref
-    from gitlease.core.repo import Repo
-    from gitlease.service.leases import LeaseService
 
-    bare = tmp_path / "store.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
-    serverlog.install(bare)
-    work = tmp_path / "work"
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    repo = Repo.discover(str(work))
-    svc = LeaseService(repo, resolve(repo.config, env={}, remote=bare.as_uri(), agent="w0", ttl=60))
+    bare, svc = _store(tmp_path, logged=True)
     early = svc.acquire(["docs/a"])
     svc.release(early.lease_id)
     got = svc.acquire(["src"])

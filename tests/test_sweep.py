@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import cli, git
+from conftest import cli, git, in_threads
 from helpers import Fleet
 
 from gitlease.core import errors
@@ -32,11 +32,9 @@ from gitlease.service.audit import read_log
 HOST = os.uname().nodename
 
 
-@pytest.fixture(params=["local", "file"])
-def sfleet(request, tmp_path):
-    if request.param == "local":
-        return Fleet(tmp_path, None)
-    return Fleet(tmp_path, request.getfixturevalue("remote_file").url)
+@pytest.fixture
+def sfleet(tmp_path, store_url):
+    return Fleet(tmp_path, store_url)
 
 
 def plant(
@@ -295,20 +293,7 @@ def test_two_sweepers_at_once_each_lease_once(tmp_path, request, kind):
     sweepers = [
         Sweeper(fleet.agent(f"sweeper{i}"), before_reclaim=lambda v, r: barrier.wait(), rotate=False) for i in range(2)
     ]  # the same order: both go for each lease at the same moment
-    results, errs = [], []
-
-    def go(s):
-        try:
-            results.append(s.sweep())
-        except Exception as exc:  # reported below
-            errs.append(exc)
-
-    threads = [threading.Thread(target=go, args=(s,)) for s in sweepers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errs, errs
+    results = in_threads(lambda s: s.sweep(), sweepers, timeout=60)
     won = [r.lease_id for sweep in results for r in sweep.results if r.outcome == "reclaimed"]
     lost = [r.outcome for sweep in results for r in sweep.results if r.outcome != "reclaimed"]
     assert sorted(won) == sorted(stale) and set(lost) <= {"gone"} and len(lost) == 3
@@ -595,14 +580,12 @@ def test_sweep_keys_from_git_config(make_repo):
     from gitlease.core.config import resolve
     from gitlease.core.repo import Repo
 
+    def sweep_settings():
+        s = resolve(Repo.discover(repo).config, env={})
+        return s.sweep_expired, s.sweep_missed_heartbeats, s.sweep_dead_holder, s.progress_timeout
+
     repo = make_repo("cfg")
-    settings = resolve(Repo.discover(repo).config, env={})
-    assert (
-        settings.sweep_expired,
-        settings.sweep_missed_heartbeats,
-        settings.sweep_dead_holder,
-        settings.progress_timeout,
-    ) == (True, True, True, None)
+    assert sweep_settings() == (True, True, True, None)
     for key, value in (
         ("lease.sweep.expired", "false"),
         ("lease.sweep.missedHeartbeats", "no"),
@@ -610,13 +593,7 @@ def test_sweep_keys_from_git_config(make_repo):
         ("lease.progressTimeout", "10m"),
     ):
         git(repo, "config", key, value)
-    settings = resolve(Repo.discover(repo).config, env={})
-    assert (
-        settings.sweep_expired,
-        settings.sweep_missed_heartbeats,
-        settings.sweep_dead_holder,
-        settings.progress_timeout,
-    ) == (False, False, False, 600)
+    assert sweep_settings() == (False, False, False, 600)
     git(repo, "config", "lease.sweep.expired", "maybe")
     with pytest.raises(errors.ConfigError):
         resolve(Repo.discover(repo).config, env={})

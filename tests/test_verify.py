@@ -12,39 +12,20 @@ from gitlease.core import record as records
 from gitlease.core.objects import ObjectWriter, ident_for
 
 
-@pytest.fixture
-def remote(tmp_path, make_repo):
-    """A bare remote with a main branch; agents' clones keep their leases on it (lease.remote=origin)."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    seed = make_repo("seed")
-    git(seed, "push", "-q", bare.as_uri(), "HEAD:main")
-    clones = iter(range(100))
-
-    def clone(name=None):
-        path = tmp_path / (name or f"clone{next(clones)}")
-        git(tmp_path, "clone", "-q", "-b", "main", bare.as_uri(), str(path))
-        git(path, "config", "lease.remote", "origin")
-        return path
-
-    clone.bare = bare
-    return clone
-
-
 def verify(repo, *args):
     res = cli(repo, "verify", "--json", *args)
     return res, json.loads(res.stdout)
 
 
-def test_no_verify_commit_pushed_is_refused_by_verify(remote):
-    agent = remote("agent")
+def test_no_verify_commit_pushed_is_refused_by_verify(origin):
+    agent = origin("agent")
     lease = acquire(agent, "services/billing")
     git(agent, "switch", "-q", "-c", "task")
     assert commit(agent, "services/billing/a.py", msg=f"billing\n\nLease: {lease}").returncode == 0
     assert commit(agent, "docs/x.md", msg=f"sneaky\n\nLease: {lease}", extra=("--no-verify",)).returncode == 0
     git(agent, "push", "-q", "--no-verify", "origin", "task")
 
-    ci = remote("ci")
+    ci = origin("ci")
     git(ci, "switch", "-q", "task")
     res, env = verify(ci, "--base", "origin/main")
     assert res.returncode == 4 and not env["ok"] and env["error"]["kind"] == "scope-violation"
@@ -64,14 +45,14 @@ def test_no_verify_commit_pushed_is_refused_by_verify(remote):
     assert res.stdout.strip() == (f"verify ok: 1 path in 1 commit (origin/main..HEAD~1), lease {lease} (from flag)")
 
 
-def test_verify_finds_the_lease_in_the_branch_name_and_checks_others(remote):
-    a, b = remote("a"), remote("b")
+def test_verify_finds_the_lease_in_the_branch_name_and_checks_others(origin):
+    a, b = origin("a"), origin("b")
     lease = acquire(a, "svc")
     theirs = acquire(b, "lib", agent="agent-b", task="task-b")
     git(a, "switch", "-q", "-c", f"agent/{lease}")
     assert commit(a, "svc/x", "lib/y", extra=("--no-verify",)).returncode == 0
     git(a, "push", "-q", "--no-verify", "origin", f"agent/{lease}")
-    ci = remote("ci")
+    ci = origin("ci")
     git(ci, "switch", "-q", f"agent/{lease}")
     res, env = verify(ci, "--head", f"agent/{lease}")
     assert res.returncode == 4 and env["error"]["details"]["foundBy"] == "branch"
@@ -86,12 +67,12 @@ def test_verify_finds_the_lease_in_the_branch_name_and_checks_others(remote):
     assert res.returncode == 2
     # a lease that is gone refuses (it must be active while CI checks the change)
     assert cli(a, "release", lease).returncode == 0
-    res, env = verify(remote("ci2"), "--base", "origin/main", "--head", f"origin/agent/{lease}", "--lease", lease)
+    res, env = verify(origin("ci2"), "--base", "origin/main", "--head", f"origin/agent/{lease}", "--lease", lease)
     assert res.returncode == 4 and f"lease {lease} is not on the lease store" in env["error"]["details"]["notes"]
 
 
-def test_verify_fails_closed_when_store_unreachable(remote, tmp_path):
-    ci = remote("ci")
+def test_verify_fails_closed_when_store_unreachable(origin, tmp_path):
+    ci = origin("ci")
     assert commit(ci, "x", extra=("--no-verify",)).returncode == 0
     res, env = verify(ci, "--remote", str(tmp_path / "nowhere.git"))
     assert res.returncode == 1 and env["error"]["kind"] == "remote-unavailable"
@@ -103,10 +84,10 @@ def test_verify_fails_closed_when_store_unreachable(remote, tmp_path):
 
 
 @pytest.fixture
-def guarded(remote):
-    res = cli(remote.bare, "install-hooks", "--server")
+def guarded(origin):
+    res = cli(origin.bare, "install-hooks", "--server")
     assert res.returncode == 0 and "pre-receive: installed" in res.stdout, res.stderr
-    return remote
+    return origin
 
 
 def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
@@ -219,7 +200,7 @@ def test_pre_receive_refuses_improper_lease_versions(guarded):
     assert git(guarded.bare, "for-each-ref", "refs/leases/") == ""
 
 
-def test_server_hook_command_for_gitea_and_gitlab(remote):
+def test_server_hook_command_for_gitea_and_gitlab(origin):
     """``git lease server-hook pre-receive`` (what a Gitea/GitLab hook script calls) reads refs on stdin."""
     import subprocess
     import sys
@@ -228,7 +209,7 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     line = f"{'0' * 40} {'1' * 40} refs/leases/junk\n"
     res = subprocess.run(
         ["git", "lease", "server-hook", "pre-receive"],
-        cwd=remote.bare,
+        cwd=origin.bare,
         input=line,
         capture_output=True,
         text=True,
@@ -243,7 +224,7 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     ]
     res = subprocess.run(
         ["git", "lease", "server-hook", "pre-receive", "--json"],
-        cwd=remote.bare,
+        cwd=origin.bare,
         input="",
         capture_output=True,
         text=True,
@@ -252,16 +233,16 @@ def test_server_hook_command_for_gitea_and_gitlab(remote):
     assert res.returncode == 0 and json.loads(res.stdout)["ok"]
 
 
-def test_reserved_probe_refs_pass_the_server_hook_only_in_doctors_shape(remote, monkeypatch):
+def test_reserved_probe_refs_pass_the_server_hook_only_in_doctors_shape(origin, monkeypatch):
     """Doctor's probe refs (refs/leases/doctor/) pass the server hook when they are doctor's own shape (a
     parentless commit holding only doctor.txt); nothing else may be parked there (issue 16, item 2)."""
     from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC
     from gitlease.enforce import server as receive
 
-    w = ObjectWriter(os.path.join(remote.bare, "objects"))
+    w = ObjectWriter(os.path.join(origin.bare, "objects"))
     probe = w.commit(w.tree({PROBE_FILE: w.blob(PROBE_MAGIC + b"x\n")}), (), "d <d@x>", 1_800_000_000, "probe")
-    parked = git(remote.bare, "rev-parse", "main").strip()
-    monkeypatch.chdir(remote.bare)
+    parked = git(origin.bare, "rev-parse", "main").strip()
+    monkeypatch.chdir(origin.bare)
     ref = "refs/leases/doctor/20261202T000000Z-cafe/x"
     assert receive.check_lease_updates([("0" * 40, probe, ref)]) == []
     (why,) = receive.check_lease_updates([("0" * 40, parked, ref)])

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import read_terminal, wait_file
 
 from testing.gitutil import cli, git, seed_bare
 
@@ -127,22 +128,9 @@ def test_a_queue_lands_each_task_once_claim_and_scope_in_one_push(world):
         {"id": "t2", "paths": ["src/b/y.py"], "log": str(log)},
         {"id": "t3", "paths": ["src/a/x.py", "docs/guide.md"], "log": str(log)},  # waits for t1's scope
     ]
-    a = world.clone("a")
-    q = world.queue(tasks)
-    res = work(
-        a,
-        str(q),
-        "--workers",
-        "2",
-        "--land",
-        "main",
-        "--verify",
-        "test -f src/a/x.py",
-        "--",
-        *world.command,
-        "{id}",
-        "{path}",
-    )
+    a, q = world.clone("a"), world.queue(tasks)
+    options = ("--workers", "2", "--land", "main", "--verify", "test -f src/a/x.py")
+    res = work(a, str(q), *options, "--", *world.command, "{id}", "{path}")
     assert res.returncode == 0, res.stdout + res.stderr
     assert sorted(world.landed()) == ["task t1", "task t2", "task t3"]
     assert world.landed().index("task t1") < world.landed().index("task t3")
@@ -212,22 +200,9 @@ def test_failures_requeue_up_to_attempts_and_name_the_kept_work(world):
         {"id": "unverified", "paths": ["lib/k.py"]},  # the verifier refuses it every time
     ]
     tasks[2]["lose"] = str(world.remote)
-    a = world.clone("a")
-    q = world.queue(tasks)
-    res = work(
-        a,
-        str(q),
-        "--land",
-        "main",
-        "--attempts",
-        "2",
-        "--backoff",
-        "0",
-        "--verify",
-        'test "$GITLEASE_TASK" != unverified',
-        "--",
-        *world.command,
-    )
+    a, q = world.clone("a"), world.queue(tasks)
+    options = ("--land", "main", "--attempts", "2", "--backoff", "0", "--verify", 'test "$GITLEASE_TASK" != unverified')
+    res = work(a, str(q), *options, "--", *world.command)
     assert res.returncode == 1, res.stdout + res.stderr
     assert res.stderr.strip().splitlines() == [
         "git-lease: 2 tasks failed: bad unverified (git lease work --status " + str(q) + ")"
@@ -373,11 +348,13 @@ def test_ctrl_c_finishes_running_tasks_releases_and_exits_130_then_a_restart_res
 def test_a_second_ctrl_c_stops_the_command_and_quarantines_its_work(world):
     a = world.clone("a")
     q = world.queue([{"id": "h1", "paths": ["src/a/x.py"], "hang": True}])
-    (world.root / "pre.sh").write_text("echo partial >> src/a/x.py\n")
+    edited = world.root / "edited"  # the command's work is in its worktree (the runner's line comes before it)
+    (world.root / "pre.sh").write_text(f"echo partial >> src/a/x.py && touch '{edited}'\n")
     proc = _start(
         a, str(q), "--land", "main", "--", "sh", "-c", f"sh {world.root / 'pre.sh'} && " + " ".join(world.command)
     )
     _wait_for(proc, "running h1")
+    wait_file(edited, proc)
     proc.send_signal(signal.SIGINT)
     _wait_for(proc, "taking no more tasks")
     proc.send_signal(signal.SIGINT)
@@ -527,7 +504,6 @@ def test_on_a_terminal_a_live_view_shows_each_worker_its_task_and_scope(world):
     """Under a pseudo-terminal: worker lines (state, task, scope), the counts line, events scrolling above
     them, the summary at the end. The view redraws on every notable event, so no timing is relied on."""
     import pty
-    import select
 
     a = world.clone("a")
     q = world.queue([{"id": "v1", "paths": ["src/a/x.py"]}, {"id": "v2", "paths": ["src/b/y.py"]}])
@@ -558,17 +534,10 @@ def test_on_a_terminal_a_live_view_shows_each_worker_its_task_and_scope(world):
     out = b""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([leader], [], [], 1)
-        if ready:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's last writer closed it
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif proc.poll() is not None:
+        chunk = read_terminal(leader, 1)
+        if chunk is None or (not chunk and proc.poll() is not None):  # closed, or nothing came and it is over
             break
+        out += chunk
     os.close(leader)
     assert proc.wait(30) == 0, out.decode(errors="replace")
     text = out.decode(errors="replace")
