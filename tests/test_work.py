@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import read_terminal, wait_file
 
+from gitlease.core.errors import GitLeaseError
 from testing.gitutil import cli, git, seed_bare
 
 FILES = ["src/a/x.py", "src/b/y.py", "src/c/z.py", "docs/guide.md", "docs/api.md", "lib/k.py"]
@@ -21,7 +22,8 @@ FILES = ["src/a/x.py", "src/b/y.py", "src/c/z.py", "docs/guide.md", "docs/api.md
 # The fake agent: reads the task on stdin, appends a line to each of its paths, commits. Behaviour by the
 # task's own fields: "fail" (exit 1 on attempts up to N), "crash" (SIGKILL itself on attempt 1), "stray" (also
 # edit that path, committed with --no-verify), "lose" (delete its lease's refs on the remote: the lease is
-# lost, on attempt 1), "wait" (wait for that file to appear first), "hang" (never end).
+# lost, on attempt 1), "wait" (wait for that file to appear first), "hang" (never end), "forget" (take its
+# lease out of its worktree's held.json, then exit 1: on attempt 1).
 AGENT = r"""
 import json, os, signal, subprocess, sys, time
 task = json.load(sys.stdin)
@@ -55,6 +57,15 @@ if task.get("wait"):
         time.sleep(0.05)
 if task.get("hang"):
     time.sleep(3600)
+if task.get("forget") and attempt == 1:
+    git_dir = subprocess.run(["git", "rev-parse", "--git-dir"], capture_output=True, text=True).stdout.strip()
+    held = os.path.join(git_dir, "gitlease", "held.json")
+    with open(held) as fh:
+        doc = json.load(fh)
+    doc["leases"].pop(os.environ["GITLEASE_LEASE"])
+    with open(held, "w") as fh:
+        json.dump(doc, fh)
+    sys.exit(1)
 if attempt <= task.get("fail", 0):
     sys.exit(1)
 if task.get("crash") and attempt == 1:
@@ -847,3 +858,61 @@ def test_a_claim_whose_push_landed_unseen_is_settled_at_the_next_read(world):
     lines = [e.line() for e in events]
     assert summary.done == ["g1"], lines
     assert any(f"an unclear claim of this runner ({ghost.lease_id}) settled" in line for line in lines), lines
+
+
+def test_a_claim_left_on_the_store_by_an_ended_attempt_is_settled_at_the_next_read(world):
+    """An attempt ended and its release did not take the claim off the store (here its worktree's held.json
+    lost the lease, so the release finds nothing to give back; in a 10-worker run, a worktree that git failed
+    to add): the claim is this process's and no attempt is on it, so the next planning step releases it, and
+    the task's next attempt runs at once instead of waiting for the lease to expire (600 s here)."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    events: list = []
+    stopper: list = []
+
+    def hook(runner):  # bounded: a claim left until it expires would hold the task past this
+        t = threading.Timer(90, lambda: (runner.request_stop(), runner.request_stop()))
+        t.daemon = True
+        stopper.append(t)
+        t.start()
+
+    try:
+        summary = run_queue(str(a), [{"id": "f1", "paths": ["src/a/x.py"], "forget": True}], command=world.command,
+                            land="main", ttl=600, backoff=0, on_event=events.append, runner_hook=hook)  # fmt: skip
+    finally:
+        stopper[0].cancel()
+    lines = [e.line() for e in events]
+    assert summary.done == ["f1"], lines
+    assert any("an unclear claim of this runner" in line and "settled" in line for line in lines), lines
+    assert world.lease_refs() == []
+
+
+def test_an_attempt_that_fails_right_after_its_worktree_is_added_releases_its_own_claim(world, monkeypatch):
+    """The step after `git worktree add` fails (in a 10-worker run: git listing the worktrees while another
+    was half made): the lease has moved into the new worktree's held state, and the attempt releases it from
+    there itself; nothing is left for the runner to settle and the next attempt runs at once."""
+    from gitlease.work.runner import run_queue
+    from gitlease.worktree.manager import WorktreeManager
+
+    real = WorktreeManager.mark_busy
+    calls: list[str] = []
+
+    def once(self, workspace, command):
+        calls.append(workspace)
+        if len(calls) == 1:
+            raise GitLeaseError("git worktree failed: failed to read .git/worktrees/x/commondir: Success")
+        return real(self, workspace, command)
+
+    monkeypatch.setattr(WorktreeManager, "mark_busy", once)
+    a = world.clone("a")
+    events: list = []
+    summary = run_queue(str(a), [{"id": "m1", "paths": ["src/a/x.py"]}], command=world.command, land="main",
+                        ttl=600, backoff=0, on_event=events.append)  # fmt: skip
+    lines = [e.line() for e in events]
+    assert summary.done == ["m1"], lines
+    assert any("retry m1: git worktree failed" in line for line in lines), lines
+    assert not any("unclear claim" in line for line in lines), lines
+    assert world.lease_refs() == []

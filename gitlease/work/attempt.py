@@ -118,6 +118,7 @@ class TaskAttempt:
         with r._lock:
             r.ran += 1
             r._granted.add(self.lease_id)
+            r._attempting.add(self.lease_id)
         rec = self.holding.record
         self.emit("claimed", lease=self.lease_id, scope=" ".join(rec.paths), attempt=self.number)
         if not self.holding.piggybacked:  # its outcome moved meanwhile: finished or re-queued by another runner
@@ -134,6 +135,8 @@ class TaskAttempt:
             with r._lock:
                 r.busy += spent
                 self.st.busy += spent
+                # ended: a claim of it still on the store (its release failed quietly) is the runner's to settle
+                r._attempting.discard(self.lease_id)
 
     def _parent(self) -> str | None:
         """The outcome this attempt's first outcome replaces: the one read, or one the runner ignored (its
@@ -192,10 +195,12 @@ class TaskAttempt:
         try:
             base_ref, base_oid = r._fetch_base()
             self.att = self.manager.add(self.lease_id, base=base_oid, branch=branch_name(task.id, self.lease_id))
+            # the lease now lives in the worktree's held state: renewed and released from there, also when the
+            # next step fails (released from the clone, it was "not held" and stayed on the store)
+            holding.move(r._task_service(holding.svc, task, self.att.path))
             # bound to this process until given back (also between the release and the give-back): a
             # restarted runner prunes it only once this one is dead (Runner._prune_dead)
             self.manager.mark_busy(self.att.id, f"git lease work: task {task.id}")
-            holding.move(r._task_service(holding.svc, task, self.att.path))
             progress = ProgressFile(progress_file(holding.svc.held.folder, self.lease_id), self._progress)
             # waits in real time, also under an injected clock: a test clock then moves only when the runner
             # itself waits (backoff, polling), never in a renewal loop of its own

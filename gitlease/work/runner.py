@@ -127,6 +127,7 @@ class Runner:
         self._outcomes = Outcomes(self.svc)
         self._inflight: set[str] = set()
         self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
+        self._attempting: set[str] = set()  # the leases of attempts not ended yet
         self._unreleased: dict[str, LeaseService] = {}  # leases whose release failed: the store unreachable
         self._refused_releases: set[str] = set()  # leases whose release the store refused: left to the sweep
         # worktrees such a lease still binds: given back once its release goes through (_retry_releases)
@@ -416,7 +417,11 @@ class Runner:
         ]
         if not ready:
             return "wait"
-        the_plan = plan([t.plan_task() for t in ready], blocking_leases(snap, now, skew))
+        # this runner's own tasks in flight block what overlaps them even before their claims are listed: a
+        # claim that the store would refuse is not pushed
+        by_task = {t.id: t for t in tasks}
+        mine = [(f"task {tid} (this runner)", tuple(by_task[tid].scope)) for tid in sorted(busy_here) if tid in by_task]
+        the_plan = plan([t.plan_task() for t in ready], blocking_leases(snap, now, skew) + mine)
         by_id = {t.id: t for t in ready}
         head = the_plan.blocked[0] if the_plan.blocked else None
         with self._lock:
@@ -433,15 +438,21 @@ class Runner:
         return "wait"
 
     def _settle_unclear_claim(self, svc: LeaseService, n: int, task_id: str, v) -> bool:
-        """A claim this very process made whose acquire never said so (its push landed after the client gave up:
-        the store went away meanwhile): nobody works on it, so it is released now, not left blocking the task
-        until it expires. True when it was."""
+        """A claim this very process made that no attempt of it is on: its acquire never said so (the push landed
+        after the client gave up: the store went away meanwhile), or its attempt ended and the release did not
+        take it off the store. Nobody works on it, so it is released now, not left blocking the task until it
+        expires. True when it was."""
         rec = v.record
         if rec is None or rec.owner.pid != os.getpid() or rec.owner.host != os.uname().nodename:
             return False
         with self._lock:
-            if task_id in self._inflight or v.lease_id in self._granted:
-                return False  # an attempt of this runner is on it (or was: its own release settles it)
+            if (
+                task_id in self._inflight
+                or v.lease_id in self._attempting
+                or v.lease_id in self._unreleased
+                or v.lease_id in self._refused_releases
+            ):
+                return False  # an attempt of this runner is on it; its release is retried, or refused for good
         tsvc = LeaseService(
             svc.repo, dataclasses.replace(svc.settings, task=task_id), clock=self.clock, signer=svc.signer
         )
@@ -655,7 +666,10 @@ class Runner:
         branch = self._base_branch()
         tracking = f"refs/remotes/{self.remote}/{branch}" if re.fullmatch(r"[\w.-]+", self.remote) else None
         dst = tracking or f"refs/gitlease/work-base/{branch}"
-        with self._fetch_lock:
+        from gitlease.worktree.manager import pool_lock
+
+        # shared with the other fetches, not during a `git worktree add` (fetch walks every worktree's HEAD)
+        with self._fetch_lock, pool_lock(self.svc.repo, shared=True):
             cwd = self.svc.repo.cwd
             err = gitq.fetch_ref(cwd, self.remote, f"refs/heads/{branch}", dst, timeout=self.svc.settings.timeout * 4)
             oid = gitq.rev_parse(cwd, dst) if err is None else None

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -199,6 +200,34 @@ class PruneAction:
 # ------------------------------------------------------------------------------- manager
 
 
+_POOL_HELD = threading.local()  # the pool locks this thread holds (path -> depth): taken once, nested freely
+
+
+@contextlib.contextmanager
+def pool_lock(repo: Repo, *, shared: bool = False) -> Iterator[None]:
+    """The pool lock of ``repo``'s worktrees: exclusive for what changes worktrees, shared for a reader. git
+    reads every worktree's admin files in ``worktree list`` and ``lock``, ``fetch`` (its connectivity check walks
+    every worktree's HEAD) and more, and fails on a half-made one of a concurrent ``git worktree add`` ("failed
+    to read .../commondir", "bad object worktrees/<id>/HEAD"). Re-entrant within a thread (an flock taken
+    twice by one process through two files would wait for itself); the outer mode holds."""
+    path = os.path.join(repo.shared_dir(), POOL_LOCK)
+    held: dict[str, int] = getattr(_POOL_HELD, "depth", None) or {}
+    _POOL_HELD.depth = held
+    if held.get(path):
+        held[path] += 1
+        try:
+            yield
+        finally:
+            held[path] -= 1
+        return
+    with locked(path, shared=shared):
+        held[path] = 1
+        try:
+            yield
+        finally:
+            held[path] = 0
+
+
 class WorktreeManager:
     def __init__(self, service: LeaseService) -> None:
         self.svc = service
@@ -223,17 +252,14 @@ class WorktreeManager:
             name = name[:-4]
         return os.path.join(os.path.dirname(main), f"{name}.worktrees")
 
-    @contextlib.contextmanager
-    def _pool_lock(self, *, shared: bool = False) -> Iterator[None]:
-        """The pool lock: exclusive for what changes worktrees, shared for a reader (``list``), which would
-        otherwise see a half-made worktree of a concurrent ``git worktree add`` and fail."""
-        with locked(os.path.join(self.repo.shared_dir(), POOL_LOCK), shared=shared):
-            yield
+    def _pool_lock(self, *, shared: bool = False) -> contextlib.AbstractContextManager[None]:
+        return pool_lock(self.repo, shared=shared)
 
     # ------------------------------------------------------------------------------ listing
     def worktrees(self) -> list[Worktree]:
         """Every linked worktree of the repository (not the main one)."""
-        listed = {os.path.realpath(w["worktree"]): w for w in gitq.worktree_list(self.repo.cwd)}
+        with self._pool_lock(shared=True):
+            listed = {os.path.realpath(w["worktree"]): w for w in gitq.worktree_list(self.repo.cwd)}
         out = []
         admin = os.path.join(self.repo.common_dir, "worktrees")
         for name in sorted(os.listdir(admin)) if os.path.isdir(admin) else []:
@@ -607,8 +633,9 @@ class WorktreeManager:
         gitq.checkout_new_branch(wt.path, branch, base_oid)
         if old_branch and old_branch != branch and old_tip:
             _delete_branch_if_contained(wt.path, old_branch, old_tip)
-        gitq.worktree_unlock(self.repo.cwd, wt.path)
-        gitq.worktree_lock(self.repo.cwd, wt.path, reason)
+        with self._pool_lock():  # git worktree lock/unlock read every worktree's admin files: not during an add
+            gitq.worktree_unlock(self.repo.cwd, wt.path)
+            gitq.worktree_lock(self.repo.cwd, wt.path, reason)
         return wt.meta
 
     def _configure(self, path: str) -> None:
@@ -738,7 +765,8 @@ class WorktreeManager:
         there may delete: ``git worktree repair``). True when it was missing and is back."""
         if os.path.exists(os.path.join(path, ".git")) or not os.path.isdir(path):
             return False
-        gitq.worktree_repair(self.repo.cwd, path)
+        with self._pool_lock():
+            gitq.worktree_repair(self.repo.cwd, path)
         return os.path.exists(os.path.join(path, ".git"))
 
     def give_back(self, workspace: str, *, quarantine_only: bool = False) -> tuple[str, str | None]:
