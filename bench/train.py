@@ -1,23 +1,31 @@
 """The landing train at 1, 5, 10 and 20 workers: ``git lease work`` over ``git daemon`` (the server hook
 installed), the last 30 commits of the requests trace as a queue (their paths, file granularity), and a fake
-agent that works a fixed time per task (``--agent-seconds``, 2 s) then edits and commits its paths.
+agent that works a fixed time per task (``--agent-seconds``, 2 s) then edits and commits its paths; and the
+same number of tasks with one file each, no two overlapping (``disjoint``): what the runner does when the queue
+itself does not serialise the work.
 
-Reported per worker count, from one run each on this machine: the makespan; the throughput (tasks a minute) and
-its ratio to the 5-worker run; the share of worker time spent landing (landing seconds over busy seconds: claim
-to release); the agent runs (one a task means no agent ran again for a landing fault), the landing pushes the
-train made and the non-fast-forward retries. The targets (issue 32): 10 workers at least 1.5x the throughput of
-5, landing under 20 % of worker time at 10, no agent re-run caused by landing.
+Reported per queue and worker count, from one run each on this machine: the makespan; the throughput (tasks a
+minute) and its ratio to the 5-worker run; the share of worker time spent landing (landing seconds over busy
+seconds: claim to release); the agent runs (``running`` events: one a task means no agent ran again), the
+claims (a claim given back unrun, its task finished meanwhile by another worker, is one more), the landing
+pushes the train made and the non-fast-forward retries. Per queue, its longest chain of tasks each overlapping
+an earlier one (the lease rule runs a chain one after another: no worker count finishes it faster than the chain
+times one task's time at one worker). The targets: 10 workers at least 1.5x the throughput of 5, landing under
+20 % of worker time at 10, no agent re-run caused by landing.
 
-    python bench/train.py [--tasks 30] [--workers 1,5,10,20] [--agent-seconds 2] [--write docs/performance.md]
+    python bench/train.py [--tasks 30] [--workers 1,5,10,20] [--agent-seconds 2] [--queues trace,disjoint]
+                          [--write docs/performance.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,40 +37,112 @@ from testing.benchdoc import write_section  # noqa: E402
 from testing.servers import GitDaemon  # noqa: E402
 
 TRACE = ROOT / "tests/data/requests-tail240.jsonl"
+CORES = os.cpu_count() or 1
 BEGIN, END = "<!-- bench/train.py -->", "<!-- /bench/train.py -->"
 
 
-def load(n: int, seconds: float) -> list[dict]:
+def load(queue: str, n: int, seconds: float) -> list[dict]:
+    if queue == "disjoint":
+        return [{"id": f"d{i:02d}", "paths": [f"pkg/m{i:02d}.py"], "work": seconds} for i in range(n)]
     rows = [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()][-n:]
     return [{"id": f"c{i:02d}-{r['id'][:8]}", "paths": r["paths"], "work": seconds} for i, r in enumerate(rows)]
 
 
-def run_one(daemon: GitDaemon, tmp: Path, tasks: list[dict], workers: int, agent: Path) -> dict:
-    name = f"w{workers}.git"
+def chain(tasks: list[dict]) -> int:
+    """The longest run of tasks, in queue order, each sharing a path with the one before it in the run."""
+    depth: list[int] = []
+    for i, t in enumerate(tasks):
+        mine = set(t["paths"])
+        depth.append(1 + max((depth[j] for j in range(i) if mine & set(tasks[j]["paths"])), default=0))
+    return max(depth, default=0)
+
+
+def cpu_busy() -> float:
+    """Seconds of CPU the whole machine spent busy so far (/proc/stat: user, nice, system, irq, softirq, steal):
+    the runner, its agents, every git process and the daemon's, on a machine otherwise quiet."""
+    with open("/proc/stat") as fh:
+        f = [int(x) for x in fh.readline().split()[1:]]
+    return (f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)) / os.sysconf("SC_CLK_TCK")
+
+
+def run_one(daemon: GitDaemon, tmp: Path, queue: str, tasks: list[dict], workers: int, agent: Path) -> dict:
+    name = f"{queue}-w{workers}.git"
     bare = daemon.make_bare(name)
     subprocess.run([str(Path(sys.executable).parent / "git-lease"), "install-hooks", "--server"], cwd=bare,
                    check=True, capture_output=True)  # fmt: skip
-    clone = tmp / f"clone{workers}"
+    clone = tmp / f"clone-{queue}{workers}"
     seed_tasks(tmp, bare, tasks)
     git("clone", "-q", daemon.url_for(name), str(clone), cwd=tmp)
     git("config", "lease.remote", "origin", cwd=clone)
     seen: dict = {}
+    events: list = []
+    cpu = cpu_busy()
     summary = gitlease.work(
         tasks, repo=str(clone), command=[sys.executable, str(agent)], land="main", workers=workers,
         granularity="file", backoff=1.0, runner_hook=lambda r: seen.setdefault("runner", r),
+        on_event=events.append,
     )  # fmt: skip
     if summary.failed or len(summary.done) != len(tasks):
         raise SystemExit(f"bench/train.py: x{workers}: failed {summary.failed}, done {len(summary.done)}")
+    cpu = cpu_busy() - cpu
     lander = seen["runner"].lander
+    reasons = sorted({str(e.detail.get("message", "")) for e in events if e.kind == "retry"})
     return {
+        "queue": queue,
         "workers": workers,
         "makespan": summary.makespan,
         "per_minute": len(tasks) / summary.makespan * 60,
         "landing_share": summary.land / summary.busy if summary.busy else 0.0,
-        "agent_runs": summary.ran,
+        "cpu": cpu,
+        "agent_runs": sum(1 for e in events if e.kind == "running"),
+        "claims": summary.ran,
+        "rerun_reasons": reasons,
         "pushes": lander.rides,
         "retries": summary.land_retries,
     }
+
+
+def table(queue: str, tasks: list[dict], rows: list[dict]) -> list[str]:
+    """The markdown lines of one queue's runs, and the targets judged on it."""
+    five = next((r for r in rows if r["workers"] == 5), None)
+    one = next((r for r in rows if r["workers"] == 1), None)
+    longest = chain(tasks)
+    what = (
+        f"**{queue}**: {len(tasks)} tasks"
+        + (" from the requests trace (its last commits' paths)" if queue == "trace" else ", one file each, none overlapping")
+        + f"; its longest chain of overlapping tasks: {longest}"
+    )  # fmt: skip
+    if one:
+        per_task = one["makespan"] / len(tasks)
+        what += (
+            f" (one task takes {per_task:.1f} s at one worker, so no worker count finishes under "
+            f"{longest} x {per_task:.1f} = {longest * per_task:.0f} s)"
+        )
+    lines = [what + ".", ""]
+    lines += [
+        "| workers | makespan | tasks / min | vs 5 workers | landing share of worker time | machine CPU | CPU floor | agent runs | claims | landing pushes | non-ff retries |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    for r in rows:
+        ratio = f"{r['per_minute'] / five['per_minute']:.2f}x" if five else "-"
+        lines.append(
+            f"| {r['workers']} | {r['makespan']:.1f} s | {r['per_minute']:.1f} | {ratio} | {r['landing_share']:.0%} "
+            f"| {r['cpu']:.0f} s | {r['cpu'] / CORES:.1f} s "
+            f"| {r['agent_runs']} | {r['claims']} | {r['pushes']} | {r['retries']} |"
+        )
+    reasons = sorted({m for r in rows for m in r["rerun_reasons"]})
+    if reasons:
+        lines += ["", "Why an agent ran again: " + "; ".join(f"`{m}`" for m in reasons) + "."]
+    ten = next((r for r in rows if r["workers"] == 10), None)
+    if five and ten:
+        met = [
+            ("10 workers >= 1.5x the throughput of 5", ten["per_minute"] >= 1.5 * five["per_minute"]),
+            ("landing < 20 % of worker time at 10", ten["landing_share"] < 0.20),
+            ("no agent re-run caused by landing", not any("land" in m for m in reasons)),
+            ("every agent ran once", all(r["agent_runs"] == len(tasks) for r in rows)),
+        ]
+        lines += [""] + [f"- {what}: **{'met' if ok else 'not met'}**" for what, ok in met]
+    return lines + [""]
 
 
 def main(argv=None) -> int:
@@ -70,39 +150,30 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", type=int, default=30)
     ap.add_argument("--workers", default="1,5,10,20")
     ap.add_argument("--agent-seconds", type=float, default=2.0)
+    ap.add_argument("--queues", default="trace,disjoint")
     ap.add_argument("--write", metavar="FILE")
     args = ap.parse_args(argv)
-    tasks = load(args.tasks, args.agent_seconds)
-    rows = []
+    counts = [int(x) for x in args.workers.split(",")]
+    lines = [
+        BEGIN,
+        f"`python bench/train.py`: `git lease work` over git daemon with the server hook, file granularity, a fake "
+        f"agent of {args.agent_seconds:g} s a task, landing on `main`; one run each, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{os.cpu_count()} CPUs, 1-minute load {os.getloadavg()[0]:.2f} at the start.",
+        "Machine CPU: what the whole machine spent busy during the run (the runner, the agents, every git "
+        "process, the daemon); CPU floor: that over the cores, a makespan no worker count goes below here. "
+        "Landing share: landing seconds (waiting for the train included) over busy seconds (claim to release).",
+        "",
+    ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gitlease-bench-train-") as tmp, GitDaemon(Path(tmp) / "served") as daemon:
         agent = Path(tmp) / "agent.py"
         agent.write_text(AGENT)
-        for w in (int(x) for x in args.workers.split(",")):
-            rows.append(run_one(daemon, Path(tmp), tasks, w, agent))
-            print(json.dumps(rows[-1]), flush=True)
-    five = next((r for r in rows if r["workers"] == 5), None)
-    lines = [
-        BEGIN,
-        f"`python bench/train.py` ({args.tasks} tasks from the requests trace, file granularity, a fake agent of "
-        f"{args.agent_seconds:g} s a task, git daemon with the server hook; one run each):",
-        "",
-        "| workers | makespan | tasks / min | vs 5 workers | landing share of worker time | agent runs | landing pushes | non-ff retries |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in rows:
-        ratio = f"{r['per_minute'] / five['per_minute']:.2f}x" if five else "-"
-        lines.append(
-            f"| {r['workers']} | {r['makespan']:.1f} s | {r['per_minute']:.1f} | {ratio} | {r['landing_share']:.0%} "
-            f"| {r['agent_runs']} | {r['pushes']} | {r['retries']} |"
-        )
-    ten = next((r for r in rows if r["workers"] == 10), None)
-    if five and ten:
-        met = [
-            ("10 workers >= 1.5x the throughput of 5", ten["per_minute"] >= 1.5 * five["per_minute"]),
-            ("landing < 20 % of worker time at 10", ten["landing_share"] < 0.20),
-            ("no agent re-run caused by landing", all(r["agent_runs"] == args.tasks for r in rows)),
-        ]
-        lines += [""] + [f"- {what}: {'met' if ok else 'not met'}" for what, ok in met]
+        for queue in args.queues.split(","):
+            tasks = load(queue, args.tasks, args.agent_seconds)
+            rows = []
+            for w in counts:
+                rows.append(run_one(daemon, Path(tmp), queue, tasks, w, agent))
+                print(json.dumps(rows[-1]), flush=True)
+            lines += table(queue, tasks, rows)
     lines.append(END)
     if args.write:
         heading = "## The landing train (`git lease work` at 1 to 20 workers)"

@@ -221,7 +221,9 @@ class Lander:
             if any(r._target(t.at.task) == target for t in riders)
         ]
         try:
-            with gitcmd.deadline(float(r.svc.settings.timeout)):
+            # not while a worker fetches: the push moves refs/remotes/<remote>/<branch> too, and the fetch's
+            # update of it would fail ("cannot lock ref ... is at X but expected Y")
+            with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock:
                 out = r.svc.store.apply(updates, extra_refspecs=specs)
         except GitLeaseError as exc:
             self._settle(riders, None)
