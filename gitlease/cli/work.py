@@ -205,6 +205,8 @@ def _printer(as_json: bool, view):
                     "rerun",
                 ):
                     view.note(ev.line())
+                else:  # a state change (claimed, running, done...): the view shows it now, not at the next tick
+                    view.refresh()
             else:
                 echo(ev.line())
 
@@ -212,8 +214,8 @@ def _printer(as_json: bool, view):
 
 
 class _LiveView:
-    """On a terminal: one line per worker, the counts and the leases blocking the queue head, redrawn twice a
-    second; notable events scroll above it."""
+    """On a terminal: one line per worker, the counts and the leases blocking the queue head, redrawn at every
+    event and twice a second; notable events scroll above it."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -238,6 +240,9 @@ class _LiveView:
             self._clear()
             sys.stdout.write(line + "\n")
             self._render()
+
+    def refresh(self) -> None:
+        self._draw()
 
     def _loop(self) -> None:
         while not self._stop.wait(0.5):

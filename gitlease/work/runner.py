@@ -124,6 +124,8 @@ class Runner:
         self.kill = threading.Event()  # stop running commands too
         self._lock = threading.RLock()
         self._fetch_lock = threading.Lock()
+        self._fetches_started = 0  # fetches of the base begun (numbered from 1), and the last one done: (number, oid)
+        self._fetched: tuple[int, str] | None = None
         self._outcomes = Outcomes(self.svc)
         self._inflight: set[str] = set()
         self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
@@ -662,19 +664,29 @@ class Runner:
         return self._base
 
     def _fetch_base(self) -> tuple[str, str]:
-        """Fetch the base branch now (after a grant: what landed before on these paths is in it)."""
+        """Fetch the base branch now (after a grant: what landed before on these paths is in it). One fetch at
+        a time; a fetch that started after this call serves it too (workers waiting together share one)."""
         branch = self._base_branch()
         tracking = f"refs/remotes/{self.remote}/{branch}" if re.fullmatch(r"[\w.-]+", self.remote) else None
         dst = tracking or f"refs/gitlease/work-base/{branch}"
         from gitlease.worktree.manager import pool_lock
 
-        # shared with the other fetches, not during a `git worktree add` (fetch walks every worktree's HEAD)
-        with self._fetch_lock, pool_lock(self.svc.repo, shared=True):
-            cwd = self.svc.repo.cwd
-            err = gitq.fetch_ref(cwd, self.remote, f"refs/heads/{branch}", dst, timeout=self.svc.settings.timeout * 4)
-            oid = gitq.rev_parse(cwd, dst) if err is None else None
+        want = self._fetches_started + 1  # a fetch numbered this or later started after this call
+        # not during a `git worktree add` (fetch walks every worktree's HEAD)
+        with self._fetch_lock:
+            done = self._fetched
+            if done is not None and done[0] >= want:
+                return branch, done[1]
+            self._fetches_started += 1
+            number = self._fetches_started
+            with pool_lock(self.svc.repo, shared=True):
+                cwd = self.svc.repo.cwd
+                timeout = self.svc.settings.timeout * 4
+                err = gitq.fetch_ref(cwd, self.remote, f"refs/heads/{branch}", dst, timeout=timeout)
+                oid = gitq.rev_parse(cwd, dst) if err is None else None
             if oid is None:
                 raise RemoteUnavailable(f"cannot fetch {branch} from {self.remote}: {(err or '').strip()[-300:]}")
+            self._fetched = (number, oid)
         return branch, oid
 
     def _target(self, task: WorkTask) -> str:
