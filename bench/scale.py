@@ -401,8 +401,12 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         "leases, the client's objects already fetched, the processes of a regular install (no editable-install "
         f"finder), this tree's bytecode compiled"
         + (
-            f"; 1-minute load {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end (other work on these 2 "
-            "shared cores inflates every figure, the ratios less)"
+            f"; 1-minute load {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end"
+            + (
+                f" (other work on these {os.cpu_count()} cores inflates every figure, the ratios less)"
+                if max(args.load) > (os.cpu_count() or 1)
+                else ""
+            )
             if getattr(args, "load", None)
             else ""
         )
