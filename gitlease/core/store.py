@@ -27,6 +27,9 @@ DEFAULT_TIMEOUT = 30.0
 PUSH_GRACE = 1.0  # seconds a timed-out push's children get to finish (gitcmd.run, grace)
 MAX_BLOB_BYTES = 1024 * 1024  # larger "records" are reported invalid without being read
 
+# a fetch of lease objects by id: nothing else written (no tags, FETCH_HEAD, gc or submodules)
+_FETCH_OBJECTS = ("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules")
+
 
 @dataclass(frozen=True)
 class RefUpdate:
@@ -376,16 +379,7 @@ class RemoteStore(Store):
             return
         try:
             res = gitcmd.run(
-                [
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    "--no-write-fetch-head",
-                    "--no-auto-gc",
-                    "--no-recurse-submodules",
-                    "--stdin",
-                    self.remote,
-                ],
+                [*_FETCH_OBJECTS, "--stdin", self.remote],
                 cwd=self.repo_dir,
                 input="".join(o + "\n" for o in missing).encode(),
                 timeout=timeout or self.timeout,
@@ -397,16 +391,7 @@ class RemoteStore(Store):
             # A ref moved between ls-remote and fetch (its old object is gone): fetch what is still there.
             for oid in missing:
                 gitcmd.run(
-                    [
-                        "fetch",
-                        "--quiet",
-                        "--no-tags",
-                        "--no-write-fetch-head",
-                        "--no-auto-gc",
-                        "--no-recurse-submodules",
-                        self.remote,
-                        oid,
-                    ],
+                    [*_FETCH_OBJECTS, self.remote, oid],
                     cwd=self.repo_dir,
                     timeout=timeout or self.timeout,
                     check=False,

@@ -393,7 +393,7 @@ class TaskAttempt:
 
     # ------------------------------------------------------------------------------ ending
     def _failed(self, exc: _Fail) -> None:
-        r, task, number = self.r, self.task, self.number
+        r, number = self.r, self.number
         ref = None
         if self.att is not None and self.manager.repair(self.att.path):
             self.emit("error", message=f"the command deleted its worktree's .git file; repaired ({self.att.path})")
@@ -418,20 +418,7 @@ class TaskAttempt:
             state, attempts = ("failed" if final else "retrying"), number
             not_before = 0.0 if final else backoff
         reason = exc.reason
-        try:
-            wrote = r._outcomes.write(
-                task.id,
-                state,
-                attempts,
-                parent=self.outcome,
-                reason=reason,
-                quarantine=ref,
-                not_before=not_before,
-                digest=task.digest,
-            )
-        except GitLeaseError as err:
-            wrote = None
-            self.emit("error", message=f"outcome not recorded: {err.message}")
+        wrote = self._record_outcome(state, attempts, reason, not_before, quarantine=ref)
         self.st.attempts, self.st.reason, self.st.quarantine = attempts, reason, ref or self.st.quarantine
         if wrote is not None:
             self.st.state = state
@@ -446,6 +433,24 @@ class TaskAttempt:
             with r._lock:
                 r.retries += 1
             self.emit("retry", message=f"{reason} (attempt {number} of {r.opts.attempts})")
+
+    def _record_outcome(self, state: str, attempts: int, reason: str, not_before: float, **where: Any):
+        """This attempt's outcome written on the store (``where``: its quarantine or ready ref); None, said in an
+        error event, when the store refused or could not be reached."""
+        try:
+            return self.r._outcomes.write(
+                self.task.id,
+                state,
+                attempts,
+                parent=self.outcome,
+                reason=reason,
+                not_before=not_before,
+                digest=self.task.digest,
+                **where,
+            )
+        except GitLeaseError as err:
+            self.emit("error", message=f"outcome not recorded: {err.message}")
+            return None
 
     def _failed_landing(self, exc: _Fail) -> None:
         """A landing that did not happen: its verified commit is parked on the store and the outcome names it
@@ -463,21 +468,9 @@ class TaskAttempt:
         state = "failed" if final else "retrying"
         not_before = 0.0 if final else r.clock.now() + min(BACKOFF_CAP, r.opts.backoff * 2 ** max(0, attempts - 1))
         reason = f"not landed: {exc.reason}"
-        try:
-            got = r._outcomes.write(
-                task.id,
-                state,
-                attempts,
-                parent=self.outcome,
-                reason=reason,
-                quarantine=ref if final else None,
-                ready=None if final else ref,
-                not_before=not_before,
-                digest=task.digest,
-            )
-        except GitLeaseError as err:
-            got = None
-            self.emit("error", message=f"outcome not recorded: {err.message}")
+        got = self._record_outcome(
+            state, attempts, reason, not_before, quarantine=ref if final else None, ready=None if final else ref
+        )
         if got is None:
             self.emit("error", message=f"outcome not recorded: {reason}")
         else:
