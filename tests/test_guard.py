@@ -322,3 +322,21 @@ def test_holders_are_found_in_packed_and_loose_refs(two):
     other = acquire(repo.parent / "other", "libs", agent="b", task="tc")  # a loose ref next to packed ones
     res = edit(repo, "libs/y.py")
     assert res.returncode == 2 and f"is held by {other}" in res.stderr
+
+
+def test_a_worktree_the_client_makes_itself_is_judged_like_any_worktree(repo):
+    """Claude Code's EnterWorktree runs `git worktree add` under .claude/worktrees/ and moves the session there.
+    That worktree holds no lease: with lease.enforce=strict in the repository's config (which every worktree
+    reads) an edit there is refused, also of a path this checkout holds; in the default mode it is judged as
+    "others" (a path another worktree holds is refused, the rest passes)."""
+    acquire(repo, "src")
+    made = repo / ".claude" / "worktrees" / "feature-x"
+    git(repo, "worktree", "add", "-q", "-b", "feature-x", str(made))
+    res = edit(made, made / "docs" / "a.md", run_in=made)
+    assert res.returncode == 0, res.stderr  # default mode: nobody holds docs
+    res = edit(made, made / "src" / "a.py", run_in=made)
+    assert res.returncode == 2 and "is held by" in res.stderr, res.stderr  # the main checkout holds src
+    git(repo, "config", "lease.enforce", "strict")
+    res = edit(made, made / "docs" / "a.md", run_in=made)
+    assert res.returncode == 2 and "docs/a.md" in res.stderr, res.stderr
+    assert edit(repo, "src/a.py").returncode == 0  # the main checkout still edits what it holds
