@@ -267,6 +267,18 @@ def first_parents(where: Where, tip: str, stop: str | None = None, *, limit: int
     return res.out.split() if res.returncode == 0 else None
 
 
+def first_parent_chain(where: Where, tip: str, *, limit: int) -> dict[str, tuple[str, ...]]:
+    """{commit: its parents} of at most ``limit`` commits along ``tip``'s first parents (empty when git
+    cannot walk them)."""
+    res = _git(where, ["rev-list", "--first-parent", "--parents", f"--max-count={limit}", tip, "--"])
+    out: dict[str, tuple[str, ...]] = {}
+    for line in res.out.splitlines() if res.returncode == 0 else ():
+        parts = line.split()
+        if parts:
+            out[parts[0]] = tuple(parts[1:])
+    return out
+
+
 def root_commits(where: Where, oid: str) -> list[str]:
     """The commits without parents that ``oid`` reaches."""
     res = _git(where, ["rev-list", "--max-parents=0", oid])
@@ -335,6 +347,20 @@ def trailers_between(where: Where, head: str, base: str, key: str) -> list[str]:
     """The values of the ``key:`` trailers of the commits ``head`` has and ``base`` has not."""
     fmt = f"--format=%(trailers:key={key},valueonly,separator=%x00)%x00"
     return [v.strip() for v in zsplit_bytes(_git(where, ["log", fmt, head, "--not", base, "--"], check=True).stdout)]
+
+
+def tree_blobs(where: Where, rev: str, pathspecs: Sequence[str]) -> list[tuple[str, str]]:
+    """(path, blob oid) of every blob in ``rev``'s tree under the literal ``pathspecs``, in git's order; empty
+    when ``rev`` has no such tree."""
+    args = ["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", rev, "--", *pathspecs]
+    res = _git(where, args)
+    out = []
+    for item in zsplit(res.out) if res.returncode == 0 else ():
+        meta, _, name = item.partition("\t")
+        mode_kind_oid = meta.split()
+        if len(mode_kind_oid) == 3 and mode_kind_oid[1] == "blob":
+            out.append((name, mode_kind_oid[2]))
+    return out
 
 
 def tree_paths(where: Where, rev: str, *, timeout: float | None = None) -> list[str]:

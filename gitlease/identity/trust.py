@@ -27,13 +27,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
-from gitlease.core import gitcmd
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.fsutil import cache_path, locked, write_json
 from gitlease.core.sqlitefile import SqliteFile
-from gitlease.core.store import Blob, Store, parse_batch
+from gitlease.core.store import Blob, Store
 from gitlease.identity import sshsig
 from gitlease.identity.signer import ADMIN_NAMESPACE, NAMESPACE
 
@@ -835,36 +834,21 @@ def read_trust_files(
     """(path, bytes) of the trust file and of each ``<signers>/<name>.pub`` in ``commit`` (already local),
     trust file first, then the signer files by name: two git processes, whatever the number of signers.
     InvalidRecord when they hold more than the trust limit (1 MiB) together."""
+    from gitlease.core import gitq
+
+    where = gitq.At(cwd=cwd, hook_env=keep_repo_env)
     folder = signers_dir(path)
-    listed = gitcmd.run(
-        ["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", commit, "--", path, folder + "/"],
-        cwd=cwd,
-        keep_repo_env=keep_repo_env,
-        check=False,
-    )
-    if listed.returncode != 0:
-        return []
-    blobs: list[tuple[str, str]] = []
-    for item in gitcmd.zsplit(listed.out):
-        meta, _, name = item.partition("\t")
-        mode_kind_oid = meta.split()
-        if len(mode_kind_oid) != 3 or mode_kind_oid[1] != "blob":
-            continue
-        inside = name.startswith(folder + "/") and "/" not in name[len(folder) + 1 :]
-        if name == path or (inside and name.endswith(SIGNER_SUFFIX)):
-            blobs.append((name, mode_kind_oid[2]))
+    blobs = [
+        (name, oid)
+        for name, oid in gitq.tree_blobs(where, commit, [path, folder + "/"])
+        if name == path
+        or (name.startswith(folder + "/") and "/" not in name[len(folder) + 1 :] and name.endswith(SIGNER_SUFFIX))
+    ]
     blobs.sort(key=lambda b: (b[0] != path, b[0]))
     if not blobs:
         return []
-    got = gitcmd.run(
-        ["cat-file", "--batch=%(objecttype) %(objectsize) %(rest)"],
-        cwd=cwd,
-        keep_repo_env=keep_repo_env,
-        input="".join(f"{oid} {name}\n" for name, oid in blobs).encode("utf-8", "surrogateescape"),
-        check=False,
-    )
-    contents = parse_batch(got.stdout)
-    out = [(name, contents[name][1]) for name, _ in blobs if name in contents]
+    contents = gitq.read_objects(where, {oid for _, oid in blobs})
+    out = [(name, contents[oid][1]) for name, oid in blobs if oid in contents]
     if sum(len(data) for _, data in out) > sshsig_limit():
         raise InvalidRecord(f"the trust files ({path}, {folder}/) are too large together", trustFile=path)
     return out

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.clock import iso
 from gitlease.core.errors import GitLeaseError, RemoteUnavailable
 from gitlease.core.fsutil import write_json
@@ -358,14 +358,7 @@ def list_audit_refs(store: Store, only: str | None = None) -> dict[str, str]:
 def _chain(repo_dir: str, head: str):
     """A writer's entries, newest first: from ``head`` along each entry's ``prev`` (its first parent; the
     first entry has none, and its only parent, if any, is the lease version it reclaimed). One walk, one read."""
-    res = gitcmd.run(
-        ["log", "--first-parent", f"--max-count={MAX_ENTRIES}", "--format=%H %P", head, "--"], cwd=repo_dir, check=False
-    )
-    parents: dict[str, tuple[str, ...]] = {}
-    for line in res.out.splitlines():
-        parts = line.split()
-        if parts:
-            parents[parts[0]] = tuple(parts[1:])
+    parents = gitq.first_parent_chain(repo_dir, head, limit=MAX_ENTRIES)
     docs = _read_entries(repo_dir, parents)
     chain: list[tuple[str, tuple[str, ...]]] = []
     cur: str | None = head

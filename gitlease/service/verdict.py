@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gitlease.core import gitcmd
+from gitlease.core import gitq
 from gitlease.core.clock import iso
 from gitlease.core.errors import GitLeaseError, RemoteUnavailable
 from gitlease.core.fsutil import cache_path, write_json
@@ -68,8 +68,7 @@ def server_url(svc: ServiceBase) -> str:
     """The URL this clone reaches the store at (insteadOf applied, credentials left out; a local path made
     absolute, so that clones naming one repository differently agree)."""
     remote = svc.settings.remote or ""
-    res = gitcmd.run(["ls-remote", "--get-url", remote], cwd=svc.repo.cwd, check=False)
-    url = res.out.strip() or remote
+    url = gitq.resolved_url(svc.repo.cwd, remote)
     if "://" in url:
         scheme, rest = url.split("://", 1)
         host, sep, path = rest.partition("/")
@@ -225,13 +224,10 @@ def _remember(svc: ServiceBase, got: Verdict) -> None:
 def _head(svc: ServiceBase, ref: str) -> str | None:
     """The verdict ref's commit on the store, read now (RemoteUnavailable when it cannot be read)."""
     store = svc.store
-    if isinstance(store, RemoteStore):
-        res = store._ls_remote(["ls-remote", "--refs", store.remote, ref], None)
-        lines = res.out.splitlines()
-    else:
-        res = gitcmd.run(["for-each-ref", "--format=%(objectname)\t%(refname)", ref], cwd=store.repo_dir)
-        lines = res.out.splitlines()
-    for line in lines:
+    if not isinstance(store, RemoteStore):
+        return gitq.refs(store.repo_dir, ref, check=True).get(ref)
+    res = store._ls_remote(["ls-remote", "--refs", store.remote, ref], None)
+    for line in res.out.splitlines():
         oid, _, name = line.partition("\t")
         if name == ref:
             return oid
