@@ -5,8 +5,13 @@ pushers creating overlapping refs are all told they won: the server ``git lease 
 must fail. Run as ``python racing_server.py PORT REPO [DELAY] [serial]``: serves REPO as git://127.0.0.1:PORT/store.git,
 says READY on stdout, and exits when its stdin closes (the test process went away). DELAY (seconds, default
 0.2) is waited after a push's pack arrived and before its refs are written: a slow disk, which makes the race
-show every time pushes overlap instead of now and then. ``serial``: dulwich's stock server, one connection at
-a time (it cannot race, and a push made while another is connected waits for it)."""
+show every time pushes overlap instead of now and then. The ref writes of one push at a time: dulwich ignores
+a compare-and-swap it lost (``set_if_equals`` answering False is reported "ok"), but a ref lock file held by a
+concurrent write makes it report "failed to write"; with writes one after another, every pusher whose ref
+advertisement came before the first write (doctor's probe gates its pushers after the advertisement) is told
+it won, however a loaded machine spreads them (writes at once let 3 rounds pass under 8 CPU hogs).
+``serial``: dulwich's stock server, one connection at a time (it cannot race, and a push made while another is
+connected waits for it)."""
 
 from __future__ import annotations
 
@@ -23,12 +28,14 @@ def main(port: int, path: str, delay: float, serial: bool = False) -> None:
     from dulwich.server import DictBackend, ReceivePackHandler, TCPGitServer
 
     apply_pack = ReceivePackHandler._apply_pack
+    writing = threading.Lock()
 
     def slow_apply(self, refs):
         gen = apply_pack(self, refs)
         yield next(gen)  # the pack: received and stored
         time.sleep(delay)
-        yield from gen
+        with writing:  # one push's ref writes at a time: the race is in the compare-and-swap, never a busy lock
+            yield from gen
 
     ReceivePackHandler._apply_pack = slow_apply
 
