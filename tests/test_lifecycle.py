@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from test_hooks import acquire
 from test_run import wait_dead
 from test_work import AGENT, FILES  # noqa: F401  (the fake agent of the queue runner's tests)
 
+from gitlease.liveness.interrupts import WINDOW
 from testing.gitutil import seed_bare
 from testing.servers import make_bare
 
@@ -163,27 +163,38 @@ CTRL_C = "ctrl-c"
 def _on_a_terminal(world, q, steps):
     """``git lease work`` started as a user types it (through git), alone on a terminal (a pty: git and
     git-lease in its foreground process group). ``steps``: (text, action) in order: once the runner's output
-    holds the text, the action runs: CTRL_C writes a ^C to the terminal (one key press), a callable is called.
-    Returns (the wait status's exit code, the output)."""
+    holds the text, the action runs: CTRL_C writes a ^C to the terminal (one key press), a callable is called
+    with ``pump(until, seconds)``, which keeps reading the terminal while it waits (a terminal nobody reads fills
+    up, and the runner's next line, its live view's redraw included, blocks: under load its agent then never
+    started). Returns (the wait status's exit code, the output)."""
     argv = ["git", "lease", "work", str(q), "--land", "main", "--ttl", "30", "--", *world.command]
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own with the pty as its terminal
         os.chdir(world.repo)
         os.execvpe(argv[0], argv, env())
-    out, todo = b"", list(steps)
+    out, todo, closed = b"", list(steps), False
+
+    def pump(until=lambda: False, seconds: float = 60.0) -> None:
+        """Read the terminal until ``until()`` holds or ``seconds`` pass (or the terminal closes)."""
+        nonlocal out, closed
+        stop = time.monotonic() + seconds
+        while not closed and not until() and time.monotonic() < stop:
+            chunk = read_terminal(fd, min(0.2, max(0.0, stop - time.monotonic())))
+            if chunk is None:  # EOF, or EIO: the terminal's last process is gone
+                closed = True
+            else:
+                out += chunk
+
     end = time.monotonic() + 120
-    while True:
+    while not closed:
         assert time.monotonic() < end, out.decode(errors="replace")
         while todo and todo[0][0].encode() in out:
             _text, action = todo.pop(0)
             if action == CTRL_C:
                 os.write(fd, b"\x03")
             else:
-                action()
-        chunk = read_terminal(fd, 0.2)
-        if chunk is None:  # EOF, or EIO: the terminal's last process is gone
-            break
-        out += chunk
+                action(pump)
+        pump(seconds=0.2)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     assert not todo, (todo, out.decode(errors="replace"))
@@ -198,7 +209,7 @@ def _ctrl_c_once(world):
         {"id": "c1", "paths": ["src/a/x.py"], "pids": str(pids), "go": str(go)},
         {"id": "c2", "paths": ["src/b/y.py"], "pids": str(world.root / "pids2")},
     )
-    code, out = _on_a_terminal(world, q, [("running    c1", CTRL_C), ("taking no more tasks", go.touch)])
+    code, out = _on_a_terminal(world, q, [("running    c1", CTRL_C), ("taking no more tasks", lambda _: go.touch())])
     # git re-raises the SIGINT after its child ended: the shell's 130
     assert code in (130, -signal.SIGINT), (code, out)
     assert "taking no more tasks" in out and "stopping the running commands" not in out, out
@@ -224,11 +235,10 @@ def test_a_second_ctrl_c_through_git_stops_the_agents(world):
     q = world.queue({"id": "s1", "paths": ["src/a/x.py"], "pids": str(pids)})
     fds = []
 
-    def a_moment():  # a person's second press comes well after the first (its two copies: within 0.5 s)
+    def a_moment(pump):  # a person's second press comes well after the first (past the pairing window)
+        pump(pids.exists)
         fds.extend(agent_pidfds(pids))
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            select.select([], [], [], end - time.monotonic())
+        pump(seconds=WINDOW + 0.5)
 
     code, out = _on_a_terminal(
         world, q, [("running    s1", CTRL_C), ("taking no more tasks", a_moment), ("taking no more tasks", CTRL_C)]
@@ -373,3 +383,33 @@ def test_a_renewal_whose_push_outlived_its_timeout_and_landed_later_is_not_repor
     assert renewed.oid == late.update.new and renewed.record.version == 2  # the late write, adopted
     assert a.held_here()[got.lease_id].current == late.update.new
     assert a.renew(got.lease_id).record.version == 3  # and the lease goes on from there
+
+
+def test_the_two_copies_of_one_ctrl_c_pair_up_however_late_gits_comes(monkeypatch):
+    """Started by git, each press is two SIGINTs (the terminal's, git's forwarded copy): they pair up, also when
+    git's copy comes seconds late on a loaded machine; a second press counts, whenever it comes."""
+    import signal as sig
+
+    from gitlease.liveness import interrupts
+
+    now = [100.0]
+    monkeypatch.setattr(interrupts.time, "monotonic", lambda: now[0])
+    it = interrupts.Interrupts(window=interrupts.WINDOW)
+
+    def press(after: float) -> None:
+        now[0] += after
+        it._handler(sig.SIGINT, None)
+
+    press(0)  # the terminal's copy
+    press(1.5)  # git's, late under load (a 0.5 s dead time counted it as a second press)
+    assert (it.interrupts, it.stop_now) == (1, False)
+    press(0.2)  # a second press soon after: its terminal copy counts
+    assert (it.interrupts, it.stop_now) == (2, True)
+    press(0.01)  # and its git copy does not
+    assert it.interrupts == 2
+    press(30)  # a copy alone (a kill -INT of git-lease itself) long after: a press
+    assert it.interrupts == 3
+    alone = interrupts.Interrupts(window=0.0)  # not started by git: every SIGINT is a press
+    alone._handler(sig.SIGINT, None)
+    alone._handler(sig.SIGINT, None)
+    assert alone.interrupts == 2

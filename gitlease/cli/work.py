@@ -236,10 +236,11 @@ class _LiveView:
         self._draw(final=True)
 
     def note(self, line: str) -> None:
+        v = self._state()  # read before the view's lock: the runner's own lock is never taken under it
         with self._lock:
             self._clear()
             sys.stdout.write(line + "\n")
-            self._render()
+            self._render(v)
 
     def refresh(self) -> None:
         self._draw()
@@ -249,21 +250,24 @@ class _LiveView:
             self._draw()
 
     def _draw(self, final: bool = False) -> None:
+        v = None if final else self._state()
         with self._lock:
             self._clear()
-            if not final:
-                self._render()
+            if v is not None:
+                self._render(v)
             sys.stdout.flush()
+
+    def _state(self) -> dict | None:
+        return self._runner.view() if self._runner is not None else None
 
     def _clear(self) -> None:
         if self._drawn:
             sys.stdout.write(f"\x1b[{self._drawn}F\x1b[J")
             self._drawn = 0
 
-    def _render(self) -> None:
-        if self._runner is None:
+    def _render(self, v: dict | None) -> None:
+        if v is None:
             return
-        v = self._runner.view()
         rows = [
             f"  worker {w['worker']}: {w['state']:<10} {w['task'] or '-':<20} {w['scope'][:40] or '-':<20} "
             f"{w['elapsed']:6.1f}s  {w['note'][:60]}"

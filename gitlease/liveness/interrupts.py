@@ -9,8 +9,13 @@ running commands.
 
 One Ctrl-C typed at a terminal reaches every process of the foreground process group, git included, and git,
 when it runs ``git-lease`` as ``git lease``, forwards its own copy to its child: one key press, two SIGINTs.
-So when the parent process is git, SIGINTs closer together than ``window`` (0.5 s) count once, and one Ctrl-C
-means one Ctrl-C whether started as ``git lease ...`` or as ``git-lease ...``.
+So when the parent process is git, SIGINTs are paired: a SIGINT within ``window`` (2 s) of an unpaired one is
+its other copy and is not counted again, and one Ctrl-C means one Ctrl-C whether started as ``git lease ...``
+or as ``git-lease ...``. git's copy may come late on a loaded machine (a 0.5 s dead time counted it as a
+second press under 8 CPU hogs, and one Ctrl-C stopped the agents). The limit, both ways: the two copies of
+one press can also arrive as one signal (a signal already pending is not queued twice), and then a second
+press within the window pairs with the first and must be typed again; a copy more than 2 s late counts as a
+press. (A process between git and the runner that absorbs git's copy would end both; not built.)
 
 The semantics every user of this module follows (docs/work.md, docs/cli.md): the first Ctrl-C stops starting
 new work and lets what runs finish; a second one stops what runs (SIGTERM, a grace period, SIGKILL); SIGTERM
@@ -24,7 +29,7 @@ import signal
 import threading
 import time
 
-WINDOW = 0.5  # seconds: two SIGINTs closer than this are one Ctrl-C (the terminal's and git's forwarded copy)
+WINDOW = 2.0  # seconds: a SIGINT this close to an unpaired one is its other copy (the terminal's, git's)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -47,15 +52,16 @@ class Interrupts:
         self.interrupts = 0
         self.terminated = 0
         self.seq = 0
-        self._last_int = float("-inf")
+        self._unpaired = float("-inf")  # when the last counted SIGINT came, until its other copy comes
         self._previous: dict[int, object] = {}
 
     def _handler(self, signum: int, _frame: object) -> None:  # no lock, no I/O, no Event: see the module doc
         if signum == signal.SIGINT:
             now = time.monotonic()
-            if now - self._last_int < self.window:
+            if now - self._unpaired < self.window:
+                self._unpaired = float("-inf")
                 return  # the other copy of the same Ctrl-C
-            self._last_int = now
+            self._unpaired = now
             self.interrupts += 1
         elif not self.terminated:
             self.terminated = signum

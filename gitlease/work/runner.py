@@ -426,18 +426,22 @@ class Runner:
         the_plan = plan([t.plan_task() for t in ready], blocking_leases(snap, now, skew) + mine)
         by_id = {t.id: t for t in ready}
         head = the_plan.blocked[0] if the_plan.blocked else None
+        waits, pick = [], None
         with self._lock:
             self.head_blockers = list(head.leases) if head and ready and head.id == ready[0].id else []
             for b in the_plan.blocked:
                 if b.leases and (b.id, b.leases[0]) not in self._waited:
                     self._waited.add((b.id, b.leases[0]))
                     self.lease_waits += 1
-                    self.emit("waiting", n, b.id, message=f"scope held by {' '.join(b.leases)}")
+                    waits.append(b)
             for tid in the_plan.start:
                 if tid not in self._inflight:
                     self._inflight.add(tid)
-                    return by_id[tid], outs.get(tid)
-        return "wait"
+                    pick = by_id[tid], outs.get(tid)
+                    break
+        for b in waits:  # said outside the lock: a listener (the live view) reads the runner's state under it
+            self.emit("waiting", n, b.id, message=f"scope held by {' '.join(b.leases)}")
+        return pick or "wait"
 
     def _settle_unclear_claim(self, svc: LeaseService, n: int, task_id: str, v) -> bool:
         """A claim this very process made that no attempt of it is on: its acquire never said so (the push landed
