@@ -143,8 +143,6 @@ RUNS_GIT = {
     "gitlease.enforce.hookmain": "hook fast path",
     "gitlease.demo": "a script that shows git lease at work, run as a user would",
 }
-# modules still to move onto core/gitq.py: none left (a module would leave this list once it asks gitq)
-NOT_YET: set[str] = set()
 _SPAWNS = {"subprocess.run", "subprocess.Popen", "subprocess.check_output", "subprocess.call", "os.posix_spawnp"}
 
 
@@ -170,9 +168,6 @@ def _runs_git(tree: ast.AST) -> list[int]:
 def test_only_the_git_boundary_runs_git(module, path):
     hits = _runs_git(ast.parse(path.read_text()))
     if module in RUNS_GIT:
-        return
-    if module in NOT_YET:
-        assert hits, f"{module} no longer runs git itself: take it out of NOT_YET (tests/test_layers.py)"
         return
     assert not hits, (
         f"{module} runs git at lines {hits}: ask (or add) a named question in gitlease/core/gitq.py instead of "

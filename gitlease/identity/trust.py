@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
+from gitlease.core import gitq
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
@@ -834,8 +835,6 @@ def read_trust_files(
     """(path, bytes) of the trust file and of each ``<signers>/<name>.pub`` in ``commit`` (already local),
     trust file first, then the signer files by name: two git processes, whatever the number of signers.
     InvalidRecord when they hold more than the trust limit (1 MiB) together."""
-    from gitlease.core import gitq
-
     where = gitq.At(cwd=cwd, hook_env=keep_repo_env)
     folder = signers_dir(path)
     blobs = [

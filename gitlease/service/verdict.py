@@ -227,11 +227,7 @@ def _head(svc: ServiceBase, ref: str) -> str | None:
     if not isinstance(store, RemoteStore):
         return gitq.refs(store.repo_dir, ref, check=True).get(ref)
     res = store._ls_remote(["ls-remote", "--refs", store.remote, ref], None)
-    for line in res.out.splitlines():
-        oid, _, name = line.partition("\t")
-        if name == ref:
-            return oid
-    return None
+    return gitq.parse_oid_ref_lines(res.out).get(ref)
 
 
 __all__ = ["DoctorRequired", "Verdict", "check", "doctor_gate", "read", "record", "server_url", "verdict_ref"]

@@ -211,21 +211,13 @@ def pool_lock(repo: Repo, *, shared: bool = False) -> Iterator[None]:
     to read .../commondir", "bad object worktrees/<id>/HEAD"). Re-entrant within a thread (an flock taken
     twice by one process through two files would wait for itself); the outer mode holds."""
     path = os.path.join(repo.shared_dir(), POOL_LOCK)
-    held: dict[str, int] = getattr(_POOL_HELD, "depth", None) or {}
-    _POOL_HELD.depth = held
-    if held.get(path):
-        held[path] += 1
+    held: dict[str, int] = _POOL_HELD.__dict__.setdefault("depth", {})
+    with contextlib.nullcontext() if held.get(path) else locked(path, shared=shared):
+        held[path] = held.get(path, 0) + 1
         try:
             yield
         finally:
             held[path] -= 1
-        return
-    with locked(path, shared=shared):
-        held[path] = 1
-        try:
-            yield
-        finally:
-            held[path] = 0
 
 
 class WorktreeManager:
