@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,13 +94,9 @@ FULL = Plan(
     importtime_runs=5,
     sizes=((10, False), (1000, False), (10000, False), (10000, True), (1000, True)),
 )
+# --quick: a fifth of the samples (at least one) and the small cases: a check that the bench runs, not figures
 QUICK = Plan(
-    runs=6,
-    warmup=1,
-    scale_runs=5,
-    scale_runs_large=3,
-    startup_runs=6,
-    importtime_runs=2,
+    **{f.name: max(1, round(getattr(FULL, f.name) / 5)) for f in fields(Plan) if f.name != "sizes"},
     sizes=((10, False), (1000, False), (1000, True)),
 )
 
@@ -618,30 +614,24 @@ def importtime(code: str) -> tuple[list[tuple[str, float, float, int]], int]:
 
 
 def part_startup(workdir: Path, noop: Path, plan: Plan, log) -> dict:
-    py = str(VENV_BIN / "python")
+    def pyc(code: str) -> list[str]:
+        return [str(VENV_BIN / "python"), "-c", code]
+
     procs = {
         "git --version": ["git", "--version"],
         "git benchnoop (git starting an external no-op command)": ["git", "benchnoop"],
         "git-benchnoop (the no-op run directly)": [str(noop)],
-        "python -c pass": [py, "-c", "pass"],
-        'python -c "import argparse"': [py, "-c", "import argparse"],
-        'python -c "import typer" (what the fast path of the core commands does not import)': [
-            py,
-            "-c",
-            "import typer",
-        ],
-        'python -c "import gitlease.cli.core"': [py, "-c", "import gitlease.cli.core"],
-        'python -c "import gitlease.cli.core; os._exit(0)"': [py, "-c", "import gitlease.cli.core, os; os._exit(0)"],
-        'python -c "import gitlease.cli.core, gitlease.service.leases"': [
-            py,
-            "-c",
-            "import gitlease.cli.core, gitlease.service.leases",
-        ],
-        'python -c "import gitlease.cli.core, gitlease.service.leases; os._exit(0)"': [
-            py,
-            "-c",
-            "import gitlease.cli.core, gitlease.service.leases, os; os._exit(0)",
-        ],
+        "python -c pass": pyc("pass"),
+        'python -c "import argparse"': pyc("import argparse"),
+        'python -c "import typer" (what the fast path of the core commands does not import)': pyc("import typer"),
+        'python -c "import gitlease.cli.core"': pyc("import gitlease.cli.core"),
+        'python -c "import gitlease.cli.core; os._exit(0)"': pyc("import gitlease.cli.core, os; os._exit(0)"),
+        'python -c "import gitlease.cli.core, gitlease.service.leases"': pyc(
+            "import gitlease.cli.core, gitlease.service.leases"
+        ),
+        'python -c "import gitlease.cli.core, gitlease.service.leases; os._exit(0)"': pyc(
+            "import gitlease.cli.core, gitlease.service.leases, os; os._exit(0)"
+        ),
         "git-lease -h (the script directly)": [str(VENV_BIN / "git-lease"), "-h"],
         "git lease -h (through git)": ["git", "lease", "-h"],
     }

@@ -29,6 +29,8 @@ import time
 import zlib
 from pathlib import Path
 
+from gitlease.core.gitcmd import REPO_ENV
+
 __all__ = [
     "free_port",
     "make_bare",
@@ -42,18 +44,7 @@ START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 
 # Variables that would point a server-side git at the wrong repository (or fake a protocol version).
-_SERVER_DROP_ENV = {
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-    "GIT_QUARANTINE_PATH",
-    "GIT_PROTOCOL",
-}
+_SERVER_DROP_ENV = REPO_ENV | {"GIT_PROTOCOL"}
 
 _handed_out: set[int] = set()
 _handed_lock = threading.Lock()

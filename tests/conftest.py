@@ -17,6 +17,26 @@ pytest_plugins = ["servers"] if os.path.exists(os.path.join(os.path.dirname(__fi
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _inherited_signal_state() -> dict[str, str]:
+    """What every process this test process starts inherits across exec: the ignored and the blocked signals
+    (and a signal's Python handler, reset by exec, is left out)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            return {k: v.strip() for k, _, v in (line.partition(":") for line in fh) if k in ("SigIgn", "SigBlk")}
+    except OSError:  # not Linux
+        return {}
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found():
+    """A test that leaves this process ignoring or blocking a signal changes every process the later tests
+    start (git run on a pseudo-terminal then misreads a Ctrl-C): such a test fails, named."""
+    before = _inherited_signal_state()
+    yield
+    after = _inherited_signal_state()
+    assert after == before, f"this test left the process's ignored/blocked signals changed: {before} -> {after}"
+
+
 @pytest.fixture(autouse=True)
 def isolated_git(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")

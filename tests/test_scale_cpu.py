@@ -94,6 +94,7 @@ def test_build_views_parses_each_object_once(monkeypatch):
 def loop_lookup(snap: Snapshot, mine_ids, now, skew):
     """verify.others_lookup as it was: every path against every blocking lease."""
     from gitlease.enforce import rules as enforce
+    from gitlease.enforce.verify import holder
 
     blocking = [v for v in snap.leases if v.lease_id not in mine_ids and v.state(now, skew) != "expired"]
 
@@ -104,11 +105,7 @@ def loop_lookup(snap: Snapshot, mine_ids, now, skew):
                 s = enforce.covering(v.paths, p)
                 if s is None:
                     continue
-                if not v.valid or v.record is None:
-                    out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
-                else:
-                    r = v.record
-                    out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
+                out[p] = holder(v, s, now)
                 break
         return out
 

@@ -435,6 +435,30 @@ def test_work_status_reads_leases_and_outcomes_from_one_listing(world):
     assert sum("built-in: git ls-remote" in ln for ln in trace.read_text().splitlines()) == 1
 
 
+def _refuse_pushes(world, test: str, message: str, *, once: bool):
+    """Put a wrapper before the remote's pre-receive hook that refuses a push (``message`` on stderr) when the
+    shell ``test`` (lines ending in a condition, the push's lines in ``$input``) holds, once or every time.
+    Returns the flag file whose presence arms the refusal (removed by a refusal ``once``)."""
+    hooks = world.remote / "hooks"
+    (hooks / "pre-receive").rename(hooks / "pre-receive.real")
+    flag = world.root / "refuse"
+    flag.write_text("")
+    setup, _, cond = test.rpartition("\n")
+    drop = f"rm -f '{flag}'; " if once else ""
+    wrapper = hooks / "pre-receive"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "input=$(cat)\n"
+        f"{setup}\n"
+        f"if [ -f '{flag}' ] && {cond}; then\n"
+        f"  {drop}echo '{message}' >&2; exit 1\n"
+        "fi\n"
+        f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    return flag
+
+
 @pytest.mark.parametrize("refused", ["once", "until swept"])
 def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_goes_through(world, refused):
     """The release after a landing is refused by the server (once, or every time): an ``error`` event names the
@@ -447,22 +471,14 @@ def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_
     from gitlease.core.clock import FakeClock
     from gitlease.worktree.manager import WorktreeManager
 
-    hooks = world.remote / "hooks"
-    (hooks / "pre-receive").rename(hooks / "pre-receive.real")
-    flag = world.root / "refuse-release"
-    flag.write_text("")
-    once = f"rm -f '{flag}'; " if refused == "once" else ""
-    wrapper = hooks / "pre-receive"
-    wrapper.write_text(  # a holder's release: its audit entry says "release ..." (a sweep's says otherwise)
-        "#!/bin/sh\n"
-        "input=$(cat)\n"
+    # a holder's release: its audit entry says "release ..." (a sweep's says otherwise)
+    flag = _refuse_pushes(
+        world,
         "audit=$(printf '%s\\n' \"$input\" | awk '$3 ~ /^refs\\/leases-audit\\// {print $2}')\n"
-        f"if [ -f '{flag}' ] && [ -n \"$audit\" ] && git log -1 --format=%s $audit | grep -q '^release '; then\n"
-        f"  {once}echo 'release refused' >&2; exit 1\n"
-        "fi\n"
-        f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
+        "[ -n \"$audit\" ] && git log -1 --format=%s $audit | grep -q '^release '",
+        "release refused",
+        once=refused == "once",
     )
-    wrapper.chmod(0o755)
     a = world.clone("a")
     events = []
     summary = gitlease.work(
@@ -755,21 +771,12 @@ def test_a_landing_the_server_refuses_keeps_the_verified_work_and_lands_it_witho
     """The server's hook refuses the landing push: the verified commit is parked on the store, the outcome names
     it (ready), and the next attempt lands it as it was; the agent ran once. Refused every time, the task ends
     failed after its attempts (each counted), its verified work kept: never a loop."""
-    hooks = world.remote / "hooks"
-    (hooks / "pre-receive").rename(hooks / "pre-receive.real")
-    flag = world.root / "refuse-landing"
-    flag.write_text("")
-    once = f"rm -f '{flag}'; " if refusals == "once" else ""
-    wrapper = hooks / "pre-receive"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        "input=$(cat)\n"
-        f"if [ -f '{flag}' ] && printf '%s\\n' \"$input\" | grep -q ' refs/heads/main$'; then\n"
-        f"  {once}echo 'landing refused for now' >&2; exit 1\n"
-        "fi\n"
-        f"printf '%s\\n' \"$input\" | exec '{hooks / 'pre-receive.real'}' \"$@\"\n"
+    flag = _refuse_pushes(
+        world,
+        "printf '%s\\n' \"$input\" | grep -q ' refs/heads/main$'",
+        "landing refused for now",
+        once=refusals == "once",
     )
-    wrapper.chmod(0o755)
     a = world.clone("a")
     q = world.queue([{"id": "p1", "paths": ["src/a/x.py"]}])
     res = work(a, str(q), "--land", "main", "--backoff", "0", "--attempts", "2", "--json", "--", *world.command)

@@ -35,6 +35,21 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, tmp_prefix:
         raise
 
 
+def put_file(path: str, data: bytes | None) -> None:
+    """Make ``path`` hold ``data`` (its folders made, its mode kept, written by ``atomic_write``), or not exist
+    when ``data`` is None."""
+    if data is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        mode: int | None = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = None
+    atomic_write(path, data, mode=mode)
+
+
 def write_json(path: str, doc: object, *, pretty: bool = False) -> None:
     """``atomic_write`` of ``doc`` as JSON (``pretty``: indented, sorted keys, a final newline)."""
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n" if pretty else json.dumps(doc)

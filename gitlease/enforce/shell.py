@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from gitlease.core.errors import GitLeaseError
+from gitlease.core.fsutil import put_file
 from gitlease.enforce import guard
 from gitlease.enforce import rules as enforce
 
@@ -217,12 +218,7 @@ def restore_fence(root: str, gdir: str, before: dict | None) -> list[str]:
     for path, old in sorted(before.get("fence", {}).items()):
         if read_bytes(path) == old:
             continue
-        if old is None:
-            os.unlink(path)
-        else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as fh:
-                fh.write(old)
+        put_file(path, old)
         put_back.append(enforce.show_path(os.path.relpath(path, root) if path.startswith(root + os.sep) else path))
     old_cfg, now_cfg = before.get("config", {}), watched_config(root)
     from gitlease.enforce import entry

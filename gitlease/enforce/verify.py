@@ -18,7 +18,7 @@ from gitlease.core import gitq
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable, UsageError
 from gitlease.enforce import rules as enforce
 from gitlease.service.leases import LeaseService, Listing
-from gitlease.service.views import Snapshot
+from gitlease.service.views import LeaseView, Snapshot
 
 ZERO_RE = re.compile(r"^0+$")
 GITLEASE_REFS = ("refs/leases/", "refs/leases-audit/", "refs/leases-quarantine/")
@@ -27,6 +27,15 @@ TRAILER = "Lease"  # commit trailer naming the lease a commit was made under: "L
 
 
 touched_paths = gitq.touched_paths  # every path changed by the commits ``include`` reaches, ``exclude`` not
+
+
+def holder(v: LeaseView, scope: str, now: float) -> enforce.Holder:
+    """What a refusal names of the lease ``v`` holding ``scope``: its task, agent and time left, or why its
+    record cannot be trusted."""
+    if not v.valid or v.record is None:
+        return enforce.Holder(v.lease_id, scope, invalid="; ".join(v.problems) or "unreadable")
+    r = v.record
+    return enforce.Holder(v.lease_id, scope, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
 
 
 def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
@@ -59,11 +68,7 @@ def others_lookup(snap: Snapshot, mine_ids: set[str], now: float, skew: int):
             s = enforce.covering(v.paths, p)
             if s is None:
                 continue
-            if not v.valid or v.record is None:
-                out[p] = enforce.Holder(v.lease_id, s, invalid="; ".join(v.problems) or "unreadable")
-            else:
-                r = v.record
-                out[p] = enforce.Holder(v.lease_id, s, r.owner.task_id, r.owner.agent_id, int(r.expires - now))
+            out[p] = holder(v, s, now)
         return out
 
     return lookup
@@ -388,15 +393,8 @@ def verify(
             "no lease named: pass --lease ID, or put a 'Lease: lease_...' trailer in the commits, "
             "or the lease id in the branch name"
         )
-    verdict = Verdict(
-        base=base,
-        head=head,
-        commits=count,
-        paths=paths,
-        leases=ids,
-        found_by=found_by,
-        mode="strict" if ids else "others",
-    )
+    mode = "strict" if ids else "others"
+    verdict = Verdict(base=base, head=head, commits=count, paths=paths, leases=ids, found_by=found_by, mode=mode)
     if not paths:
         return verdict
     # RemoteUnavailable: the caller fails (closed). Only the leases bearing on the paths, and those named.

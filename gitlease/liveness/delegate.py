@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from gitlease.core import record as records
 from gitlease.core.clock import parse_iso
@@ -87,33 +88,27 @@ class AgentLink:
             raise_refusal(ans)
         return ans
 
-    def acquire(
-        self,
-        raw_scopes: Sequence[str],
-        *,
-        ttl: int | None = None,
-        holder_pid: int = 0,
-        renew_every: int | None = None,
-        replace: str | None = None,
-        stop_after: int | None = None,
-    ):
-        """``LeaseService.acquire`` through the agent (due renewals ride along); by itself when the agent is
-        gone or refuses."""
+    # LeaseService.acquire's keyword arguments the agent takes, and their names on the wire
+    _WIRE = {
+        "ttl": "ttl",
+        "holder_pid": "pid",
+        "renew_every": "renewEvery",
+        "replace": "replace",
+        "stop_after": "stopAfter",
+    }
+
+    def acquire(self, raw_scopes: Sequence[str], **kw: Any):
+        """``LeaseService.acquire(raw_scopes, **kw)`` through the agent (due renewals ride along); by itself when
+        the agent is gone or refuses. ``kw``: the arguments in ``_WIRE`` only."""
         from gitlease.core import scope as scopes
         from gitlease.service.leases import Acquired
 
+        unknown = set(kw) - set(self._WIRE)
+        if unknown:
+            raise TypeError(f"the renewal agent does not take {sorted(unknown)}")
         before = set(self.svc.held_here())
-        kw = dict(ttl=ttl, holder_pid=holder_pid, renew_every=renew_every, replace=replace, stop_after=stop_after)
         try:
-            ans = self._call(
-                "acquire",
-                scope=list(raw_scopes),
-                pid=holder_pid,
-                ttl=ttl,
-                renewEvery=renew_every,
-                replace=replace,
-                stopAfter=stop_after,
-            )
+            ans = self._call("acquire", scope=list(raw_scopes), **{self._WIRE[k]: v for k, v in kw.items()})
         except (AgentUnreachable, AgentRefused):
             return self.svc.acquire(raw_scopes, **kw)
         except AgentNoAnswer:  # it may have acquired: adopt what it wrote into this worktree's held state

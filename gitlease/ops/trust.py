@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gitlease.core import gitq
 from gitlease.core.config import Settings
 from gitlease.core.errors import GitLeaseError, UsageError
+from gitlease.core.fsutil import put_file
 from gitlease.core.repo import Repo
 from gitlease.core.store import RefUpdate, RemoteStore
 
@@ -254,12 +255,7 @@ def _write_here(repo: Repo, path: str, name: str, edit: Edit, *, local: bool, re
     new = edit(old)
     if new == old:
         return Change(name, path, "unchanged", where, text=(new or b"").decode("utf-8", "replace"))
-    if new is None:
-        os.remove(full)
-    else:
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as fh:
-            fh.write(new)
+    put_file(full, new)
     return Change(name, path, "written", where, text=(new or b"").decode("utf-8", "replace"), next_steps=steps)
 
 

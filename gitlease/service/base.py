@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gitlease.core.clock import SYSTEM, Clock
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from gitlease.identity.trust import Trust
     from gitlease.service.audit import AuditLog
-    from gitlease.service.results import Listing, Renewed
+    from gitlease.service.results import Renewed
     from gitlease.service.views import LeaseView, Snapshot
 
 
@@ -126,15 +126,8 @@ class ServiceBase:
         )
 
     if TYPE_CHECKING:  # what the roles ask of one another: each is defined by the role named above it
-        # reader.py
-        def snapshot(
-            self,
-            *,
-            use_cache: bool = True,
-            paths: Sequence[str] | None = None,
-            keep: Iterable[str] = (),
-            listing: Listing | None = None,
-        ) -> Snapshot: ...
+        # reader.py: snapshot(*, use_cache, paths, keep, listing)
+        snapshot: Callable[..., Snapshot]
 
         # renewals.py
         def forget(self, lease_id: str) -> None: ...
@@ -151,16 +144,8 @@ class ServiceBase:
         # authority.py
         def _require_owner_key(self, rec: Record, action: str) -> None: ...
 
-        # renewals.py
-        def renew(
-            self,
-            lease_id: str,
-            *,
-            ttl: int | None = None,
-            progress: str | None = None,
-            extra_refspecs: Sequence[str] = (),
-            stop_after: int | None = None,
-        ) -> Renewed: ...
+        # renewals.py: renew(lease_id, *, ttl, progress, extra_refspecs, stop_after)
+        renew: Callable[..., Renewed]
 
         # reader.py
         def gone_note(self, lease_id: str) -> str | None: ...

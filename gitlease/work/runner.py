@@ -705,43 +705,23 @@ def run_queue(
     tasks: Iterable[Any] | Callable[[], Iterable[Any]] | TaskSource,
     *,
     command: Sequence[str],
-    verify: str | None = None,
-    land: str | None = None,
-    workers: int = 1,
-    attempts: int = 3,
     granularity: str | None = None,
-    ttl: int | None = None,
-    remote: str | None = None,
-    agent: str | None = None,
-    backoff: float = 5.0,
-    poll: float = 1.0,
-    sweep_every: float = 30.0,
     clock: Clock = SYSTEM,
     on_event: Callable[[Event], None] | None = None,
     handle_signals: bool = False,
     runner_hook: Callable[[Runner], None] | None = None,
+    **options: Any,
 ) -> Summary:
     """Run a queue to the end in the clone at ``repo`` and return the Summary (stable entry; docs/work.md).
 
     ``tasks``: a path to a JSON-lines queue file (str), an iterable of task dicts (``{"id", "paths" or
     "scope", ...}``), a callback returning the tasks queued now (called at each planning step), or a
-    TaskSource. ``command``: argv run in each task's worktree. ``clock``: injected time (backoff, timings,
-    leases). ``on_event``: called with each Event. ``runner_hook``: called with the Runner before it starts
-    (``request_stop`` from another thread, the live view)."""
-    source = make_source(repo, tasks, granularity=granularity, remote=remote)
-    opts = WorkOptions(
-        command=list(command),
-        verify=verify,
-        land=land,
-        workers=workers,
-        attempts=attempts,
-        ttl=ttl,
-        remote=remote,
-        agent=agent,
-        backoff=backoff,
-        poll=poll,
-        sweep_every=sweep_every,
-    )
+    TaskSource. ``command``: argv run in each task's worktree. ``options``: any other field of WorkOptions
+    (``verify``, ``land``, ``workers``, ``attempts``, ``ttl``, ``remote``, ``task_timeout``, ...). ``clock``:
+    injected time (backoff, timings, leases). ``on_event``: called with each Event. ``runner_hook``: called
+    with the Runner before it starts (``request_stop`` from another thread, the live view)."""
+    source = make_source(repo, tasks, granularity=granularity, remote=options.get("remote"))
+    opts = WorkOptions(command=list(command), **options)
     runner = Runner(repo, source, opts, clock=clock, on_event=on_event)
     if runner_hook is not None:
         runner_hook(runner)

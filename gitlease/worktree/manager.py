@@ -30,6 +30,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gitlease.core import gitq
 from gitlease.core import scope as scopes
@@ -388,31 +389,17 @@ class WorktreeManager:
 
     # ------------------------------------------------------------------------ attaching
     def acquire(
-        self,
-        raw_scopes: Sequence[str],
-        *,
-        ttl: int | None = None,
-        holder_pid: int = 0,
-        base: str | None = None,
-        branch: str | None = None,
-        renew_every: int | None = None,
-        stop_after: int | None = None,
+        self, raw_scopes: Sequence[str], *, base: str | None = None, branch: str | None = None, **lease_args: Any
     ) -> Attached:
-        """Lease first (recording this worktree's id as workspaceId), then attach the worktree."""
+        """Lease first (recording this worktree's id as workspaceId), then attach the worktree. ``lease_args``:
+        ``LeaseService.acquire``'s (``ttl``, ``holder_pid``, ``renew_every``, ``stop_after``, ...)."""
         paths = scopes.normalize_all(raw_scopes)
         base_name, base_oid = self.resolve_base(base)
         if branch is not None:
             _check_branch_name(self.repo.cwd, branch)
         chosen, skipped = self._choose(paths)
         try:
-            got = self.svc.acquire(
-                paths,
-                ttl=ttl,
-                holder_pid=holder_pid,
-                workspace=_id_of(chosen),
-                renew_every=renew_every,
-                stop_after=stop_after,
-            )
+            got = self.svc.acquire(paths, workspace=_id_of(chosen), **lease_args)
         except BaseException:
             self._unchoose(chosen)
             raise
