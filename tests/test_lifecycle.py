@@ -10,6 +10,7 @@ wait is on an event (a pidfd, a pipe, a line of output) with a generous deadline
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -160,6 +161,20 @@ def test_progress_timeout_trips_in_the_runner(world):
 CTRL_C = "ctrl-c"
 
 
+def as_a_shell_starts_a_job() -> None:
+    """Every signal at its default and none blocked, as a shell starts a foreground job. This process may
+    have inherited less: Python ignores SIGPIPE and SIGXFSZ, and a suite started in the background of a
+    non-interactive shell (``make test &``, ``nohup ... &``) ignores SIGINT and SIGQUIT. A git that starts
+    with SIGINT ignored installs its child-cleanup handler anyway, reaps git-lease in it after a Ctrl-C, and
+    cannot die by the SIGINT it re-raises: it reports ``waitpid ... No child processes`` and exits 128
+    (seen in every ``make test-stress`` round started with ``nohup ... &``)."""
+    for sig in range(1, signal.NSIG):
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def _on_a_terminal(world, q, steps):
     """``git lease work`` started as a user types it (through git), alone on a terminal (a pty: git and
     git-lease in its foreground process group). ``steps``: (text, action) in order: once the runner's output
@@ -171,6 +186,7 @@ def _on_a_terminal(world, q, steps):
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own with the pty as its terminal
         os.chdir(world.repo)
+        as_a_shell_starts_a_job()
         os.execvpe(argv[0], argv, env())
     out, todo, closed = b"", list(steps), False
 
