@@ -173,3 +173,17 @@ def test_only_the_git_boundary_runs_git(module, path):
         f"{module} runs git at lines {hits}: ask (or add) a named question in gitlease/core/gitq.py instead of "
         "building git argv"
     )
+
+
+LONGEST_FUNCTION = 80  # lines, decorators excluded (issue 29: none longer, outside tests)
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, long
