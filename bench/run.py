@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,9 +94,13 @@ FULL = Plan(
     importtime_runs=5,
     sizes=((10, False), (1000, False), (10000, False), (10000, True), (1000, True)),
 )
-# --quick: a fifth of the samples (at least one) and the small cases: a check that the bench runs, not figures
 QUICK = Plan(
-    **{f.name: max(1, round(getattr(FULL, f.name) / 5)) for f in fields(Plan) if f.name != "sizes"},
+    runs=6,
+    warmup=1,
+    scale_runs=5,
+    scale_runs_large=3,
+    startup_runs=6,
+    importtime_runs=2,
     sizes=((10, False), (1000, False), (1000, True)),
 )
 

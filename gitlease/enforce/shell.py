@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 
 from gitlease.core.errors import GitLeaseError
-from gitlease.core.fsutil import put_file
 from gitlease.enforce import guard
 from gitlease.enforce import rules as enforce
 
@@ -218,6 +217,8 @@ def restore_fence(root: str, gdir: str, before: dict | None) -> list[str]:
     for path, old in sorted(before.get("fence", {}).items()):
         if read_bytes(path) == old:
             continue
+        from gitlease.core.fsutil import put_file  # only when a fence file must be put back: not on every hook run
+
         put_file(path, old)
         put_back.append(enforce.show_path(os.path.relpath(path, root) if path.startswith(root + os.sep) else path))
     old_cfg, now_cfg = before.get("config", {}), watched_config(root)
