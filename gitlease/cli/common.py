@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gitlease.core import errors
+from gitlease.core import errors, jsontext
 
 
 def service(remote: str | None, *, at: str = ".", **flags: Any):
@@ -83,31 +83,17 @@ def _fail(command: str, as_json: bool, code: int, kind: str, message: str, detai
 
 
 def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
+    return json.loads(json.dumps(obj, default=_plain))
+
+
+def _plain(obj: Any) -> Any:
+    """What an error's details hold that json cannot write: JSON text written already (jsontext.Raw) as the
+    value it is, anything else as its str."""
+    return json.loads(obj.text) if isinstance(obj, jsontext.Raw) else str(obj)
 
 
 def _emit(doc: dict[str, Any]) -> None:
-    text = json.dumps(doc, sort_keys=True)
-    if "\\ud" in text:  # a surrogate (escaped, as json writes every non-ASCII character): redo it with text_only
-        text = json.dumps(text_only(doc), sort_keys=True)
-    echo(text)
-
-
-def text_only(obj: Any) -> Any:
-    """``obj`` with every string made valid Unicode: bytes that were not UTF-8 (ref names and paths are bytes;
-    they arrive as surrogate escapes) written ``\\xNN``, so that the JSON holds no lone surrogate, which
-    strict parsers refuse."""
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-            return obj
-        except UnicodeEncodeError:
-            return obj.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    if isinstance(obj, dict):
-        return {text_only(k): text_only(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [text_only(v) for v in obj]
-    return obj
+    echo(jsontext.dumps(doc))
 
 
 def echo(line: str, *, err: bool = False) -> None:

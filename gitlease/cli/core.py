@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from gitlease.cli.common import command, echo, seconds, service, ttl_seconds
 from gitlease.core import errors
 from gitlease.core.clock import iso
+from gitlease.core.jsontext import Raw
 
 if TYPE_CHECKING:  # the names the annotations use: put here at run time by options.bind
     from typing import Annotated
@@ -376,8 +377,13 @@ def _signature_text(h: dict) -> str:
     return who
 
 
-def _with_held(doc: dict, here: bool) -> dict:
-    """A lease's JSON (a fresh dict from LeaseView.to_json) with ``heldHere``, without copying it."""
+def _lease_json(v, now: float, skew: int, here: bool) -> dict | Raw:
+    """A lease's JSON with ``heldHere``: written from the template kept with its finished view where it has one
+    (views.KeptView), else LeaseView.to_json."""
+    text = v.json_text(now, skew, here)
+    if text is not None:
+        return Raw(text)
+    doc = v.to_json(now, skew)
     doc["heldHere"] = here
     return doc
 
@@ -413,7 +419,7 @@ def status(
         "error": snap.error,
         "trust": snap.trust,
         "signed": snap.signed_store,
-        "leases": [_with_held(v.to_json(now, skew), v.lease_id in held) for v in snap.leases],
+        "leases": [_lease_json(v, now, skew, v.lease_id in held) for v in snap.leases],
         "foreign": snap.foreign,
     }
     lines = []  # --json prints the result only

@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 
-from gitlease.cli.common import command, echo, seconds, text_only, ttl_seconds
+from gitlease.cli.common import command, echo, seconds, ttl_seconds
 from gitlease.cli.options import JsonOpt, RemoteOpt, make_app
 from gitlease.core import errors
+from gitlease.core.jsontext import text_only
 
 app = make_app()
 

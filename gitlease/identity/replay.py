@@ -128,6 +128,9 @@ class Seen:
 
     @staticmethod
     def replay_problem(before: Memory, lease_id: str, version: int, oid: str) -> str | None:
+        last = before.live.get(lease_id)
+        if type(last) is tuple and last[:2] == (version, oid) and lease_id not in before.gone:
+            return None  # the version last seen, at the same commit (the common case: one lookup)
         prev = before.get(lease_id)
         if not prev:
             return None
@@ -160,6 +163,15 @@ class Seen:
             live: dict[str, tuple[int, str, float]] = {}
             gone: dict[str, float] = {}
             for lease_id, version, oid, expires in listed:
+                last = seen.live.get(lease_id)
+                if (
+                    type(last) is tuple
+                    and len(last) == 3
+                    and type(last[0]) is int
+                    and last[0] >= version
+                    and lease_id not in seen.gone
+                ):
+                    continue  # known at this version or a newer one (the common case: one lookup)
                 cur = seen.get(lease_id)
                 if cur and cur.get("gone"):
                     continue

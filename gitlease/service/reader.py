@@ -21,9 +21,11 @@ from gitlease.core.store import (
 )
 from gitlease.service.base import ServiceBase, _RefsCache
 from gitlease.service.results import Listing
+from gitlease.service.viewcache import refs_left, views_of
 from gitlease.service.views import (
     INVALID,
     HistoryEntry,
+    KeptView,
     LeaseView,
     Parsed,
     Snapshot,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from gitlease.identity.replay import Memory
     from gitlease.identity.trust import Trust
     from gitlease.service.recordcache import RecordCache
+    from gitlease.service.viewcache import Row, ViewCache
 
 
 class Reader(ServiceBase):
@@ -86,6 +89,7 @@ class Reader(ServiceBase):
         paths: Sequence[str] | None = None,
         keep: Iterable[str] = (),
         listing: Listing | None = None,
+        reuse: bool = True,
     ) -> Snapshot:
         """Every lease on the store, each verified (signatures, trust, owner binding, replay: trust.py).
         When the store cannot be read and ``use_cache``, the last listing fetched (its objects are local) is
@@ -96,7 +100,11 @@ class Reader(ServiceBase):
         (views.restrict_refs), without building the others (for the hooks and ``can-start``; the snapshot's
         ``restricted_to`` says so). Such a read answers from the store or fails: never from the last listing.
 
-        ``listing``: the store as the caller just listed it (``listing()``), read instead of listing again."""
+        ``listing``: the store as the caller just listed it (``listing()``), read instead of listing again.
+
+        ``reuse``: a full read takes each lease whose refs have not moved from the view an earlier read
+        finished (service/viewcache.py; replay still checked); False: every lease is read and checked again,
+        each with its history (``show``)."""
         from gitlease.identity.replay import Seen
         from gitlease.service.recordcache import RecordCache
 
@@ -104,7 +112,9 @@ class Reader(ServiceBase):
         seen = Seen(self.repo.shared_dir(), self.store.name)
         before = listing.before if listing is not None else seen.load()  # before listing: see Seen
         kept = RecordCache(self.repo.shared_dir())
+        finished = _finished(self, paths is None and reuse)
         present: set[str] | None = None
+        matched: dict[str, Row] = {}
         try:
             try:
                 refs = listing.refs if listing is not None else self.store.list_refs(head=self._needs_trust_file())
@@ -113,6 +123,9 @@ class Reader(ServiceBase):
                 used = refs
                 if paths is not None:
                     used, present = self._restrict(kept, refs, paths, keep)
+                elif finished is not None:
+                    matched = finished.match(refs)
+                    used = refs_left(refs, matched) if matched else refs
                 blobs, parsed = self._read_records(kept, set(used.values()), set(refs.values()), also=head)
             except RemoteUnavailable as exc:
                 if not use_cache or paths is not None:
@@ -123,15 +136,20 @@ class Reader(ServiceBase):
         if paths is None:  # a restricted read leaves most objects unfetched: not a listing to answer from later
             cache.save(refs, fetched_at)
         trust = self.trust()
+        hits = views_of(matched, trust.identity) if matched else []
         views = build_views(used, blobs, parsed)
+        if hits is None or (hits and any(v.lease_id in matched for v in views)):
+            # a kept view finished under another trust file (or damaged), or another commit naming a kept lease:
+            # every lease read and checked again
+            return self.snapshot(use_cache=use_cache, listing=Listing(refs, head, before), reuse=False)
         self._verify(views, blobs, trust, before)
+        if finished is not None:
+            finished.save(trust.identity, views)  # and closes it
+            views = _merge(hits, views, before)
+        listed = [(v.lease_id, v.version(), v.current_oid, v.expires()) for v in views if v.valid and v.current_oid]
         seen.update(
             before,
-            [
-                (v.lease_id, v.record.version, v.current_oid, v.record.expires)
-                for v in views
-                if v.valid and v.record is not None and v.current_oid
-            ],
+            listed,  # type: ignore[arg-type]
             present if present is not None else {v.lease_id for v in views},
             self.clock.now(),
         )
@@ -292,7 +310,7 @@ class Reader(ServiceBase):
     def show(self, lease_id: str) -> tuple[LeaseView | None, list[HistoryEntry], Snapshot]:
         records.check_lease_id(lease_id)
         self.require_store()
-        snap = self.snapshot()
+        snap = self.snapshot(reuse=False)  # each version's check, for the history
         view = snap.find(lease_id)
         entries: list[HistoryEntry] = []
         if view and view.chain is not None and view.chain.versions:
@@ -318,6 +336,28 @@ class Reader(ServiceBase):
                 rec, problem = parse_blob(b)
                 entries.append(HistoryEntry(oid, rec, problem, b.signature is not None))
         return view, entries, snap
+
+
+def _finished(svc: Reader, wanted: bool) -> ViewCache | None:
+    from gitlease.service.viewcache import ViewCache
+
+    return ViewCache(svc.repo.shared_dir(), svc.store.name) if wanted else None
+
+
+def _merge(hits: list[KeptView], views: list[LeaseView], before: Memory) -> list[LeaseView]:
+    """The kept views (each checked against the replay memory here) and those read in full, in
+    ``build_views``'s order: by lease id, then the views of refs that name no lease."""
+    from gitlease.identity.replay import Seen
+
+    for v in hits:
+        replay = Seen.replay_problem(before, v.lease_id, v._version, v.current_oid)  # type: ignore[arg-type]
+        if replay:
+            v.problems.append(replay)
+    if not hits:
+        return views
+    named = [v for v in views if not v.lease_id.startswith("?")]
+    odd = [v for v in views if v.lease_id.startswith("?")]
+    return sorted([*hits, *named], key=lambda v: v.lease_id) + odd
 
 
 def _unsigned_cache(path: str) -> bool:

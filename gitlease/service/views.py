@@ -7,6 +7,7 @@ Anything that does not add up is an invalid view that still holds the paths its 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -59,6 +60,9 @@ class LeaseView:
     def expires(self) -> float | None:
         return self.record.expires if self.record else None
 
+    def version(self) -> int | None:
+        return self.record.version if self.record else None
+
     def state(self, now: float, skew: int) -> str:
         """active | grace (expired, within the skew margin) | expired | invalid"""
         if not self.valid:
@@ -106,6 +110,112 @@ class LeaseView:
             "progress": rec.progress.to_json() if rec and rec.progress else None,  # {note, counter, at}
             "refs": self.refs(),
         }
+
+    def json_text(self, now: float, skew: int, held: bool) -> str | None:
+        """``to_json`` with ``heldHere`` (what ``git lease status --json`` prints of a lease) as JSON text,
+        written from a template kept with the lease's finished view (KeptView); None: no template, write it
+        from ``to_json``."""
+        return None
+
+
+# The keys of a lease's JSON (``to_json`` and ``heldHere``) that change while its refs stay as they are: the
+# clock's and the reading worktree's. A template is the rest, written once (``json_template``).
+JSON_SLOTS = ("heldHere", "secondsLeft", "state")
+_SLOT_MARK = "\x00gitlease-slot\x00"
+
+
+def json_template(view: LeaseView) -> tuple[str, ...] | None:
+    """The JSON text of a valid view's ``to_json`` with ``heldHere``, cut where the JSON_SLOTS values go (keys
+    sorted, as gitlease writes JSON: core/jsontext.py); None when it does not cut into one piece more than
+    there are slots."""
+    import json
+
+    from gitlease.core.jsontext import text_only
+
+    doc = view.to_json(0.0, 0)
+    doc.update(dict.fromkeys(JSON_SLOTS, _SLOT_MARK))
+    pieces = tuple(json.dumps(text_only(doc), sort_keys=True).split(json.dumps(_SLOT_MARK)))
+    return pieces if len(pieces) == len(JSON_SLOTS) + 1 else None
+
+
+class KeptView(LeaseView):
+    """A valid lease's view as an earlier read finished it, from the same refs under the same trust
+    (service/viewcache.py). Built without the dataclass's ``__init__`` (``kept_view``); its record is decoded
+    only when looked at, and its JSON is written from the kept template. A record that no longer decodes (a
+    damaged cache file) makes the view invalid from then on: it still blocks its paths."""
+
+    _fields: tuple[object, ...]
+    _expires: float
+    _version: int
+    _template: tuple[str, ...] | None
+
+    @functools.cached_property
+    def record(self) -> Record | None:  # type: ignore[override]
+        try:
+            return records.from_fields(self._fields)
+        except (ValueError, TypeError):
+            self.problems.append("the kept view of this lease does not decode (a damaged cache): read it again")
+            return None
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def expires(self) -> float | None:
+        return self._expires
+
+    def version(self) -> int | None:
+        return self._version
+
+    def json_text(self, now: float, skew: int, held: bool) -> str | None:
+        t = self._template
+        if t is None or self.problems:
+            return None
+        state = self.state(now, skew)
+        return f'{t[0]}{"true" if held else "false"}{t[1]}{int(self._expires - now)}{t[2]}"{state}"{t[3]}'
+
+
+def kept_view(
+    lease_id: str,
+    head: str,
+    grant: str,
+    refs: Sequence[str],
+    paths: tuple[str, ...],
+    fields: tuple[object, ...],
+    expires: float,
+    version: int,
+    signed: bool,
+    verification: str,
+    signer: str | None,
+    template: tuple[str, ...] | None,
+) -> KeptView:
+    """The view of a valid lease as it was kept: ``refs`` its ref names (the id ref at ``head``, the others
+    at ``grant``)."""
+    view = KeptView.__new__(KeptView)
+    scope_refs, task_refs, idref = {}, {}, ID_PREFIX + lease_id
+    for r in refs:
+        if r.startswith(TASK_PREFIX):
+            task_refs[r] = grant
+        elif r != idref:
+            scope_refs[r] = grant
+    view.__dict__.update(
+        lease_id=lease_id,
+        paths=paths,
+        current_oid=head,
+        grant_oid=grant,
+        scope_refs=scope_refs,
+        task_refs=task_refs,
+        problems=[],
+        signed=signed,
+        verification=verification,
+        signer=signer,
+        chain=None,
+        _fields=fields,
+        _expires=expires,
+        _version=version,
+        _template=template,
+    )
+    return view
 
 
 @dataclass
