@@ -187,3 +187,24 @@ def test_the_service_runs_on_the_memory_store(tmp_path):
     assert a.renew(got.lease_id).record.version == 2
     a.release(got.lease_id)
     assert b.acquire(["svc/x.py"], ttl=60).record.paths == ("svc/x.py",)
+
+
+def test_a_listing_holds_the_lease_refs_only_and_the_remote_head(tmp_path):
+    """``list_refs`` reads ``ls-remote``'s lines in one split: HEAD's symref line and its commit go to
+    ``default_head``; a tag's peeled line, a ref that only ends like a lease ref (ls-remote matches patterns at
+    the tail), and doctor's probe refs are not lease refs."""
+    bare = tmp_path / "store.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    repo = clone_of(tmp_path, str(bare), "a")
+    store = RemoteStore(str(repo), "origin", timeout=10)
+    lease, scope, other = rid("ls"), SCOPE_REF + "/pkg/a.py", commit(store, "y")
+    x = commit(store, "x")
+    git(repo, "tag", "-a", "-m", "t", "t1", x)
+    tag = git(repo, "rev-parse", "t1").strip()
+    git(repo, "commit", "-q", "--allow-empty", "-m", "main")
+    main = git(repo, "rev-parse", "HEAD").strip()
+    pushed = [f"{x}:{lease}", f"{x}:{scope}", f"{tag}:refs/leases/tagged", f"{other}:refs/x/refs/leases/y"]
+    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main", *pushed, f"{x}:refs/leases/doctor/probe")
+    assert store.list_refs() == {lease: x, scope: x, "refs/leases/tagged": tag}
+    assert store.list_refs(head=True) == {lease: x, scope: x, "refs/leases/tagged": tag}
+    assert store.listed_head() == main and store.default_head() == ("refs/heads/main", main)

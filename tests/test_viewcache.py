@@ -11,7 +11,7 @@ import pytest
 from helpers import Fleet
 from test_identity import Signed
 
-from gitlease.cli.core import _lease_json
+from gitlease.cli.core import leases_json
 from gitlease.core import jsontext
 from gitlease.core.refnames import id_ref, scope_ref
 from gitlease.core.store import RefUpdate
@@ -41,8 +41,8 @@ def _fleet(tmp_path, url, signed_store):
 def _answer(svc, snap) -> list[dict]:
     """What ``git lease status --json`` prints of each lease (the CLI's own writer), parsed."""
     now, skew = svc.clock.now(), svc.settings.skew
-    text = jsontext.dumps([_lease_json(v, now, skew, v.lease_id.endswith("0")) for v in snap.leases])
-    return json.loads(text)
+    held = {v.lease_id for v in snap.leases if v.lease_id.endswith("0")}
+    return json.loads(jsontext.dumps({"leases": leases_json(snap.leases, now, skew, held)}))["leases"]
 
 
 def _same(svc, snap, full):
@@ -185,7 +185,7 @@ def test_a_damaged_view_cache_is_never_trusted(tmp_path, remote_file, damage):
 
                 (data,) = db.execute("SELECT data FROM v").fetchone()
                 t = list(marshal.loads(data))
-                t[1] = ("short",)
+                t[5] = marshal.dumps(("short",))  # the record's fields
                 db.execute("UPDATE v SET data = ?", (marshal.dumps(tuple(t)),))
     c = fleet.agent("c")
     view = c.status().find(got.lease_id)

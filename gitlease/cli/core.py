@@ -16,7 +16,7 @@ import json
 from typing import TYPE_CHECKING
 
 from gitlease.cli.common import command, echo, seconds, service, ttl_seconds
-from gitlease.core import errors
+from gitlease.core import errors, jsontext
 from gitlease.core.clock import iso
 from gitlease.core.jsontext import Raw
 
@@ -377,15 +377,19 @@ def _signature_text(h: dict) -> str:
     return who
 
 
-def _lease_json(v, now: float, skew: int, here: bool) -> dict | Raw:
-    """A lease's JSON with ``heldHere``: written from the template kept with its finished view where it has one
-    (views.KeptView), else LeaseView.to_json."""
-    text = v.json_text(now, skew, here)
-    if text is not None:
-        return Raw(text)
-    doc = v.to_json(now, skew)
-    doc["heldHere"] = here
-    return doc
+def leases_json(views, now: float, skew: int, held) -> Raw:
+    """``status --json``'s array of leases, as JSON text: each lease with ``heldHere`` (in ``held``), written from
+    the template kept with its finished view where it has one (views.KeptView), else from LeaseView.to_json."""
+    parts = []
+    for v in views:
+        here = v.lease_id in held
+        text = v.json_text(now, skew, here)
+        if text is None:
+            doc = v.to_json(now, skew)
+            doc["heldHere"] = here
+            text = jsontext.dumps(doc)
+        parts.append(text)
+    return Raw("[" + ", ".join(parts) + "]")
 
 
 @command("status")
@@ -404,6 +408,9 @@ def status(
     """Every lease on the store: id, scope, owner, time left; [held here] marks this worktree's. When the store
     cannot be reached it answers from the last fetched state (saying how old it is; "stale": true), or with
     --fresh exits 1."""
+    import gc
+
+    gc.disable()  # a process that ends with this command: the collector would only walk its many views again
     svc = service(remote)
     snap = svc.status(use_cache=not fresh)
     now, skew = svc.clock.now(), svc.settings.skew
@@ -419,7 +426,7 @@ def status(
         "error": snap.error,
         "trust": snap.trust,
         "signed": snap.signed_store,
-        "leases": [_lease_json(v, now, skew, v.lease_id in held) for v in snap.leases],
+        "leases": leases_json(snap.leases, now, skew, held) if as_json or overlaps else [],  # JSON only
         "foreign": snap.foreign,
     }
     lines = []  # --json prints the result only

@@ -9,7 +9,8 @@ from typing import Any
 
 
 class Raw:
-    """JSON text written already (one value, complete and valid): ``dumps`` puts it in as it is."""
+    """JSON text written already (one value, complete and valid, written by ``dumps``: no lone surrogate in it):
+    ``dumps`` puts it in as it is."""
 
     __slots__ = ("text",)
 
@@ -24,14 +25,15 @@ _MARK_TEXT = json.dumps(_MARK)  # how json writes the placeholder: no JSON text 
 def dumps(doc: Any) -> str:
     """``doc`` as JSON text with sorted keys; each ``Raw`` in it put in as its text; written again with
     ``text_only`` when a string holds a lone surrogate (bytes that were not UTF-8)."""
-    text = _dumps(doc)
-    if "\\ud" in text:  # a surrogate (escaped, as json writes every non-ASCII character): redo it with text_only
-        text = _dumps(text_only(doc))
-    return text
-
-
-def _dumps(doc: Any) -> str:
     raws: list[str] = []
+    text = _dumps(doc, raws)
+    if "\\ud" in text:  # a surrogate (escaped, as json writes every non-ASCII character): redo it with text_only
+        raws.clear()
+        text = _dumps(text_only(doc), raws)
+    return _splice(text, raws)  # Raw text holds none: it was written by this function
+
+
+def _dumps(doc: Any, raws: list[str]) -> str:
 
     def placeholder(obj: Any) -> str:
         if isinstance(obj, Raw):
@@ -39,7 +41,10 @@ def _dumps(doc: Any) -> str:
             return _MARK
         raise TypeError(f"{type(obj).__name__} is not JSON")
 
-    text = json.dumps(doc, sort_keys=True, default=placeholder)
+    return json.dumps(doc, sort_keys=True, default=placeholder)
+
+
+def _splice(text: str, raws: list[str]) -> str:
     if not raws:
         return text
     parts = text.split(_MARK_TEXT)  # the encoder asks in the order it writes: the k-th mark is the k-th Raw

@@ -300,20 +300,25 @@ class RemoteStore(Store):
         trip for both. Without ``head`` HEAD is not asked for."""
         argv = ["ls-remote", "--symref", self.remote, "HEAD", f"{NAMESPACE}/*"] if head else None
         res = self._ls_remote(argv or ["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"], timeout)
-        refs = {}
-        branch = oid = None
-        for line in res.out.splitlines():
-            left, _, ref = line.partition("\t")
-            if ref == "HEAD":  # only asked for with ``head`` (a lease ref's name never is exactly HEAD)
-                if left.startswith("ref: "):
-                    branch = left[5:].strip()
-                else:
-                    oid = left.strip()
-                continue
-            if ref.endswith("^{}"):  # a peeled tag (listed without --refs): not a ref of its own
-                continue
-            if (ref == SCOPE_REF or ref.startswith(NAMESPACE + "/")) and not ref.startswith(RESERVED):
-                refs[ref] = left
+        text, branch = res.out, None
+        at = text.find("ref: ")  # the symref line of HEAD (``--symref``): "ref: <branch>\tHEAD"
+        if at >= 0 and (at == 0 or text[at - 1] == "\n"):
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            branch = text[at + 5 : end].partition("\t")[0].strip()
+            text = text[:at] + text[end + 1 :]
+        # every other line is "<oid>\t<ref>", and neither holds white space (git's ref name rules): one split
+        words = text.split()
+        if len(words) % 2:
+            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: a listing line git did not write")
+        listed = dict(zip(words[1::2], words[0::2]))
+        oid = listed.pop("HEAD", None)  # only asked for with ``head`` (a lease ref's name never is exactly HEAD)
+        under = NAMESPACE + "/"
+        refs = {  # not a peeled tag (listed without --refs), nor a probe ref, nor a name only ending like ours
+            ref: o
+            for ref, o in listed.items()
+            if (ref.startswith(under) or ref == SCOPE_REF) and not ref.startswith(RESERVED) and not ref.endswith("^{}")
+        }
         if head:
             self._head = ((branch or "HEAD", oid) if oid else None, True)
             self._head_here = None

@@ -374,18 +374,15 @@ def common_dir(git_dir: str) -> str:
 
 def refs_cache_path(common: str, store_name: str) -> str:
     """Where the service keeps the last listing of a store (service._RefsCache; tests check they agree)."""
-    import hashlib
+    from gitlease.core import listingfile
 
-    return os.path.join(common, "gitlease", "cache", hashlib.sha1(store_name.encode()).hexdigest()[:16] + ".json")
+    return listingfile.path_in(os.path.join(common, "gitlease"), store_name)
 
 
 def load_refs_cache(common: str, store_name: str) -> tuple[dict, float] | None:
-    try:
-        with open(refs_cache_path(common, store_name), encoding="utf-8") as fh:
-            doc = loads(fh.read())
-        return {str(k): str(v) for k, v in doc["refs"].items()}, float(doc["fetchedAt"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    from gitlease.core import listingfile
+
+    return listingfile.read(refs_cache_path(common, store_name))
 
 
 # ------------------------------------------------------------------ others' leases from refs

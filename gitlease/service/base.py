@@ -5,7 +5,6 @@ settled by re-reading; the last listing kept for the hooks (``_RefsCache``).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -16,7 +15,6 @@ from gitlease.core.errors import (
     RemoteUnavailable,
     UsageError,
 )
-from gitlease.core.fsutil import write_json
 from gitlease.core.objects import ObjectWriter, ident_for
 from gitlease.core.record import Record
 from gitlease.core.repo import Repo
@@ -182,17 +180,19 @@ def _strip_userinfo(url: str) -> str:
 
 
 class _RefsCache:
-    """The last listing of a store, so reads still answer (marked stale) when the store is unreachable."""
+    """The last listing of a store, so reads still answer (marked stale) when the store is unreachable
+    (core/listingfile.py)."""
 
     def __init__(self, folder: str, store_name: str) -> None:
-        import hashlib
+        from gitlease.core import listingfile
 
-        self.path = os.path.join(folder, "cache", hashlib.sha1(store_name.encode()).hexdigest()[:16] + ".json")
+        self.path = listingfile.path_in(folder, store_name)
 
     def save(self, refs: dict[str, str], fetched_at: float) -> None:
+        from gitlease.core import listingfile
+
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_json(self.path, {"fetchedAt": fetched_at, "refs": refs})
+            listingfile.write(self.path, refs, fetched_at)
         except OSError:
             pass  # a cache that cannot be written only costs freshness
 
@@ -210,9 +210,6 @@ class _RefsCache:
         self.save(refs, fetched_at)
 
     def load(self) -> tuple[dict[str, str], float] | None:
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-            return {str(k): str(v) for k, v in doc["refs"].items()}, float(doc["fetchedAt"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
+        from gitlease.core import listingfile
+
+        return listingfile.read(self.path)

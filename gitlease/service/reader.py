@@ -105,6 +105,19 @@ class Reader(ServiceBase):
         ``reuse``: a full read takes each lease whose refs have not moved from the view an earlier read
         finished (service/viewcache.py; replay still checked); False: every lease is read and checked again,
         each with its history (``show``)."""
+        from gitlease.core.gcpause import paused
+
+        with paused():  # thousands of small acyclic objects (core/gcpause.py)
+            return self._snapshot(use_cache, paths, keep, listing, reuse)
+
+    def _snapshot(
+        self,
+        use_cache: bool,
+        paths: Sequence[str] | None,
+        keep: Iterable[str],
+        listing: Listing | None,
+        reuse: bool,
+    ) -> Snapshot:
         from gitlease.identity.replay import Seen
         from gitlease.service.recordcache import RecordCache
 
@@ -143,10 +156,16 @@ class Reader(ServiceBase):
             # every lease read and checked again
             return self.snapshot(use_cache=use_cache, listing=Listing(refs, head, before), reuse=False)
         self._verify(views, blobs, trust, before)
+        news: list[LeaseView] = views  # the views that may tell the replay memory something new
         if finished is not None:
             finished.save(trust.identity, views)  # and closes it
-            views = _merge(hits, views, before)
-        listed = [(v.lease_id, v.version(), v.current_oid, v.expires()) for v in views if v.valid and v.current_oid]
+            news = [*views, *_replay_checked(hits, before)]
+            views = _merge(hits, views)
+        listed = [
+            (v.lease_id, v.version(), v.current_oid, v.expires())
+            for v in news
+            if v.valid and v.current_oid and not _seen_as(before, v)
+        ]
         seen.update(
             before,
             listed,  # type: ignore[arg-type]
@@ -344,20 +363,41 @@ def _finished(svc: Reader, wanted: bool) -> ViewCache | None:
     return ViewCache(svc.repo.shared_dir(), svc.store.name) if wanted else None
 
 
-def _merge(hits: list[KeptView], views: list[LeaseView], before: Memory) -> list[LeaseView]:
-    """The kept views (each checked against the replay memory here) and those read in full, in
-    ``build_views``'s order: by lease id, then the views of refs that name no lease."""
+def _replay_checked(hits: list[KeptView], before: Memory) -> list[KeptView]:
+    """Each kept view checked against the replay memory (identity/replay.py): a problem makes it invalid.
+    Returns those the memory does not hold at their version and commit already (the rest tell it nothing)."""
     from gitlease.identity.replay import Seen
 
+    live, gone, news = before.live, before.gone, []
     for v in hits:
+        last = live.get(v.lease_id)
+        if type(last) is tuple and len(last) == 3 and last[0] == v._version and last[1] == v.current_oid:
+            if v.lease_id not in gone:
+                continue  # seen as it is now (the common case: one lookup)
         replay = Seen.replay_problem(before, v.lease_id, v._version, v.current_oid)  # type: ignore[arg-type]
         if replay:
             v.problems.append(replay)
+        news.append(v)
+    return news
+
+
+def _merge(hits: list[KeptView], views: list[LeaseView]) -> list[LeaseView]:
+    """The kept views and those read in full, in ``build_views``'s order: by lease id, then the views of refs
+    that name no lease."""
     if not hits:
         return views
+    if not views:
+        return list(hits)  # the cache gives them in lease id order (its key)
     named = [v for v in views if not v.lease_id.startswith("?")]
     odd = [v for v in views if v.lease_id.startswith("?")]
     return sorted([*hits, *named], key=lambda v: v.lease_id) + odd
+
+
+def _seen_as(before: Memory, v: LeaseView) -> bool:
+    """Whether the replay memory from before this read holds the lease at this version and commit (then the
+    read has nothing new to tell it of the lease)."""
+    last = before.live.get(v.lease_id)
+    return type(last) is tuple and len(last) == 3 and last[0] == v.version() and last[1] == v.current_oid
 
 
 def _unsigned_cache(path: str) -> bool:

@@ -18,33 +18,37 @@ the view as it is (views.KeptView). What a listing can change around a lease is 
   read for every lease, kept or not.
 
 Only valid views are kept: an invalid one is read again each time (it is a fault, and rare). Rows are keyed
-by the store and the lease; a row records the trust identity and ``FORMAT`` it was finished under, and is
-used only under the same. The file is as trusted as the rest of the git dir; one that cannot be read or
-written is removed and the read goes on without it (core/sqlitefile.py). Bump ``FORMAT`` whenever what a
-read concludes of the same refs changes: the checks, ``LeaseView.to_json``, or ``record.to_fields``.
+by the store and the lease; a row records the trust identity, ``FORMAT`` and gitlease version it was
+finished under, and is used only under the same. One row a lease: a lease gone from the listing loses its
+row, and the rows of another store are dropped once they outnumber the current store's (``SLACK``). The file
+is as trusted as the rest of the git dir; one that cannot be read or written is removed and the read goes on
+without it (core/sqlitefile.py). Bump ``FORMAT`` whenever what a read concludes of the same refs changes: the
+checks, ``LeaseView.to_json``, or ``record.to_fields``.
 """
 
 from __future__ import annotations
 
 import marshal
 import os
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gitlease.core import record as records
 from gitlease.core.refnames import ID_PREFIX
 from gitlease.core.sqlitefile import SqliteFile
-from gitlease.service.views import KeptView, LeaseView, json_template, kept_view
+from gitlease.service.views import JSON_SLOTS, KeptView, LeaseView, json_template, kept_view
 
 if TYPE_CHECKING:
     import sqlite3
 
-FORMAT = 1
+FORMAT = 5  # 2: the record's fields marshalled apart; 3: refs as _refs_key; 4: rowid; 5: one blob a row
+SLACK, FLOOR = 3, 4096  # rows kept beyond the listed leases, before other stores' rows are dropped
 _KEPT_STATUSES = ("verified", "unsigned", "untrusted")  # trust.VERIFIED, UNSIGNED, UNTRUSTED: a valid history
 
-# (trust, head, grant, ref names, data) of one kept lease
-Row = tuple[str, str, str, tuple[str, ...], bytes]
+# One kept lease: (trust key, head, grant, its refs (``_refs_key``), paths, its record's fields (marshalled),
+# expires, version, signed, verification, signer, JSON template), marshalled whole in its row
+Row = tuple[Any, ...]
+_ROW_LEN = 12
 
 
 def _trust_key(identity: str) -> str:
@@ -66,11 +70,10 @@ class ViewCache(SqliteFile):
             db.execute("DROP TABLE IF EXISTS v")
             db.execute(f"PRAGMA user_version = {FORMAT:d}")
             db.execute("COMMIT")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS v (store TEXT NOT NULL, lease TEXT NOT NULL, trust TEXT NOT NULL, "
-            "head TEXT NOT NULL, grnt TEXT NOT NULL, refs TEXT NOT NULL, data BLOB NOT NULL, "
-            "PRIMARY KEY (store, lease)) WITHOUT ROWID"
+        db.execute(  # a rowid table: its rows are large (a JSON template each), a WITHOUT ROWID one 3x the size
+            "CREATE TABLE IF NOT EXISTS v (store TEXT NOT NULL, lease TEXT NOT NULL, data BLOB NOT NULL)"
         )
+        db.execute("CREATE UNIQUE INDEX IF NOT EXISTS v_lease ON v (store, lease)")
 
     def match(self, refs: dict[str, str]) -> dict[str, Row]:
         """{lease id: row} of each kept lease whose refs in this listing are exactly those it was finished
@@ -81,7 +84,7 @@ class ViewCache(SqliteFile):
         import sqlite3
 
         try:
-            rows = db.execute("SELECT lease, trust, head, grnt, refs, data FROM v WHERE store = ?", (self.store,))
+            rows = db.execute("SELECT lease, data FROM v WHERE store = ? ORDER BY lease", (self.store,))
             found = _matching(refs, rows, self.absent)
         except sqlite3.Error:
             self._give_up()
@@ -99,8 +102,14 @@ class ViewCache(SqliteFile):
 
             try:
                 db.execute("BEGIN IMMEDIATE")
-                db.executemany("INSERT OR REPLACE INTO v VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                db.executemany("INSERT OR REPLACE INTO v VALUES (?, ?, ?)", rows)
                 db.executemany("DELETE FROM v WHERE store = ? AND lease = ?", [(self.store, k) for k in self.absent])
+                if rows:  # bounded: the rows of stores no longer read (another lease.remote) go once too many
+                    ((total,), (mine,)) = db.execute(
+                        "SELECT count(*) FROM v UNION ALL SELECT count(*) FROM v WHERE store = ?", (self.store,)
+                    ).fetchall()
+                    if total > SLACK * mine + FLOOR:
+                        db.execute("DELETE FROM v WHERE store != ?", (self.store,))
                 db.execute("COMMIT")
             except sqlite3.Error:
                 self._give_up()
@@ -113,67 +122,59 @@ def views_of(rows: dict[str, Row], identity: str | None) -> list[KeptView] | Non
     decode: then nothing is taken from the cache."""
     if identity is None:
         return None
-    key = _trust_key(identity)
+    wanted = _trust_key(identity)
     out: list[KeptView] = []
-    for lease_id, (trust, head, grant, names, data) in rows.items():
-        if trust != key:
+    for lease_id, row in rows.items():
+        trust, _h, _g, _k, paths, fields, expires, version, _s, verification, _w, template = row
+        if trust != wanted:
             return None
-        try:
-            paths, fields, expires, version, signed, verification, signer, template = marshal.loads(data)
-        except (ValueError, TypeError, EOFError):
-            return None
-        if type(paths) is not tuple or type(fields) is not tuple or type(expires) is not float:
+        if type(paths) is not tuple or type(fields) is not bytes or type(expires) is not float:
             return None
         if type(version) is not int or verification not in _KEPT_STATUSES:
             return None
-        out.append(
-            kept_view(
-                lease_id,
-                head,
-                grant,
-                names,
-                paths,
-                fields,
-                expires,
-                version,
-                bool(signed),
-                verification,
-                signer,
-                template if type(template) is tuple and all(type(p) is str for p in template) else None,
-            )
-        )
+        if template is not None and (type(template) is not tuple or len(template) != len(JSON_SLOTS) + 1):
+            row = (*row[:-1], None)
+        out.append(kept_view(lease_id, row))
     return out
 
 
 def refs_left(refs: dict[str, str], rows: dict[str, Row]) -> dict[str, str]:
-    """The listed refs that are no kept lease's: what the reader still reads and checks."""
-    taken = {r for row in rows.values() for r in row[3]}
-    return {r: o for r, o in refs.items() if r not in taken}
+    """The listed refs that are no kept lease's: what the reader still reads and checks. Every listed ref at a
+    matched lease's commits is that lease's (``match``: no other ref is at either)."""
+    taken = {oid for row in rows.values() for oid in (row[1], row[2])}
+    return {r: o for r, o in refs.items() if o not in taken}
 
 
-def _matching(
-    refs: dict[str, str], rows: Iterable[tuple[str, str, str, str, str, bytes]], absent: list[str]
-) -> dict[str, Row]:
-    counts = Counter(refs.values())
+def _refs_key(at_head: Sequence[str], at_grant: Sequence[str]) -> str:
+    """Which refs a lease has, as kept and as matched: the refs at its current commit, then (a renewed lease)
+    those at its grant, each group in ref name order (the listing's), one a line."""
+    return "\n".join([*at_head, *at_grant])
+
+
+def _matching(refs: dict[str, str], rows: Iterable[tuple[str, bytes]], absent: list[str]) -> dict[str, Row]:
+    by_oid: dict[str, list[str]] = {}
+    for ref, oid in refs.items():  # the listing's refs at each commit, in the listing's order
+        got = by_oid.get(oid)
+        if got is None:
+            by_oid[oid] = [ref]
+        else:
+            got.append(ref)
     found: dict[str, Row] = {}
-    get = refs.get
+    get, empty = by_oid.get, ()
     absent.clear()
-    for lease_id, trust, head, grant, text, data in rows:
-        idref = ID_PREFIX + lease_id
-        at = get(idref)
-        if at is None:
+    for lease_id, data in rows:
+        if ID_PREFIX + lease_id not in refs:
             absent.append(lease_id)
             continue
-        if at != head:
+        try:
+            row = marshal.loads(data)
+        except (ValueError, TypeError, EOFError):
+            continue  # read again, and written again
+        if type(row) is not tuple or len(row) != _ROW_LEN or type(row[1]) is not str or type(row[2]) is not str:
             continue
-        names = tuple(text.split("\n"))
-        if counts[grant] + (counts[head] if head != grant else 0) != len(names):
-            continue  # another ref at either commit, or one of the kept refs gone
-        for r in names:  # each kept ref where it was (the id ref is at head: checked above)
-            if r != idref and get(r) != grant:
-                break
-        else:
-            found[lease_id] = (trust, head, grant, names, data)
+        head, grant = row[1], row[2]
+        if row[3] == _refs_key(get(head, empty), empty if head == grant else get(grant, empty)):
+            found[lease_id] = row
     return found
 
 
@@ -187,25 +188,31 @@ def _keepable(v: LeaseView) -> bool:
     )
 
 
-def _row(store: str, trust: str, v: LeaseView) -> tuple[str, str, str, str, str, str, bytes] | None:
+def _row(store: str, trust: str, v: LeaseView) -> tuple[str, str, bytes] | None:
     rec = v.record
     assert rec is not None and v.current_oid is not None and v.grant_oid is not None
-    data = marshal.dumps(
-        (
-            v.paths,
-            records.to_fields(rec),
-            rec.expires,
-            rec.version,
-            v.signed,
-            v.verification,
-            v.signer,
-            json_template(v),
-        )
-    )
-    names: Sequence[str] = sorted(v.refs())
-    if any("\n" in r for r in names):
+    refs = v.refs()
+    if any("\n" in r for r in refs):
         return None
-    return (store, v.lease_id, trust, v.current_oid, v.grant_oid, "\n".join(names), data)
+    key = _refs_key(
+        sorted(r for r, o in refs.items() if o == v.current_oid),
+        [] if v.current_oid == v.grant_oid else sorted(r for r, o in refs.items() if o == v.grant_oid),
+    )
+    row = (
+        trust,
+        v.current_oid,
+        v.grant_oid,
+        key,
+        v.paths,
+        marshal.dumps(records.to_fields(rec)),  # decoded only when the record is looked at (views.KeptView)
+        rec.expires,
+        rec.version,
+        v.signed,
+        v.verification,
+        v.signer,
+        json_template(v),
+    )
+    return (store, v.lease_id, marshal.dumps(row))
 
 
 __all__ = ["ViewCache", "FORMAT", "views_of", "refs_left"]

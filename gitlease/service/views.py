@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
@@ -69,9 +69,7 @@ class LeaseView:
             return "invalid"
         exp = self.expires()
         assert exp is not None
-        if now < exp:
-            return "active"
-        return "grace" if now <= exp + skew else "expired"
+        return _state_at(exp, now, skew)
 
     def granted(self) -> tuple[str, ...]:
         """What the store guarantees this lease holds: each path its current record names AND a scope ref of
@@ -118,6 +116,13 @@ class LeaseView:
         return None
 
 
+def _state_at(expires: float, now: float, skew: int) -> str:
+    """A valid lease's state: active, grace (expired, within the skew margin) or expired."""
+    if now < expires:
+        return "active"
+    return "grace" if now <= expires + skew else "expired"
+
+
 # The keys of a lease's JSON (``to_json`` and ``heldHere``) that change while its refs stay as they are: the
 # clock's and the reading worktree's. A template is the rest, written once (``json_template``).
 JSON_SLOTS = ("heldHere", "secondsLeft", "state")
@@ -130,11 +135,11 @@ def json_template(view: LeaseView) -> tuple[str, ...] | None:
     there are slots."""
     import json
 
-    from gitlease.core.jsontext import text_only
+    from gitlease.core import jsontext
 
     doc = view.to_json(0.0, 0)
     doc.update(dict.fromkeys(JSON_SLOTS, _SLOT_MARK))
-    pieces = tuple(json.dumps(text_only(doc), sort_keys=True).split(json.dumps(_SLOT_MARK)))
+    pieces = tuple(jsontext.dumps(doc).split(json.dumps(_SLOT_MARK)))
     return pieces if len(pieces) == len(JSON_SLOTS) + 1 else None
 
 
@@ -144,22 +149,47 @@ class KeptView(LeaseView):
     only when looked at, and its JSON is written from the kept template. A record that no longer decodes (a
     damaged cache file) makes the view invalid from then on: it still blocks its paths."""
 
-    _fields: tuple[object, ...]
+    _names: str  # its refs' names, one a line
+    _fields: bytes  # the record's ``record.to_fields``, marshalled
     _expires: float
     _version: int
     _template: tuple[str, ...] | None
 
     @functools.cached_property
     def record(self) -> Record | None:  # type: ignore[override]
+        import marshal
+
         try:
-            return records.from_fields(self._fields)
-        except (ValueError, TypeError):
+            return records.from_fields(marshal.loads(self._fields))
+        except (ValueError, TypeError, EOFError):
             self.problems.append("the kept view of this lease does not decode (a damaged cache): read it again")
             return None
+
+    @functools.cached_property
+    def scope_refs(self) -> dict[str, str]:  # type: ignore[override]
+        return self._refs_at_grant()[0]
+
+    @functools.cached_property
+    def task_refs(self) -> dict[str, str]:  # type: ignore[override]
+        return self._refs_at_grant()[1]
+
+    def _refs_at_grant(self) -> tuple[dict[str, str], dict[str, str]]:
+        scope: dict[str, str] = {}
+        task: dict[str, str] = {}
+        idref, grant = ID_PREFIX + self.lease_id, self.grant_oid
+        for r in self._names.split("\n"):
+            if r.startswith(TASK_PREFIX):
+                task[r] = grant  # type: ignore[assignment]
+            elif r != idref:
+                scope[r] = grant  # type: ignore[assignment]
+        return scope, task
 
     @property
     def valid(self) -> bool:
         return not self.problems
+
+    def state(self, now: float, skew: int) -> str:
+        return "invalid" if self.problems else _state_at(self._expires, now, skew)
 
     def expires(self) -> float | None:
         return self._expires
@@ -171,50 +201,33 @@ class KeptView(LeaseView):
         t = self._template
         if t is None or self.problems:
             return None
-        state = self.state(now, skew)
-        return f'{t[0]}{"true" if held else "false"}{t[1]}{int(self._expires - now)}{t[2]}"{state}"{t[3]}'
+        exp = self._expires
+        state = _state_at(exp, now, skew)  # valid: no problem
+        return f'{t[0]}{"true" if held else "false"}{t[1]}{int(exp - now)}{t[2]}"{state}"{t[3]}'
 
 
-def kept_view(
-    lease_id: str,
-    head: str,
-    grant: str,
-    refs: Sequence[str],
-    paths: tuple[str, ...],
-    fields: tuple[object, ...],
-    expires: float,
-    version: int,
-    signed: bool,
-    verification: str,
-    signer: str | None,
-    template: tuple[str, ...] | None,
-) -> KeptView:
-    """The view of a valid lease as it was kept: ``refs`` its ref names (the id ref at ``head``, the others
-    at ``grant``)."""
+def kept_view(lease_id: str, kept: tuple[Any, ...]) -> KeptView:
+    """The view of a valid lease as it was kept (service/viewcache.py, its shape checked there): (trust, head,
+    grant, its ref names one a line (the id ref at head, the others at grant), paths, record fields, expires,
+    version, signed, verification, signer, JSON template)."""
+    _trust, head, grant, refs, paths, fields, expires, version, signed, verification, signer, template = kept
     view = KeptView.__new__(KeptView)
-    scope_refs, task_refs, idref = {}, {}, ID_PREFIX + lease_id
-    for r in refs:
-        if r.startswith(TASK_PREFIX):
-            task_refs[r] = grant
-        elif r != idref:
-            scope_refs[r] = grant
-    view.__dict__.update(
-        lease_id=lease_id,
-        paths=paths,
-        current_oid=head,
-        grant_oid=grant,
-        scope_refs=scope_refs,
-        task_refs=task_refs,
-        problems=[],
-        signed=signed,
-        verification=verification,
-        signer=signer,
-        chain=None,
-        _fields=fields,
-        _expires=expires,
-        _version=version,
-        _template=template,
-    )
+    view.__dict__ = {
+        "lease_id": lease_id,
+        "paths": paths,
+        "current_oid": head,
+        "grant_oid": grant,
+        "problems": [],
+        "signed": bool(signed),
+        "verification": verification,
+        "signer": signer,
+        "chain": None,
+        "_names": refs,
+        "_fields": fields,
+        "_expires": expires,
+        "_version": version,
+        "_template": template,
+    }
     return view
 
 

@@ -32,6 +32,7 @@ from gitlease.service.leases import Busy
 
 if TYPE_CHECKING:
     from gitlease.service.leases import PreparedRenewal
+    from gitlease.service.results import Listing
     from gitlease.work.attempt import TaskAttempt
     from gitlease.work.runner import Runner
 
@@ -133,14 +134,22 @@ class Lander:
 
     def _ride(self, train: list[Ticket]) -> bool:
         """One try at landing ``train``: True when nothing is left to retry (landed, or left the train)."""
+        from gitlease.work.attempt import _Fail
+
         r = self.r
         _branch, base = r._fetch_base()
+        try:
+            listing = r.svc.listing()  # one listing of the store checks every rider of this ride
+        except RemoteUnavailable as exc:  # not the tasks' fault: their verified work is kept for landing
+            for t in train:
+                t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
+            return True
         tips: dict[str, str] = {}  # target branch -> the commit it will point at
         riders: list[Ticket] = []
         for t in train:
             target = r._target(t.at.task)
             onto = tips.get(target, base if r.opts.land else None)
-            head = self._board(t, onto, base)
+            head = self._board(t, onto, base, listing)
             if head is None or t.done.is_set():
                 continue
             tips[target] = head
@@ -149,10 +158,11 @@ class Lander:
             return True
         return self._push(riders, tips)
 
-    def _board(self, t: Ticket, onto: str | None, base: str) -> str | None:
+    def _board(self, t: Ticket, onto: str | None, base: str, listing: Listing) -> str | None:
         """``t``'s commit rebased onto ``onto`` (the base, or the commit of the task before it in this train;
-        None: its own branch, not rebased), checked against its lease and scope (its commits over ``base``);
-        None when it leaves the train (finished: nothing to land, or a failure of its own)."""
+        None: its own branch, not rebased), checked against its lease and scope (its commits over ``base``) on
+        the ride's ``listing`` of the store; None when it leaves the train (finished: nothing to land, or a
+        failure of its own)."""
         from gitlease.enforce.push import check_task_landing
         from gitlease.work.attempt import _Fail
 
@@ -169,9 +179,17 @@ class Lander:
         head = gitq.head_commit(path)
         within = None if r.opts.allow_extend else at.task.scope
         try:
-            check_task_landing(at.held.svc, r.remote, at.lease_id, head, onto or base, within=within)
+            try:
+                check_task_landing(
+                    at.held.svc, r.remote, at.lease_id, head, onto or base, within=within, listing=listing
+                )
+            except LeaseLost:  # its heartbeat may have renewed it since the ride's listing: a fresh read decides
+                check_task_landing(at.held.svc, r.remote, at.lease_id, head, onto or base, within=within)
         except LeaseLost as exc:  # lost before its landing began: what it wrote was not protected; it runs again
             t.finish(error=_Fail(exc.message))
+            return None
+        except RemoteUnavailable as exc:  # the store away (its objects not fetched): not the task's fault
+            t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
             return None
         except GitLeaseError as exc:  # ScopeViolation: the task's own failure, final
             t.finish(error=_Fail(exc.message, final=True))
