@@ -31,6 +31,7 @@ from gitlease.enforce import rules as enforce
 from gitlease.enforce.verify import _mine_from_held, others_lookup, touched_paths
 from gitlease.service.leases import LeaseService
 from gitlease.service.results import Listing
+from gitlease.service.views import Snapshot
 
 BRANCHES = "refs/heads/"
 
@@ -180,19 +181,25 @@ def landing(cwd: str, targets: Sequence[Target]) -> tuple[list[str], int]:
 
 
 def check_landing(
-    svc: LeaseService, lease_id: str, paths: Sequence[str], listing: Listing | None = None
+    svc: LeaseService,
+    lease_id: str,
+    paths: Sequence[str],
+    listing: Listing | None = None,
+    snap: Snapshot | None = None,
 ) -> tuple[str, list[enforce.Violation], list[str]]:
     """(mode, violations, warning lines) of ``paths`` pushed under ``lease_id``: the hooks' rule, with the
     fencing lease as the only lease of the writer. ``lease.enforce`` applies as for the hooks (unset:
     strict, since the pusher holds a lease). ``listing``: the store as listed just now, read instead of
-    listing it again (LeaseService.listing)."""
+    listing it again (LeaseService.listing); ``snap``: the store read just now for these paths and this
+    worktree's leases (at least), judged instead of reading it again."""
     configured = svc.settings.enforce
     mode = enforce.effective_mode(configured, True)
     if mode == "off" or not paths:
         return mode, [], []
     check_mode = "strict" if mode == "warn" else mode
     # RemoteUnavailable: nothing is pushed (fail closed). Only the leases bearing on these paths, and ours.
-    snap = svc.snapshot(use_cache=False, paths=paths, keep=svc.held_here(), listing=listing)
+    if snap is None:
+        snap = svc.snapshot(use_cache=False, paths=paths, keep=svc.held_here(), listing=listing)
     now = svc.clock.now()
     mine = [m for m in _mine_from_held(svc, snap) if m.lease_id == lease_id]
     if not mine:  # forgotten here since the caller looked (its heartbeat found it lost): never "held by" itself
@@ -265,26 +272,35 @@ def check_task_landing(
     *,
     within: Sequence[str] | None = None,
     listing: Listing | None = None,
+    snap: Snapshot | None = None,
+    paths: Sequence[str] | None = None,
 ) -> list[str]:
     """The check ``fenced_push`` makes, for one commit of a landing that pushes several (the queue runner's
     landing train, which pushes the branch and every task's renewal itself): every path of the commits ``head``
     brings over ``base`` (None: over the remote's default branch) must lie in ``lease_id`` as the store has it,
     outside every other live lease, and in ``within`` when given. Returns those paths; raises ScopeViolation (exit
     4) or LeaseLost (exit 6), as ``fenced_push`` does, and nothing is pushed. ``listing``: the store as the train
-    listed it for all its riders (one ``ls-remote`` a ride, not one a task)."""
+    listed it for all its riders (one ``ls-remote`` a ride, not one a task); ``snap``: the train's one read of
+    the store for all its riders' paths and leases, judged instead of reading it again; ``paths``: those the
+    commits touch, when the caller has them already (``landing_paths``)."""
     svc.check_fence(remote)
     if lease_id not in svc.held_here():
         raise LeaseLost(f"lease lost: {lease_id} is no longer held by this worktree; nothing was pushed (stop writing)")
     if base is None:
         _olds, base = remote_heads(svc, remote, [])
-    paths = sorted(touched_paths(svc.repo.cwd, [head], [base] if base else []))
-    mode, violations, _warnings = check_landing(svc, lease_id, paths, listing)
+    paths = landing_paths(svc, head, base) if paths is None else list(paths)
+    mode, violations, _warnings = check_landing(svc, lease_id, paths, listing, snap)
     if within is not None and mode != "off":
         violations = violations + _outside(paths, within, {v.path for v in violations})
     if violations:
         target = Target(head, head, head, "refs/heads/?", None, base)
         _refuse(lease_id, mode, violations, [target])
     return paths
+
+
+def landing_paths(svc: LeaseService, head: str, base: str | None) -> list[str]:
+    """Every path the commits ``head`` brings over ``base`` touch (in ``svc``'s worktree), sorted."""
+    return sorted(touched_paths(svc.repo.cwd, [head], [base] if base else []))
 
 
 def _outside(paths: Sequence[str], within: Sequence[str], seen: set[str]) -> list[enforce.Violation]:

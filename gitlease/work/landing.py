@@ -1,9 +1,10 @@
 """Landing verified tasks (``git lease work``, docs/work.md): a landing train instead of a stampede.
 
 A worker whose task is verified hands it to the runner's one lander and waits. The lander takes every task
-that is ready, fetches the base once, rebases the ready commits one onto the other (their scopes are disjoint:
-they hold leases), checks each task's commits against its own lease (and, unless ``--allow-extend``, its own
-scope) as the pre-push hook would, and lands them all in ONE atomic push: the branch, every task's lease
+that is ready, fetches the base once, checks each task's own commits against its own lease (and, unless
+``--allow-extend``, its own scope) as the pre-push hook would, all of them on one listing and one read of the
+store, rebases the commits that pass one onto the other (their scopes are disjoint: they hold leases; a rebase
+changes no path a commit touches), and lands them all in ONE atomic push: the branch, every task's lease
 renewal (each pinned to the version its worktree holds) and every task's ``done`` outcome (each pinned to its
 ``running`` outcome). A task lands exactly once, only under its live lease, and keeps its lease until its commit
 is on the branch.
@@ -31,8 +32,10 @@ from gitlease.core.store import RefUpdate
 from gitlease.service.leases import Busy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gitlease.service.leases import PreparedRenewal
-    from gitlease.service.results import Listing
+    from gitlease.service.views import Snapshot
     from gitlease.work.attempt import TaskAttempt
     from gitlease.work.runner import Runner
 
@@ -139,18 +142,19 @@ class Lander:
         r = self.r
         _branch, base = r._fetch_base()
         try:
-            listing = r.svc.listing()  # one listing of the store checks every rider of this ride
+            checked = self._check(train, base)
         except RemoteUnavailable as exc:  # not the tasks' fault: their verified work is kept for landing
             for t in train:
-                t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
+                if not t.done.is_set():
+                    t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
             return True
         tips: dict[str, str] = {}  # target branch -> the commit it will point at
         riders: list[Ticket] = []
-        for t in train:
+        for t in checked:
             target = r._target(t.at.task)
             onto = tips.get(target, base if r.opts.land else None)
-            head = self._board(t, onto, base, listing)
-            if head is None or t.done.is_set():
+            head = self._board(t, onto)
+            if head is None:
                 continue
             tips[target] = head
             riders.append(t)
@@ -158,44 +162,77 @@ class Lander:
             return True
         return self._push(riders, tips)
 
-    def _board(self, t: Ticket, onto: str | None, base: str, listing: Listing) -> str | None:
-        """``t``'s commit rebased onto ``onto`` (the base, or the commit of the task before it in this train;
-        None: its own branch, not rebased), checked against its lease and scope (its commits over ``base``) on
-        the ride's ``listing`` of the store; None when it leaves the train (finished: nothing to land, or a
-        failure of its own)."""
+    def _check(self, train: list[Ticket], base: str) -> list[Ticket]:
+        """The tickets whose own commits (over ``base``, before any rebase: rebasing one onto another changes
+        no path they touch) lie in their lease and scope and outside every other live lease, judged on ONE
+        listing and ONE read of the store for the whole train (its riders' paths and leases); the others leave
+        it (finished: nothing to land, or a failure of their own). RemoteUnavailable: the store away."""
+        from gitlease.enforce.push import landing_paths
+
+        r = self.r
+        paths: dict[int, list[str]] = {}
+        heads: dict[int, str] = {}
+        for k, t in enumerate(train):
+            path = t.at.att.path
+            if r.opts.land and gitq.count_commits(path, "HEAD", [base]) == 0:
+                self._nothing_to_land(t)
+                continue
+            heads[k] = gitq.head_commit(path)
+            paths[k] = landing_paths(t.at.held.svc, heads[k], base)
+        if not paths:
+            return []
+        keep = {lid for k in paths for lid in train[k].at.held.svc.held_here()}
+        wanted = sorted({p for ps in paths.values() for p in ps})
+        snap = r.svc.snapshot(use_cache=False, paths=wanted, keep=keep, listing=r.svc.listing())
+        out = []
+        for k, ps in paths.items():
+            t, at = train[k], train[k].at
+            within = None if r.opts.allow_extend else at.task.scope
+            if self._passes(t, heads[k], base, ps, within, snap):
+                out.append(t)
+        return out
+
+    def _passes(
+        self, t: Ticket, head: str, base: str, paths: list[str], within: Sequence[str] | None, snap: Snapshot
+    ) -> bool:
+        """Whether ``t``'s commits pass its landing check on the train's read (``snap``); when they do not, the
+        ticket is finished with why. A lease that looks lost there is asked of the store again: its heartbeat
+        may have renewed it since the train's read."""
         from gitlease.enforce.push import check_task_landing
         from gitlease.work.attempt import _Fail
 
-        at, r = t.at, self.r
-        path = at.att.path
+        at = t.at
+        args = (at.held.svc, self.r.remote, at.lease_id, head, base)
+        try:
+            try:
+                check_task_landing(*args, within=within, snap=snap, paths=paths)
+            except LeaseLost:
+                check_task_landing(*args, within=within, paths=paths)
+        except LeaseLost as exc:  # lost before its landing began: what it wrote was not protected; it runs again
+            t.finish(error=_Fail(exc.message))
+            return False
+        except RemoteUnavailable as exc:  # the store away (its objects not fetched): not the task's fault
+            t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
+            return False
+        except GitLeaseError as exc:  # ScopeViolation: the task's own failure, final
+            t.finish(error=_Fail(exc.message, final=True))
+            return False
+        return True
+
+    def _board(self, t: Ticket, onto: str | None) -> str | None:
+        """``t``'s commit rebased onto ``onto`` (the base, or the commit of the task before it in this train;
+        None: its own branch, not rebased); None when it leaves the train (its change no longer rebases: the
+        agent runs again)."""
+        from gitlease.work.attempt import _Fail
+
+        path = t.at.att.path
         if onto is not None:
-            if gitq.count_commits(path, "HEAD", [onto]) == 0:
-                self._nothing_to_land(t)
-                return None
             why = gitq.rebase(path, onto)
             if why is not None:
                 t.finish(error=_Fail(f"its change no longer rebases onto {t.base_ref} ({why}): the agent runs again"))
                 return None
-        head = gitq.head_commit(path)
-        within = None if r.opts.allow_extend else at.task.scope
-        try:
-            try:
-                check_task_landing(
-                    at.held.svc, r.remote, at.lease_id, head, onto or base, within=within, listing=listing
-                )
-            except LeaseLost:  # its heartbeat may have renewed it since the ride's listing: a fresh read decides
-                check_task_landing(at.held.svc, r.remote, at.lease_id, head, onto or base, within=within)
-        except LeaseLost as exc:  # lost before its landing began: what it wrote was not protected; it runs again
-            t.finish(error=_Fail(exc.message))
-            return None
-        except RemoteUnavailable as exc:  # the store away (its objects not fetched): not the task's fault
-            t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
-            return None
-        except GitLeaseError as exc:  # ScopeViolation: the task's own failure, final
-            t.finish(error=_Fail(exc.message, final=True))
-            return None
-        t.head = head
-        return head
+        t.head = gitq.head_commit(path)
+        return t.head
 
     def _nothing_to_land(self, t: Ticket) -> None:
         from gitlease.work.attempt import _Fail
