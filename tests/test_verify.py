@@ -292,3 +292,95 @@ def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded,
     assert res.returncode == 1 and "not by the owner key" in res.stderr
     assert git(guarded.bare, "rev-parse", ref).strip() == cur
     assert cli(a, "release", lease).returncode == 0
+
+
+def _svc(repo, agent):
+    from gitlease import open_service
+
+    return open_service(str(repo), agent=agent, task=f"task-{agent}")
+
+
+def _land_and_release(svc, lease, *, entry=True, oid=None):
+    """One atomic push: the branch at this worktree's HEAD, and ``lease``'s release as the landing train sends it
+    (its refs' deletes and, unless ``entry`` is False, the holder's audit entry; ``oid``: the version the entry
+    says it releases, when not the one deleted). The renew lock is let go after."""
+    prep = svc.prepare_release(lease)
+    try:
+        fields = dict(prep.fields, oid=oid or prep.fields["oid"])
+        audits = [svc.audit.prepare_entries([(fields, prep.pointer)])[0]] if entry else []
+        head = git(svc.repo.cwd, "rev-parse", "HEAD").strip()
+        return svc.store.apply(prep.updates + audits, extra_refspecs=[f"{head}:refs/heads/main"])
+    finally:
+        prep.close()
+
+
+def test_pre_receive_takes_a_holders_release_as_the_landing_pushs_claim(guarded):
+    """The landing train lands a task's commit and gives its lease back in one push: the release (its refs
+    deleted at the version held, with the holder's audit entry of exactly that version) claims the lease for
+    the commit, as a renewal would. Without the entry, or with one for another version, the push is refused:
+    a push that deletes leases carries other refs only as such a release."""
+    a = guarded("a")
+    svc = _svc(a, "agent-a")
+    got = svc.acquire(["svc"], ttl=300)
+    lease = got.lease_id
+    assert commit(a, "svc/f", extra=("--no-verify",)).returncode == 0
+    out = _land_and_release(svc, lease, entry=False)
+    assert not out.ok and "only when each lease it deletes is released in it by its holder" in out.message
+    out = _land_and_release(svc, lease, oid=got.oid[::-1])  # an entry for a version that is not the one deleted
+    assert not out.ok and "only when each lease it deletes is released in it by its holder" in out.message
+    assert git(guarded.bare, "rev-parse", f"refs/leases/id/{lease}").strip() == got.oid  # nothing landed
+    out = _land_and_release(svc, lease)
+    assert out.ok, out.message
+    assert git(guarded.bare, "log", "-1", "--format=%s", "main").strip() == "change"
+    assert run(guarded.bare, "rev-parse", "-q", "--verify", f"refs/leases/id/{lease}").returncode == 1
+    log = cli(a, "log", "--lease", lease, "--json")
+    assert log.returncode == 0 and "audit" in [e.get("source") for e in json.loads(log.stdout)["result"]["events"]]
+
+
+def test_pre_receive_a_release_claims_only_its_own_lease(guarded):
+    """A holder that releases its own lease in a push cannot land, with it, a commit touching another's lease."""
+    a, b = guarded("a"), guarded("b")
+    acquire(a, "svc", agent="agent-a", task="task-a")
+    svc = _svc(b, "agent-b")
+    mine = svc.acquire(["other"], ttl=300).lease_id
+    assert commit(b, "svc/f", "other/g", extra=("--no-verify",)).returncode == 0
+    out = _land_and_release(svc, mine)
+    assert not out.ok and "inside leases held by others" in out.message, out.message
+    assert run(guarded.bare, "rev-parse", "-q", "--verify", f"refs/leases/id/{mine}").returncode == 0
+
+
+def test_pre_receive_a_release_by_another_trusted_key_claims_nothing(guarded, tmp_path):
+    """On a signed store the release that claims a lease must be recorded under the lease owner's key: agent B
+    (trusted too) deleting A's lease with a release entry of its own, to land into A's scope, is refused."""
+    from gitlease.core.refnames import id_ref, scope_ref
+    from gitlease.core.store import RefUpdate
+    from gitlease.identity import sshsig
+
+    keys = {n: sshsig.generate_key(str(tmp_path / f"key_{n}"), comment=n) for n in ("agent-a", "agent-b")}
+    admin = guarded("trust-admin")
+    (admin / ".gitlease").mkdir()
+    (admin / ".gitlease" / "allowed_signers").write_text(
+        "".join(f'{n} namespaces="gitlease" {k.public_key()}\n' for n, k in keys.items())
+    )
+    git(admin, "add", ".gitlease/allowed_signers")
+    git(admin, "commit", "-q", "-m", "trust")
+    git(admin, "push", "-q", "origin", "HEAD:main")
+    a, b = guarded("a"), guarded("b")
+    for repo, who in ((a, "agent-a"), (b, "agent-b")):
+        git(repo, "config", "lease.signingKey", str(tmp_path / f"key_{who}"))
+        git(repo, "config", "lease.agent", who)
+    got = _svc(a, "agent-a").acquire(["svc"], ttl=300)
+    svc = _svc(b, "agent-b")
+    git(b, "pull", "-q", "origin", "main")
+    assert commit(b, "svc/f", extra=("--no-verify",)).returncode == 0
+    refs = {id_ref(got.lease_id): got.oid, scope_ref("svc"): got.oid}
+    fields = {"action": "release", "rule": None, "reason": "released by its holder", "by": "agent-b",
+              "leaseId": got.lease_id, "version": 1, "oid": got.oid, "grant": got.oid, "refs": refs,
+              "paths": ["svc"], "valid": True}  # fmt: skip
+    entry, _after = svc.audit.prepare_entries([(fields, None)])
+    head = git(b, "rev-parse", "HEAD").strip()
+    out = svc.store.apply(
+        [RefUpdate(r, None, o) for r, o in refs.items()] + [entry], extra_refspecs=[f"{head}:refs/heads/main"]
+    )
+    assert not out.ok and "only when each lease it deletes is released in it by its holder" in out.message
+    assert git(guarded.bare, "rev-parse", id_ref(got.lease_id)).strip() == got.oid

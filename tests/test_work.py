@@ -68,6 +68,8 @@ if task.get("forget") and attempt == 1:
     sys.exit(1)
 if attempt <= task.get("fail", 0):
     sys.exit(1)
+if task.get("noop"):  # changes nothing: nothing to land, and its lease is released on its own
+    sys.exit(0)
 if task.get("crash") and attempt == 1:
     os.kill(os.getpid(), signal.SIGKILL)
 if task.get("lose") and attempt == 1:
@@ -461,7 +463,8 @@ def _refuse_pushes(world, test: str, message: str, *, once: bool):
 
 @pytest.mark.parametrize("refused", ["once", "until swept"])
 def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_goes_through(world, refused):
-    """The release after a landing is refused by the server (once, or every time): an ``error`` event names the
+    """A release on its own (a task with nothing to land; a landed task's lease goes back in its landing push,
+    which this refusal spares) is refused by the server (once, or every time): an ``error`` event names the
     server's reason, the release is not retried in a loop, the worktree its lease still binds is kept out of
     the pool and given back after the runner's final sweep has waited out the lease and reclaimed it (the
     injected clock's time); nothing is left bound to the runner (seen over smart HTTP with a server restart in
@@ -471,18 +474,19 @@ def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_
     from gitlease.core.clock import FakeClock
     from gitlease.worktree.manager import WorktreeManager
 
-    # a holder's release: its audit entry says "release ..." (a sweep's says otherwise)
+    # a holder's release on its own: its audit entry says "release ..." (a sweep's says otherwise), no branch
     flag = _refuse_pushes(
         world,
         "audit=$(printf '%s\\n' \"$input\" | awk '$3 ~ /^refs\\/leases-audit\\// {print $2}')\n"
-        "[ -n \"$audit\" ] && git log -1 --format=%s $audit | grep -q '^release '",
+        "branch=$(printf '%s\\n' \"$input\" | awk '$3 ~ /^refs\\/heads\\// {print $3}')\n"
+        '[ -n "$audit" ] && [ -z "$branch" ] && git log -1 --format=%s $audit | grep -q \'^release \'',
         "release refused",
         once=refused == "once",
     )
     a = world.clone("a")
     events = []
     summary = gitlease.work(
-        [{"id": "r1", "paths": ["src/a/x.py"]}, {"id": "r2", "paths": ["src/b/y.py"]}],
+        [{"id": "r1", "paths": ["src/a/x.py"], "noop": True}, {"id": "r2", "paths": ["src/b/y.py"]}],
         repo=str(a),
         command=world.command,
         land="main",
@@ -490,6 +494,7 @@ def test_a_worktree_whose_release_failed_goes_back_to_the_pool_once_the_release_
         on_event=events.append,
     )
     assert summary.done == ["r1", "r2"], [e.line() for e in events]
+    assert world.landed() == ["task r2"]  # its lease went back in its landing push, which was not refused
     assert flag.exists() == (refused != "once")  # one release was refused; or all were
     refusals = [e for e in events if e.kind == "error" and "refused" in e.detail.get("message", "")]
     assert refusals and "release refused" in refusals[0].detail["message"], [e.line() for e in events]

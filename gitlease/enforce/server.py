@@ -544,10 +544,12 @@ class _Push:
                 )
 
     def _check_deletes(self) -> None:
-        """Deletes of lease refs must be a release or a clear: whole leases (every ref the lease has here), in
-        a push that carries nothing but lease and audit refs, and at most one lease that no audit entry of
-        the same push names. Audit entries are never deleted. (A ``git push --mirror`` from a clone deletes
-        every lease while it updates other refs: refused.)"""
+        """Deletes of lease refs must be a release or a clear: whole leases (every ref the lease has here), and
+        at most one lease that no audit entry of the same push names. A push that also updates other refs (a
+        branch) may delete only leases their holders release in it: the landing train's push, which lands a
+        task's commit and gives its lease back together (``released_by_holder``). Audit entries are never
+        deleted. (A ``git push --mirror`` from a clone deletes every lease while it updates other refs:
+        refused.)"""
         deletes = [(o, r) for o, n, r in self.ours if ZERO.match(n) and shape(r) != "probe" and r not in self.resized]
         if not deletes:
             return
@@ -556,13 +558,6 @@ class _Push:
                 self.problems.append(f"{r}: the audit log is append-only; its refs are never deleted")
         lease_deletes = [(o, r) for o, r in deletes if shape(r) in LEASE_SHAPES]
         if not lease_deletes:
-            return
-        others = sorted(r for _o, _n, r in self.updates if not in_namespaces(r))
-        if others:
-            self.problems.append(
-                f"a push that deletes leases may carry nothing else (it also updates {', '.join(others[:3])}"
-                f"{' ...' if len(others) > 3 else ''}): a release or a clear is its own push"
-            )
             return
         on_server = _lease_refs_here()
         lease_of = _lease_ids({o for o in on_server.values()} | {o for o, _r in lease_deletes})
@@ -587,6 +582,16 @@ class _Push:
                     f"audit entry for {d.get('leaseId')}: the refs it records are not deleted by this push "
                     f"({', '.join(sorted(missing)[:3])})"
                 )
+        others = sorted(r for _o, _n, r in self.updates if not in_namespaces(r))
+        unreleased = sorted(lid for lid in touched if not self.released_by_holder(lid, lease_deletes))
+        if others and unreleased:
+            self.problems.append(
+                f"a push that deletes leases ({', '.join(unreleased[:3])}{' ...' if len(unreleased) > 3 else ''}) "
+                f"may carry other refs (it also updates {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}) "
+                "only when each lease it deletes is released in it by its holder (a release entry naming the "
+                "version deleted, by the owner's key on a signed store): a release or a clear is its own push"
+            )
+            return
         unaudited = sorted(lid for lid in touched if lid not in named)
         if len(unaudited) > 1:
             self.problems.append(
@@ -594,6 +599,32 @@ class _Push:
                 f"{' ...' if len(unaudited) > 3 else ''}) with no audit entry: a release gives back one "
                 "lease, a clear records each lease it removes (a git push --mirror deletes every lease)"
             )
+
+    def released_by_holder(self, lease_id: str, lease_deletes: list[tuple[str, str]]) -> bool:
+        """Whether this push gives ``lease_id`` back as its holder does: its id ref deleted at a valid version,
+        and an audit entry of the push recording the release of exactly that version (on a signed store,
+        signed by the key that version names as its owner's: ``_audit_continues`` checked the signature).
+        Such a release is also the push's claim on the lease for the commits it lands (``releasing``)."""
+        old = next((o for o, r in lease_deletes if r == ID_PREFIX + lease_id), None)
+        rec = _parse(self.blobs.get(old))[0] if old is not None else None
+        if rec is None or rec.lease_id != lease_id:
+            return False
+        entry = next(
+            (
+                d
+                for d in self.audit
+                if d.get("action") == "release" and d.get("leaseId") == lease_id and d.get("oid") == old
+            ),
+            None,
+        )
+        if entry is None:
+            return False
+        if _server_trust().signed:
+            from gitlease.identity.commitsig import key_words
+
+            owner = key_words(rec.owner.key)
+            return owner is not None and key_words(entry.get("key")) == owner
+        return True
 
 
 def _root(oid: str) -> str | None:
@@ -755,6 +786,15 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
         if untrusted is None
         else set()
     )
+    # the landing train's push releases the lease as it lands the task's commit: a push that deletes a lease
+    # and updates a branch passes check_lease_updates (the same pre-receive run: any problem there refuses the
+    # push) only when its holder releases it there (_Push.released_by_holder), which claims it like a renewal
+    releasing = (
+        {r[len(ID_PREFIX) :] for o, n, r in updates if shape(r) == "id" and not ZERO.match(o) and ZERO.match(n)}
+        if untrusted is None
+        else set()
+    )
+    renewing |= releasing
     check_mode = "strict" if mode == "strict" else "others"
     judged = claims_mod.judge(
         commits,

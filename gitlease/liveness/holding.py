@@ -356,6 +356,19 @@ class Holding:
         self._closed = Closed(self.lease_id, lost, self.heartbeat.reason, released, error)
         return self._closed
 
+    def given_back(self) -> Closed:
+        """The lease was released by a push made for this holder by another part of the process (the landing
+        train's, with the task's commit): stop renewing (without waiting for the heartbeat: a renewal it tries
+        finds the lease no longer held here and ends quietly) and close as released, with no push of its own.
+        ``close`` then answers the same. Idempotent."""
+        if self._closed is not None:
+            return self._closed
+        self.heartbeat.stop()
+        if self.link is not None:
+            self.link.unregister(self.lease_id)  # the renewal agent renews it no more
+        self._closed = Closed(self.lease_id, False, None, True)
+        return self._closed
+
     def _release(self, lost: bool) -> bool:
         agent = self._agent_attempt
         if self.link is not None and agent is not None and not agent.fallen and not lost:

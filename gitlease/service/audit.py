@@ -234,21 +234,14 @@ class AuditLog:
         lost race never fails the others. Returns one ``Appended`` per item, in order, and the pushes made."""
         results: list[Appended | None] = [None] * len(items)
         todo = list(range(len(items)))
-        wanted = sorted({p for _, _, p in items if p})
-        commits = {o for o, (kind, _) in _batch_check(self.store.repo_dir, wanted).items() if kind == "commit"}
-        pointers = {i: (p if p in commits else None) for i, (_, _, p) in enumerate(items)}
+        pointers = dict(enumerate(self._commits_only([p for _, _, p in items])))
         head, seq = self._head or self._cached_head() or self.read_head()
         pushes, last = 0, ""
         for attempt in range(APPEND_ATTEMPTS):
             if not todo:
                 break
-            entries: list[tuple[str, dict[str, Any]]] = []
-            prev, n = head, seq
-            for i in todo:
-                n += 1
-                oid, doc = self._entry_commit(items[i][1], prev, n, pointers[i])
-                entries.append((oid, doc))
-                prev = oid
+            entries = self._chain([(items[i][1], pointers[i]) for i in todo], head, seq)
+            prev, n = entries[-1][0], seq + len(entries)
             mine = RefUpdate(self.ref, prev, head)
             deletes = [u for i in todo for u in items[i][0]]
             out = self.store.apply([*deletes, mine])
@@ -280,6 +273,46 @@ class AuditLog:
             self._head = None
         done = [r or Appended("failed", message=last or "the store refused the audited reclaims") for r in results]
         return done, pushes
+
+    def prepare_entries(self, items: Sequence[tuple[dict[str, Any], str | None]]) -> tuple[RefUpdate, tuple[str, int]]:
+        """Entries for ``items`` (fields, the lease version each points at), chained on our ref after its last
+        entry and written (objects only), for a push the caller makes with the writes they record (the landing
+        train's releases): (our ref's update, pinned to its head; our head and sequence number once that push
+        lands: give them to ``landed``). A push refused for our ref: ``reread`` before preparing again."""
+        head, seq = self._head or self._cached_head() or self.read_head()
+        entries = self._chain(list(zip([f for f, _ in items], self._commits_only([p for _, p in items]))), head, seq)
+        return RefUpdate(self.ref, entries[-1][0], head), (entries[-1][0], seq + len(entries))
+
+    def landed(self, after: tuple[str, int]) -> None:
+        """The push carrying ``prepare_entries``' update landed: ``after`` is our head now."""
+        self._head = after
+        self._save_head()
+
+    def reread(self) -> None:
+        """Our ref is not where this clone last wrote it (another process under our writer id appended, or a
+        push's outcome is unknown): the next entries are chained on what the store has."""
+        self._head = self.read_head()
+        self._save_head()
+
+    def _commits_only(self, pointers: Sequence[str | None]) -> list[str | None]:
+        """Each pointer kept when it names a commit here (an entry's second parent), else None."""
+        wanted = sorted({p for p in pointers if p})
+        commits = {o for o, (kind, _) in _batch_check(self.store.repo_dir, wanted).items() if kind == "commit"}
+        return [p if p in commits else None for p in pointers]
+
+    def _chain(
+        self, items: Sequence[tuple[dict[str, Any], str | None]], head: str | None, seq: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """An entry commit for each of ``items`` (fields, pointer), each after the one before, the first after
+        ``head`` (number ``seq``): [(oid, entry)] in order."""
+        entries: list[tuple[str, dict[str, Any]]] = []
+        prev, n = head, seq
+        for fields, pointer in items:
+            n += 1
+            oid, doc = self._entry_commit(fields, prev, n, pointer)
+            entries.append((oid, doc))
+            prev = oid
+        return entries
 
     def _cached_head(self) -> tuple[str | None, int] | None:
         """Our last entry as this clone wrote it (a guess: a stale one only fails the CAS, then we re-read)."""

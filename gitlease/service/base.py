@@ -139,6 +139,9 @@ class ServiceBase:
         # renewals.py
         def _settle_pending(self, h: Held) -> Held: ...
 
+        # renewals.py
+        def _renew_lock_path(self, lease_id: str) -> str: ...
+
         # authority.py
         def _require_owner_key(self, rec: Record, action: str) -> None: ...
 

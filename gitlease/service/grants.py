@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
@@ -19,6 +19,7 @@ from gitlease.core.errors import (
     RemoteUnavailable,
     UsageError,
 )
+from gitlease.core.fsutil import LockBusy, lock_file
 from gitlease.core.procs import process_start
 from gitlease.core.record import Owner, Record
 from gitlease.core.refnames import id_ref, path_of_scope_ref, scope_ref, task_ref
@@ -29,7 +30,7 @@ from gitlease.core.store import (
 )
 from gitlease.service.base import ServiceBase
 from gitlease.service.legacy import refuse_legacy_overlap
-from gitlease.service.results import Acquired, Released
+from gitlease.service.results import Acquired, Busy, PreparedRelease, Released
 from gitlease.service.verdict import doctor_gate
 from gitlease.service.views import (
     HALF_DELETED,
@@ -357,6 +358,36 @@ class Grants(ServiceBase):
         if h.pending:
             h = self._settle_pending(h)
             rec = records.parse(h.record.encode("utf-8"))
+        updates, fields = self._release_parts(h, rec, listed)
+        got = self.audit.append_with(updates + piggyback, fields, pointer=h.current)
+        if got.ok:
+            self.forget(lease_id)
+            return Released(lease_id, piggybacked=bool(piggyback), audit=got.oid)
+        if piggyback and got.status == "changed":
+            if any(got.refs.get(u.ref) != u.old for u in piggyback):
+                return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
+        if got.status == "failed":
+            raise GitLeaseError(f"release of {lease_id} refused by the store: {got.message}", leaseId=lease_id)
+        refs = got.refs
+        if listed is None and refs.get(id_ref(lease_id)) == h.current:
+            # still ours, at the version this worktree wrote: its refs differ from the local state's (held.json
+            # changed outside gitlease, or an extend or narrow whose answer was lost): release what the store has
+            return self._release(lease_id, [], listed=refs)
+        ours = [u for u in updates if refs.get(u.ref) == u.old]
+        if not ours:
+            self.forget(lease_id)
+            raise LeaseLost(
+                f"lease lost or replaced: {lease_id} was already gone from the store (reclaimed, or cleared after "
+                f"it expired: git lease log --lease {lease_id})"
+            )
+        raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
+
+    def _release_parts(
+        self, h: Held, rec: Record, listed: dict[str, str] | None = None
+    ) -> tuple[list[RefUpdate], dict[str, Any]]:
+        """A release's deletes (each of the lease's refs, pinned to the value this worktree wrote: from the held
+        state, or ``listed``, the store's refs) and its audit entry's fields."""
+        lease_id = h.lease_id
         if listed is None:
             refs_of_lease = [scope_ref(p) for p in h.paths] + _task_refs(h)
             paths = list(h.paths)
@@ -381,28 +412,40 @@ class Grants(ServiceBase):
             "expiresAt": rec.expires_at,
             "valid": True,
         }
-        got = self.audit.append_with(updates + piggyback, fields, pointer=h.current)
-        if got.ok:
-            self.forget(lease_id)
-            return Released(lease_id, piggybacked=bool(piggyback), audit=got.oid)
-        if piggyback and got.status == "changed":
-            if any(got.refs.get(u.ref) != u.old for u in piggyback):
-                return self._release(lease_id, [])  # a renewal failed the atomic push: release on its own
-        if got.status == "failed":
-            raise GitLeaseError(f"release of {lease_id} refused by the store: {got.message}", leaseId=lease_id)
-        refs = got.refs
-        if listed is None and refs.get(id_ref(lease_id)) == h.current:
-            # still ours, at the version this worktree wrote: its refs differ from the local state's (held.json
-            # changed outside gitlease, or an extend or narrow whose answer was lost): release what the store has
-            return self._release(lease_id, [], listed=refs)
-        ours = [u for u in updates if refs.get(u.ref) == u.old]
-        if not ours:
-            self.forget(lease_id)
-            raise LeaseLost(
-                f"lease lost or replaced: {lease_id} was already gone from the store (reclaimed, or cleared after "
-                f"it expired: git lease log --lease {lease_id})"
-            )
-        raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
+        return updates, fields
+
+    def prepare_release(self, lease_id: str) -> PreparedRelease:
+        """The release of a lease this worktree holds, made ready to push with other updates (the landing
+        train's push, with the task's commit and outcome): the deletes of its refs pinned to the values this
+        worktree wrote, and its audit entry's fields (the caller appends the entry in the same push:
+        AuditLog.prepare_entries). The lease's renew lock is taken here without waiting (Busy when its holder
+        renews it right now) and held until ``prep.close()``: nothing renews it meanwhile. NotHeld, LeaseLost,
+        Forbidden as ``release``."""
+        self.require_store()
+        records.check_lease_id(lease_id)
+        self.held_lease(lease_id)  # NotHeld before taking any lock
+        try:
+            fh = lock_file(self._renew_lock_path(lease_id), wait=0)
+        except LockBusy:
+            raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
+        try:
+            h = self.held_lease(lease_id)
+            rec = records.parse(h.record.encode("utf-8"))
+            self._require_owner_key(rec, "release")
+            if h.pending:
+                h = self._settle_pending(h)
+                rec = records.parse(h.record.encode("utf-8"))
+            updates, fields = self._release_parts(h, rec)
+        except BaseException:
+            fh.close()
+            raise
+        return PreparedRelease(lease_id, updates, fields, h.current, fh)
+
+    def settle_release(self, prep: PreparedRelease, landed: bool) -> None:
+        """After the push that carried ``prep``: landed, this worktree holds the lease no more (the renew lock
+        stays taken until ``prep.close()``, so that its holder stops renewing first)."""
+        if landed:
+            self.forget(prep.lease_id)
 
     def _not_held(self, lease_id: str) -> Released:
         """Release of a lease this worktree does not hold: gone from the store (released before, reclaimed) is

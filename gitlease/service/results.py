@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from gitlease.core.errors import GitLeaseError
 from gitlease.core.record import Record
@@ -29,8 +29,19 @@ class Renewed:
     oid: str
 
 
+class _RenewLockHolder:
+    """A prepared write holding its lease's renew lock (``lock``, a file with an flock) until ``close``."""
+
+    lock: IO | None
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.close()  # closing the file drops the flock
+            self.lock = None
+
+
 @dataclass
-class PreparedRenewal:
+class PreparedRenewal(_RenewLockHolder):
     """A renewal ready to push (``LeaseService.prepare_renewal``): the id-ref update and the new record; and,
     when it took one, the lease's renew lock (held until ``settle_renewal`` or ``close``)."""
 
@@ -39,10 +50,17 @@ class PreparedRenewal:
     record: Record
     lock: IO | None = None
 
-    def close(self) -> None:
-        if self.lock is not None:
-            self.lock.close()  # closing the file drops the flock
-            self.lock = None
+
+@dataclass
+class PreparedRelease(_RenewLockHolder):
+    """A release ready to push with other updates (``LeaseService.prepare_release``): the deletes of the lease's
+    refs, its audit entry's fields and the version it points at; the lease's renew lock, held until ``close``."""
+
+    lease_id: str
+    updates: list[RefUpdate]
+    fields: dict[str, Any]
+    pointer: str | None
+    lock: IO | None = None
 
 
 class Busy(GitLeaseError):

@@ -5,9 +5,12 @@ that is ready, fetches the base once, checks each task's own commits against its
 ``--allow-extend``, its own scope) as the pre-push hook would, all of them on one listing and one read of the
 store, rebases the commits that pass one onto the other (their scopes are disjoint: they hold leases; a rebase
 changes no path a commit touches), and lands them all in ONE atomic push: the branch, every task's lease
-renewal (each pinned to the version its worktree holds) and every task's ``done`` outcome (each pinned to its
-``running`` outcome). A task lands exactly once, only under its live lease, and keeps its lease until its commit
-is on the branch.
+release (its refs deleted, each pinned to the version its worktree holds, with the release's audit entry) and
+every task's ``done`` outcome (each pinned to its ``running`` outcome). A task lands exactly once, only under
+its live lease, and gives its lease back in the very push that puts its commit on the branch: never before,
+and with no push of its own after (its renewals wait while the train holds the lease's renew lock). The
+server hook takes such a release, recorded by the lease's holder, as the push's claim on the lease
+(docs/protocol.md, "Landing and releasing in one push").
 
 When another runner (or a person) lands first, the push is refused as a whole: the lander backs off with jitter,
 re-fetches, rebases and goes again; nothing is thrown away. A task whose own change no longer rebases, whose
@@ -34,7 +37,8 @@ from gitlease.service.leases import Busy
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from gitlease.service.leases import PreparedRenewal
+    from gitlease.service.audit import AuditLog
+    from gitlease.service.results import PreparedRelease
     from gitlease.service.views import Snapshot
     from gitlease.work.attempt import TaskAttempt
     from gitlease.work.runner import Runner
@@ -54,7 +58,7 @@ class Ticket:
     landed: str | None = None  # the commit landed (None: nothing to land)
     error: Exception | None = None  # the attempt's _Fail
     head: str | None = None  # its commit, rebased, in the current ride
-    prep: PreparedRenewal | None = None  # its lease's renewal, prepared for the current ride
+    prep: PreparedRelease | None = None  # its lease's release, prepared for the current ride
 
     def finish(self, landed: str | None = None, error: Exception | None = None) -> None:
         self.landed, self.error = landed, error
@@ -245,8 +249,8 @@ class Lander:
 
     # ------------------------------------------------------------------------------ the push
     def _push(self, riders: list[Ticket], tips: dict[str, str]) -> bool:
-        """Every rider's renewal and outcome and the branch tips in one atomic push. True when it landed, or
-        nothing is left to retry."""
+        """Every rider's release, audit entry and outcome and the branch tips in one atomic push. True when it
+        landed, or nothing is left to retry."""
         from gitlease.work.attempt import _Fail
 
         r = self.r
@@ -267,7 +271,7 @@ class Lander:
                 branch=r._target(at.task),
                 digest=at.task.digest,
             )
-            updates += [prep.update, r._outcomes.update(at.task.id, oid, at.outcome)]
+            updates += [*prep.updates, r._outcomes.update(at.task.id, oid, at.outcome)]
         if not riders:
             return True
         specs = [
@@ -276,12 +280,19 @@ class Lander:
             if any(r._target(t.at.task) == target for t in riders)
         ]
         try:
+            audits = self._audit_entries(riders)  # reads our audit ref's head when this clone has not yet
+        except RemoteUnavailable as exc:  # nothing pushed: as a landing the store refused, again after a pause
+            self._settle(riders, False, [])
+            for t in riders:
+                t.at.emit("landing", message=f"not landed ({shortened(exc.message)}); backing off, then again")
+            return False
+        try:
             # not while a worker fetches: the push moves refs/remotes/<remote>/<branch> too, and the fetch's
             # update of it would fail ("cannot lock ref ... is at X but expected Y")
             with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock:
-                out = r.svc.store.apply(updates, extra_refspecs=specs)
+                out = r.svc.store.apply(updates + [u for _, u, _ in audits], extra_refspecs=specs)
         except GitLeaseError as exc:
-            self._settle(riders, None)
+            self._settle(riders, None, audits)
             for t in riders:
                 t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
             return True
@@ -290,19 +301,18 @@ class Lander:
         if out.ambiguous:
             out = self._reread(updates, specs, out)
         if out.ok:
-            self._settle(riders, True)
+            self._settle(riders, True, audits)
             with r._lock:
                 self.landed += len(riders)
             for t in riders:
                 t.finish(landed=t.head)
             return True
+        self._settle(riders, False, audits, out.statuses)
         if any("hook declined" in st for st in out.statuses.values()):  # the server refused the push itself
-            self._settle(riders, False)
             for t in riders:
                 t.finish(error=_Fail(f"the server refused the landing: {out.reason}", ready=True))
             return True
         lost = [t for t in riders if _refused_itself(out.statuses.get(id_ref(t.at.lease_id), ""))]
-        self._settle(riders, False, lost=lost)
         for t in lost:
             t.finish(error=_Fail(f"lease lost while landing: {t.at.lease_id}", ready=True, counted=False))
         if lost:
@@ -312,16 +322,16 @@ class Lander:
             t.at.emit("landing", message=f"not landed ({shortened(what)}); backing off, then again")
         return False
 
-    def _prepare(self, t: Ticket):
-        """``t``'s lease renewal, made ready (its renew lock held until settled); None when the lease is lost
-        (the ticket is then finished)."""
+    def _prepare(self, t: Ticket) -> PreparedRelease | None:
+        """``t``'s lease release, made ready to ride with its commit (its renew lock held until settled: nothing
+        renews it meanwhile); None when the lease is lost (the ticket is then finished)."""
         from gitlease.work.attempt import _Fail
 
         svc = t.at.held.svc
         end = self.r.clock.monotonic() + LOCK_WAIT
         while True:
             try:
-                return svc.prepare_renewal(t.at.lease_id, lock=True, stop_after=t.at.held.timing.stop_after)
+                return svc.prepare_release(t.at.lease_id)
             except Busy:  # its heartbeat is renewing right now
                 if self.r.clock.monotonic() >= end:
                     t.finish(error=_Fail("landing: its lease stayed busy renewing", ready=True, counted=False))
@@ -331,23 +341,51 @@ class Lander:
                 t.finish(error=_Fail(exc.message))
                 return None
 
-    def _settle(self, riders: list[Ticket], landed: bool | None, *, lost=()) -> None:
-        """Each rider's renewal settled as the store decided: landed, unknown, or (``landed`` False) refused
-        for the ``lost`` ones and not landed (atomic push failed) for the others."""
+    @staticmethod
+    def _audit_entries(riders: list[Ticket]) -> list[tuple[AuditLog, RefUpdate, tuple[str, int]]]:
+        """The riders' release entries, one chain per audit writer (riders of one runner share one): for each,
+        (its log, its ref's update, its head once landed)."""
+        logs: dict[str, tuple[AuditLog, list[Ticket]]] = {}
+        for t in riders:
+            audit = t.at.held.svc.audit
+            logs.setdefault(audit.ref, (audit, []))[1].append(t)
+        out = []
+        for audit, group in logs.values():
+            update, after = audit.prepare_entries([(t.prep.fields, t.prep.pointer) for t in group if t.prep])
+            out.append((audit, update, after))
+        return out
+
+    def _settle(
+        self,
+        riders: list[Ticket],
+        landed: bool | None,
+        audits: list[tuple[AuditLog, RefUpdate, tuple[str, int]]],
+        statuses: dict[str, str] | None = None,
+    ) -> None:
+        """Each rider's release as the store decided it: landed (the lease is no longer held here: its holding
+        stops renewing before the renew lock is let go), not landed or unknown (held as it was; a release
+        whose outcome is unknown is found out by the attempt's own release later). Each audit log's head
+        follows: moved on, or read again when the store refused or may have taken our entries."""
         for t in riders:
             prep, t.prep = t.prep, None
             if prep is None:
                 continue
-            svc = t.at.held.svc
-            if landed is False and t not in lost:
-                prep.close()  # not landed with the others: the version this worktree holds is unchanged
-                continue
-            got = svc.settle_renewal(prep, landed)
-            if isinstance(got, GitLeaseError) and landed is not False:
-                t.at.emit("error", message=got.message)
+            if landed:
+                t.at.held.svc.settle_release(prep, True)
+                t.at.held.given_back()  # before the lock is let go: a renewal waiting for it then finds nothing
+            prep.close()
+        for audit, update, after in audits:
+            if landed:
+                audit.landed(after)
+            elif landed is None or _refused_itself((statuses or {}).get(update.ref, "")):
+                try:
+                    audit.reread()
+                except GitLeaseError:
+                    pass  # read again by the next ride's entries (its own push then fails and says why)
 
     def _reread(self, updates: list[RefUpdate], specs: list[str], out):
-        """After an unclear outcome: landed when every ref is at what we wrote."""
+        """After an unclear outcome: landed when every ref of the lease namespace is at what we wrote (the
+        push is atomic: the outcome refs, new commits of ours, witness the rest)."""
         from gitlease.core.store import Outcome
 
         try:
