@@ -482,10 +482,10 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         lines += [
             "",
             "Where a status row is not met, the time goes to what every lease costs in Python however little is "
-            "recomputed: the listing's 20,000 lines, each lease's record loaded from the record cache "
-            "(`service/recordcache.py`: parsed once per clone, not once per process), its history check against "
-            "the verdict cache, the replay memory, and the JSON output: a few microseconds each, against git's "
-            "few to list a lease's two refs. The first read in a clone also fetches and parses every record.",
+            "recomputed: the listing's 20,000 lines, each lease's kept view found and matched to its refs "
+            "(`service/viewcache.py`), the replay memory, and the JSON output: a few microseconds each, against "
+            "git's few to list a lease's two refs. The first read in a clone also fetches, parses and checks "
+            "every record, and keeps each lease's view.",
         ]
     lines += [
         "",
@@ -493,7 +493,9 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         "trust file is read), and the trust file's commit is fetched with the lease objects. Verdicts on versions "
         "are shared across processes in the common git dir (`trust.VerifiedCache`): a new process verifies and "
         "parses only versions no process has seen; each commit's parsed record is kept the same way "
-        "(`service/recordcache.py`). The pre-push hook, the fenced push and `can-start` read only the leases "
+        "(`service/recordcache.py`), and a full read takes each lease whose refs have not moved from the view an "
+        "earlier read finished, with its `status --json` text (`service/viewcache.py`; the replay memory is still "
+        "checked for every lease, and a lease whose refs moved is read and checked again). The pre-push hook, the fenced push and `can-start` read only the leases "
         "bearing on their paths (`views.restrict_refs`, same answers as a full read) after the one listing. "
         "`sweep-stale` reclaims up to 200 leases a push, each lease's deletes and its audit entry in the same "
         "atomic push.",
@@ -517,8 +519,8 @@ def _floor_note(status: list[dict]) -> str:
         f"{least / theirs:.1f}x what `ls-remote` adds (which includes that `ls-remote`), so Python alone (reading "
         f"git's output, one dict entry and one JSON object a lease) uses {least / (5 * theirs):.0%} of "
         f"the 5x budget before any record is read or checked. `status` adds {ours * 1e6:.0f} us a lease, "
-        f"{max(ours - least, 0) * 1e6:.0f} us over the floor: its records, history and replay checks, and the "
-        "fuller JSON of each lease."
+        f"{max(ours - least, 0) * 1e6:.0f} us over the floor: each lease's kept view found and matched to its "
+        "refs, its replay check, and its fuller JSON."
     )
 
 

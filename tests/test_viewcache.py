@@ -233,3 +233,37 @@ def test_status_json_from_kept_views_is_the_same_text(make_repo, tmp_path):
 
     first, second = doc(), doc()
     assert first == second and [x["heldHere"] for x in second["result"]["leases"]].count(True) == 1
+
+
+def test_the_collector_pause_leaves_it_as_it_found_it():
+    """core/gcpause.py: on again after a pause that turned it off; still off after one inside a pause (or after a
+    caller turned it off on purpose)."""
+    import gc
+
+    from gitlease.core.gcpause import paused
+
+    assert gc.isenabled()
+    with paused():
+        assert not gc.isenabled()
+        with paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_json_text_puts_raw_pieces_in_and_writes_no_lone_surrogate():
+    """core/jsontext.py: ``Raw`` text goes in as it is, in order; a string holding bytes that were not UTF-8
+    (a surrogate escape) is written ``\\xNN`` (the whole document again), and the Raw pieces with it."""
+    from gitlease.core.jsontext import Raw, dumps
+
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    text = dumps({"b": [Raw('{"x": 1}'), Raw("[2, 3]")], "a": bad, "c": Raw('"\\u00e9"')})
+    assert json.loads(text) == {"a": "caf\\xe9", "b": [{"x": 1}, [2, 3]], "c": "\u00e9"}
+    assert "\\ud" not in text and text.index('"a"') < text.index('"b"') < text.index('"c"')  # keys sorted

@@ -16,7 +16,7 @@ import json
 from typing import TYPE_CHECKING
 
 from gitlease.cli.common import command, echo, seconds, service, ttl_seconds
-from gitlease.core import errors, jsontext
+from gitlease.core import errors
 from gitlease.core.clock import iso
 from gitlease.core.jsontext import Raw
 
@@ -378,18 +378,10 @@ def _signature_text(h: dict) -> str:
 
 
 def leases_json(views, now: float, skew: int, held) -> Raw:
-    """``status --json``'s array of leases, as JSON text: each lease with ``heldHere`` (in ``held``), written from
-    the template kept with its finished view where it has one (views.KeptView), else from LeaseView.to_json."""
-    parts = []
-    for v in views:
-        here = v.lease_id in held
-        text = v.json_text(now, skew, here)
-        if text is None:
-            doc = v.to_json(now, skew)
-            doc["heldHere"] = here
-            text = jsontext.dumps(doc)
-        parts.append(text)
-    return Raw("[" + ", ".join(parts) + "]")
+    """``status --json``'s array of leases (views.leases_json_text), put in the document as written."""
+    from gitlease.service.views import leases_json_text
+
+    return Raw(leases_json_text(views, now, skew, set(held)))
 
 
 @command("status")

@@ -314,11 +314,22 @@ class RemoteStore(Store):
         listed = dict(zip(words[1::2], words[0::2]))
         oid = listed.pop("HEAD", None)  # only asked for with ``head`` (a lease ref's name never is exactly HEAD)
         under = NAMESPACE + "/"
+        names = "\n" + "\n".join(listed)
+        if (
+            names.count("\n" + under) == len(listed)
+            and "^{}" not in names
+            and not any("\n" + r in names for r in RESERVED)
+        ):
+            return self._listed(listed, head, branch, oid)  # the common case, judged in three scans of the text
         refs = {  # not a peeled tag (listed without --refs), nor a probe ref, nor a name only ending like ours
             ref: o
             for ref, o in listed.items()
             if (ref.startswith(under) or ref == SCOPE_REF) and not ref.startswith(RESERVED) and not ref.endswith("^{}")
         }
+        return self._listed(refs, head, branch, oid)
+
+    def _listed(self, refs: dict[str, str], head: bool, branch: str | None, oid: str | None) -> dict[str, str]:
+        """``refs``, with HEAD as the listing answered it kept for ``default_head`` (when asked for)."""
         if head:
             self._head = ((branch or "HEAD", oid) if oid else None, True)
             self._head_here = None
