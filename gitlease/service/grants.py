@@ -121,8 +121,17 @@ class Grants(ServiceBase):
             self._undo_partial(attempts, snap)
             snap = self._wait_out_remnants(paths, snap, set(attempts))
             self._clear_blockers(paths, snap, set(attempts), cleared)
-            # nothing blocks any more (released meanwhile, or cleared): try again with a new version
+            # nothing blocks any more (released meanwhile, or cleared, or a push that lost only a ref lock to
+            # another racer's push that did not land either): again with a new version, after a pause with
+            # jitter, so that racers who all lost to each other's locks do not meet again at once
+            self._pause_after_lost_race(_attempt)
         raise self._refusal(paths, attempts, last_refusal)
+
+    def _pause_after_lost_race(self, attempt: int) -> None:
+        import random
+
+        if attempt + 1 < ACQUIRE_ATTEMPTS:
+            self.clock.sleep(random.uniform(0.0, 0.05 * 2**attempt))
 
     def _refusal(
         self, paths: tuple[str, ...], attempts: dict[str, tuple[Record, str]], last: Outcome | None
