@@ -251,7 +251,8 @@ def test_reserved_probe_refs_pass_the_server_hook_only_in_doctors_shape(origin, 
     assert receive.check_lease_updates([(probe, "0" * 40, ref)]) == []  # doctor deletes its probes
 
 
-def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded, tmp_path):
+def _trust_two_agents(guarded, tmp_path):
+    """Keys for agent-a and agent-b (in tmp_path), both trusted by the trust file pushed to the store's main."""
     from gitlease.identity import sshsig
 
     keys = {n: sshsig.generate_key(str(tmp_path / f"key_{n}"), comment=n) for n in ("agent-a", "agent-b")}
@@ -263,6 +264,13 @@ def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded,
     git(admin, "add", ".gitlease/allowed_signers")
     git(admin, "commit", "-q", "-m", "trust")
     git(admin, "push", "-q", "origin", "HEAD:main")
+    return keys
+
+
+def test_pre_receive_verifies_signatures_against_the_servers_trust_file(guarded, tmp_path):
+    from gitlease.identity import sshsig
+
+    keys = _trust_two_agents(guarded, tmp_path)
     a, b, eve = guarded("a"), guarded("b"), guarded("eve")
     for repo, who in ((a, "agent-a"), (b, "agent-b")):
         git(repo, "config", "lease.signingKey", str(tmp_path / f"key_{who}"))
@@ -354,17 +362,8 @@ def test_pre_receive_a_release_by_another_trusted_key_claims_nothing(guarded, tm
     (trusted too) deleting A's lease with a release entry of its own, to land into A's scope, is refused."""
     from gitlease.core.refnames import id_ref, scope_ref
     from gitlease.core.store import RefUpdate
-    from gitlease.identity import sshsig
 
-    keys = {n: sshsig.generate_key(str(tmp_path / f"key_{n}"), comment=n) for n in ("agent-a", "agent-b")}
-    admin = guarded("trust-admin")
-    (admin / ".gitlease").mkdir()
-    (admin / ".gitlease" / "allowed_signers").write_text(
-        "".join(f'{n} namespaces="gitlease" {k.public_key()}\n' for n, k in keys.items())
-    )
-    git(admin, "add", ".gitlease/allowed_signers")
-    git(admin, "commit", "-q", "-m", "trust")
-    git(admin, "push", "-q", "origin", "HEAD:main")
+    _trust_two_agents(guarded, tmp_path)
     a, b = guarded("a"), guarded("b")
     for repo, who in ((a, "agent-a"), (b, "agent-b")):
         git(repo, "config", "lease.signingKey", str(tmp_path / f"key_{who}"))

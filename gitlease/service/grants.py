@@ -361,12 +361,7 @@ class Grants(ServiceBase):
         """``listed``: the store's refs, read after a release built from the held state was refused while the
         lease was still at the version this worktree wrote: the refs of the lease are then taken from the store
         (every scope and task ref at its grant), not from the local state, which may only narrow them."""
-        h = self.held_lease(lease_id)
-        rec = records.parse(h.record.encode("utf-8"))
-        self._require_owner_key(rec, "release")
-        if h.pending:
-            h = self._settle_pending(h)
-            rec = records.parse(h.record.encode("utf-8"))
+        h, rec = self._releasable(lease_id)
         updates, fields = self._release_parts(h, rec, listed)
         got = self.audit.append_with(updates + piggyback, fields, pointer=h.current)
         if got.ok:
@@ -390,6 +385,17 @@ class Grants(ServiceBase):
                 f"it expired: git lease log --lease {lease_id})"
             )
         raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
+
+    def _releasable(self, lease_id: str) -> tuple[Held, Record]:
+        """The held state and current record of a lease this worktree may release (Forbidden for another key than
+        the owner's), a pending write settled first."""
+        h = self.held_lease(lease_id)
+        rec = records.parse(h.record.encode("utf-8"))
+        self._require_owner_key(rec, "release")
+        if h.pending:
+            h = self._settle_pending(h)
+            rec = records.parse(h.record.encode("utf-8"))
+        return h, rec
 
     def _release_parts(
         self, h: Held, rec: Record, listed: dict[str, str] | None = None
@@ -438,12 +444,7 @@ class Grants(ServiceBase):
         except LockBusy:
             raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
         try:
-            h = self.held_lease(lease_id)
-            rec = records.parse(h.record.encode("utf-8"))
-            self._require_owner_key(rec, "release")
-            if h.pending:
-                h = self._settle_pending(h)
-                rec = records.parse(h.record.encode("utf-8"))
+            h, rec = self._releasable(lease_id)
             updates, fields = self._release_parts(h, rec)
         except BaseException:
             fh.close()
