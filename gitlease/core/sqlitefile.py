@@ -28,6 +28,16 @@ class SqliteFile:
     def _setup(self, db: sqlite3.Connection) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def _drop_unless_format(db: sqlite3.Connection, fmt: int, table: str) -> None:
+        """A file of another format (``PRAGMA user_version``): ``table`` dropped, the file marked ``fmt``."""
+        (got,) = db.execute("PRAGMA user_version").fetchone()
+        if got != fmt:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+            db.execute(f"PRAGMA user_version = {fmt:d}")
+            db.execute("COMMIT")
+
     def _open(self) -> sqlite3.Connection | None:
         if self._db is not None or self._broken:
             return self._db

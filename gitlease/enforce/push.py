@@ -30,7 +30,6 @@ from gitlease.core.errors import LeaseLost, NotHeld, RemoteUnavailable, ScopeVio
 from gitlease.enforce import rules as enforce
 from gitlease.enforce.verify import _mine_from_held, others_lookup, touched_paths
 from gitlease.service.leases import LeaseService
-from gitlease.service.results import Listing
 from gitlease.service.views import Snapshot
 
 BRANCHES = "refs/heads/"
@@ -184,13 +183,11 @@ def check_landing(
     svc: LeaseService,
     lease_id: str,
     paths: Sequence[str],
-    listing: Listing | None = None,
     snap: Snapshot | None = None,
 ) -> tuple[str, list[enforce.Violation], list[str]]:
     """(mode, violations, warning lines) of ``paths`` pushed under ``lease_id``: the hooks' rule, with the
     fencing lease as the only lease of the writer. ``lease.enforce`` applies as for the hooks (unset:
-    strict, since the pusher holds a lease). ``listing``: the store as listed just now, read instead of
-    listing it again (LeaseService.listing); ``snap``: the store read just now for these paths and this
+    strict, since the pusher holds a lease). ``snap``: the store read just now for these paths and this
     worktree's leases (at least), judged instead of reading it again."""
     configured = svc.settings.enforce
     mode = enforce.effective_mode(configured, True)
@@ -199,7 +196,7 @@ def check_landing(
     check_mode = "strict" if mode == "warn" else mode
     # RemoteUnavailable: nothing is pushed (fail closed). Only the leases bearing on these paths, and ours.
     if snap is None:
-        snap = svc.snapshot(use_cache=False, paths=paths, keep=svc.held_here(), listing=listing)
+        snap = svc.snapshot(use_cache=False, paths=paths, keep=svc.held_here())
     now = svc.clock.now()
     mine = [m for m in _mine_from_held(svc, snap) if m.lease_id == lease_id]
     if not mine:  # forgotten here since the caller looked (its heartbeat found it lost): never "held by" itself
@@ -271,7 +268,6 @@ def check_task_landing(
     base: str | None,
     *,
     within: Sequence[str] | None = None,
-    listing: Listing | None = None,
     snap: Snapshot | None = None,
     paths: Sequence[str] | None = None,
 ) -> list[str]:
@@ -279,8 +275,7 @@ def check_task_landing(
     landing train, which pushes the branch and every task's renewal itself): every path of the commits ``head``
     brings over ``base`` (None: over the remote's default branch) must lie in ``lease_id`` as the store has it,
     outside every other live lease, and in ``within`` when given. Returns those paths; raises ScopeViolation (exit
-    4) or LeaseLost (exit 6), as ``fenced_push`` does, and nothing is pushed. ``listing``: the store as the train
-    listed it for all its riders (one ``ls-remote`` a ride, not one a task); ``snap``: the train's one read of
+    4) or LeaseLost (exit 6), as ``fenced_push`` does, and nothing is pushed. ``snap``: the train's one read of
     the store for all its riders' paths and leases, judged instead of reading it again; ``paths``: those the
     commits touch, when the caller has them already (``landing_paths``)."""
     svc.check_fence(remote)
@@ -289,7 +284,7 @@ def check_task_landing(
     if base is None:
         _olds, base = remote_heads(svc, remote, [])
     paths = landing_paths(svc, head, base) if paths is None else list(paths)
-    mode, violations, _warnings = check_landing(svc, lease_id, paths, listing, snap)
+    mode, violations, _warnings = check_landing(svc, lease_id, paths, snap)
     if within is not None and mode != "off":
         violations = violations + _outside(paths, within, {v.path for v in violations})
     if violations:

@@ -163,15 +163,6 @@ class Seen:
             live: dict[str, tuple[int, str, float]] = {}
             gone: dict[str, float] = {}
             for lease_id, version, oid, expires in listed:
-                last = seen.live.get(lease_id)
-                if (
-                    type(last) is tuple
-                    and len(last) == 3
-                    and type(last[0]) is int
-                    and last[0] >= version
-                    and lease_id not in seen.gone
-                ):
-                    continue  # known at this version or a newer one (the common case: one lookup)
                 cur = seen.get(lease_id)
                 if cur and cur.get("gone"):
                     continue

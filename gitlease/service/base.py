@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import NO_STORE, Settings
@@ -140,7 +140,7 @@ class ServiceBase:
         def _settle_pending(self, h: Held) -> Held: ...
 
         # renewals.py
-        def _renew_lock_path(self, lease_id: str) -> str: ...
+        def _take_renew_lock(self, lease_id: str) -> IO[str]: ...
 
         # authority.py
         def _require_owner_key(self, rec: Record, action: str) -> None: ...

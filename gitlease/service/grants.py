@@ -19,7 +19,6 @@ from gitlease.core.errors import (
     RemoteUnavailable,
     UsageError,
 )
-from gitlease.core.fsutil import LockBusy, lock_file
 from gitlease.core.procs import process_start
 from gitlease.core.record import Owner, Record
 from gitlease.core.refnames import id_ref, path_of_scope_ref, scope_ref, task_ref
@@ -30,7 +29,7 @@ from gitlease.core.store import (
 )
 from gitlease.service.base import ServiceBase
 from gitlease.service.legacy import refuse_legacy_overlap
-from gitlease.service.results import Acquired, Busy, PreparedRelease, Released
+from gitlease.service.results import Acquired, PreparedRelease, Released
 from gitlease.service.verdict import doctor_gate
 from gitlease.service.views import (
     HALF_DELETED,
@@ -439,10 +438,7 @@ class Grants(ServiceBase):
         self.require_store()
         records.check_lease_id(lease_id)
         self.held_lease(lease_id)  # NotHeld before taking any lock
-        try:
-            fh = lock_file(self._renew_lock_path(lease_id), wait=0)
-        except LockBusy:
-            raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
+        fh = self._take_renew_lock(lease_id)
         try:
             h, rec = self._releasable(lease_id)
             updates, fields = self._release_parts(h, rec)

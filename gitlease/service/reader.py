@@ -368,12 +368,10 @@ def _replay_checked(hits: list[KeptView], before: Memory) -> list[KeptView]:
     Returns those the memory does not hold at their version and commit already (the rest tell it nothing)."""
     from gitlease.identity.replay import Seen
 
-    live, gone, news = before.live, before.gone, []
+    news = []
     for v in hits:
-        last = live.get(v.lease_id)
-        if type(last) is tuple and len(last) == 3 and last[0] == v._version and last[1] == v.current_oid:
-            if v.lease_id not in gone:
-                continue  # seen as it is now (the common case: one lookup)
+        if _seen_as(before, v) and v.lease_id not in before.gone:
+            continue  # seen as it is now (the common case: one lookup)
         replay = Seen.replay_problem(before, v.lease_id, v._version, v.current_oid)  # type: ignore[arg-type]
         if replay:
             v.problems.append(replay)

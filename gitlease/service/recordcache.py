@@ -42,12 +42,7 @@ class RecordCache(SqliteFile):
         super().__init__(os.path.join(folder, "cache", "records.sqlite3"), timeout=2)
 
     def _setup(self, db: sqlite3.Connection) -> None:
-        (fmt,) = db.execute("PRAGMA user_version").fetchone()
-        if fmt != FORMAT:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("DROP TABLE IF EXISTS r")
-            db.execute(f"PRAGMA user_version = {FORMAT:d}")
-            db.execute("COMMIT")
+        self._drop_unless_format(db, FORMAT, "r")
         db.execute(
             "CREATE TABLE IF NOT EXISTS r (oid TEXT PRIMARY KEY, lease TEXT, paths TEXT, data BLOB NOT NULL) "
             "WITHOUT ROWID"

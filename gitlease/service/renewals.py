@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from gitlease.core import gitcmd
 from gitlease.core import record as records
@@ -173,12 +173,7 @@ class Renewals(ServiceBase):
         ``lock``: take the lease's renew lock here without waiting, held until ``settle_renewal`` (Busy when the
         holder is renewing or releasing it right now); otherwise the caller holds it (``renew``)."""
         self.held_lease(lease_id)  # NotHeld before taking any lock
-        fh = None
-        if lock:
-            try:
-                fh = lock_file(self._renew_lock_path(lease_id), wait=0)
-            except LockBusy:
-                raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
+        fh = self._take_renew_lock(lease_id) if lock else None
         try:
             h, current = self.renewable(lease_id)  # under the lock: what another renewer may just have written
             now = self.clock.now()
@@ -191,6 +186,14 @@ class Renewals(ServiceBase):
                 fh.close()
             raise
         return PreparedRenewal(lease_id, RefUpdate(id_ref(lease_id), oid, h.current), nxt, fh)
+
+    def _take_renew_lock(self, lease_id: str) -> IO[str]:
+        """The lease's renew lock, taken without waiting (Busy when its holder is renewing or releasing it right
+        now): held by whoever keeps the file open."""
+        try:
+            return lock_file(self._renew_lock_path(lease_id), wait=0)
+        except LockBusy:
+            raise Busy(f"lease {lease_id} is being renewed or released by its holder; skipped this time") from None
 
     def settle_renewal(self, prep: PreparedRenewal, landed: bool | None) -> Renewed | LeaseLost | None:
         """After the push that carried ``prep.update``, as the store decided it for that ref: True, it landed

@@ -64,12 +64,7 @@ class ViewCache(SqliteFile):
         self.absent: list[str] = []  # kept leases the last ``match`` did not find listed: dropped by ``save``
 
     def _setup(self, db: sqlite3.Connection) -> None:
-        (fmt,) = db.execute("PRAGMA user_version").fetchone()
-        if fmt != FORMAT:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("DROP TABLE IF EXISTS v")
-            db.execute(f"PRAGMA user_version = {FORMAT:d}")
-            db.execute("COMMIT")
+        self._drop_unless_format(db, FORMAT, "v")
         db.execute(  # a rowid table: its rows are large (a JSON template each), a WITHOUT ROWID one 3x the size
             "CREATE TABLE IF NOT EXISTS v (store TEXT NOT NULL, lease TEXT NOT NULL, data BLOB NOT NULL)"
         )

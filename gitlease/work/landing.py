@@ -187,7 +187,7 @@ class Lander:
             return []
         keep = {lid for k in paths for lid in train[k].at.held.svc.held_here()}
         wanted = sorted({p for ps in paths.values() for p in ps})
-        snap = r.svc.snapshot(use_cache=False, paths=wanted, keep=keep, listing=r.svc.listing())
+        snap = r.svc.snapshot(use_cache=False, paths=wanted, keep=keep)
         out = []
         for k, ps in paths.items():
             t, at = train[k], train[k].at
