@@ -58,6 +58,7 @@ class Ticket:
     landed: str | None = None  # the commit landed (None: nothing to land)
     error: Exception | None = None  # the attempt's _Fail
     head: str | None = None  # its commit, rebased, in the current ride
+    verified: str = ""  # its commit as verified, before any ride rebased it: its own work, on its own base
     prep: PreparedRelease | None = None  # its lease's release, prepared for the current ride
 
     def finish(self, landed: str | None = None, error: Exception | None = None) -> None:
@@ -80,7 +81,7 @@ class Lander:
 
     def land(self, at: TaskAttempt, base_ref: str) -> str | None:
         started = self.r.clock.monotonic()
-        ticket = Ticket(at, base_ref)
+        ticket = Ticket(at, base_ref, verified=gitq.head_commit(at.att.path))
         with self._cond:
             self._lane.append(ticket)
             if self._thread is None or not self._thread.is_alive():
@@ -177,11 +178,11 @@ class Lander:
         paths: dict[int, list[str]] = {}
         heads: dict[int, str] = {}
         for k, t in enumerate(train):
-            path = t.at.att.path
-            if r.opts.land and gitq.count_commits(path, "HEAD", [base]) == 0:
+            # its commit as verified, not as an earlier ride rebased it (onto riders that may not have landed)
+            path, heads[k] = t.at.att.path, t.verified
+            if r.opts.land and gitq.count_commits(path, t.verified, [base]) == 0:
                 self._nothing_to_land(t)
                 continue
-            heads[k] = gitq.head_commit(path)
             paths[k] = landing_paths(t.at.held.svc, heads[k], base)
         if not paths:
             return []
@@ -231,6 +232,7 @@ class Lander:
 
         path = t.at.att.path
         if onto is not None:
+            gitq.reset_hard(path, t.verified)  # its own commits only: not another rider's from a ride that failed
             why = gitq.rebase(path, onto)
             if why is not None:
                 t.finish(error=_Fail(f"its change no longer rebases onto {t.base_ref} ({why}): the agent runs again"))
