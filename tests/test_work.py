@@ -694,6 +694,59 @@ def test_a_landing_train_of_ready_tasks_lands_in_one_push(world):
     assert summary.ran == 4 and summary.land_retries == 0  # each agent ran once
 
 
+def test_after_a_refused_ride_each_rider_is_judged_on_its_own_commits_not_on_the_riders_it_was_rebased_onto(world):
+    """Two disjoint tasks ride together; their push loses to another pusher after the second was rebased onto the
+    first. The next ride checks and rebases each from its commit as verified: the second is not refused for the
+    first's path (it once was: its rebased commit carried the first's change over the new base)."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a, other = world.clone("a"), world.clone("other")
+    seen: dict = {"pushes": 0}
+
+    def hook(runner):
+        lander = runner.lander
+        real_loop, real_push = lander._loop, lander._push
+        full = threading.Event()
+
+        def loop():
+            if not full.is_set():
+                with lander._cond:
+                    lander._cond.wait_for(lambda: len(lander._lane) >= 2, timeout=120)
+                full.set()
+            real_loop()
+
+        def push(riders, tips):
+            seen["pushes"] += 1
+            if seen["pushes"] == 1:  # both aboard, one rebased onto the other: someone else lands first
+                seen["first"] = [len(t.at.task.scope) for t in riders]
+                (other / "README.md").write_text("bumped\n")
+                git(other, "add", "-A")
+                git(other, "commit", "-q", "-m", "bump")
+                git(other, "pull", "-q", "--rebase", "origin", "main")
+                git(other, "push", "-q", "origin", "HEAD:main")
+            return real_push(riders, tips)
+
+        lander._loop, lander._push = loop, push
+        seen["lander"] = lander
+
+    events = []
+    summary = run_queue(
+        str(a), [{"id": "r1", "paths": ["src/a/x.py"]}, {"id": "r2", "paths": ["src/b/y.py"]}],
+        command=world.command, land="main", workers=2, runner_hook=hook, on_event=events.append, backoff=0.0,
+    )  # fmt: skip
+    lines = [e.line() for e in events]
+    assert seen["first"] == [1, 1], lines  # the refused ride carried both
+    assert summary.done == ["r1", "r2"] and summary.failed == [], lines
+    assert summary.ran == 2 and summary.land_retries == 1, lines  # each agent ran once; one ride refused
+    assert seen["lander"].rides == 2 and seen["lander"].landed == 2  # refused together, then landed together
+    assert sorted(world.landed()[-2:]) == ["task r1", "task r2"]
+    for t, path in (("r1", "src/a/x.py"), ("r2", "src/b/y.py")):  # each landed commit changes its own path only
+        sha = git(world.remote, "log", "--format=%H", "-1", "--grep", f"^task {t}$", "main").strip()
+        assert git(world.remote, "diff-tree", "--no-commit-id", "--name-only", "-r", sha).split() == [path]
+
+
 def test_a_landing_lost_to_another_pusher_backs_off_and_lands_without_running_the_agent_again(world):
     from gitlease.work.runner import run_queue
 
