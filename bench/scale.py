@@ -187,7 +187,7 @@ def clear(bare: Path) -> None:
 
 def new_store(tmp: Path, name: str) -> tuple[Path, Path, str]:
     bare = tmp / f"{name}.git"
-    git("init", "-q", "--bare", str(bare))
+    git("init", "-q", "--bare", "--initial-branch=main", str(bare))  # HEAD names main, as on any host
     client = tmp / f"{name}-client"
     git("init", "-q", str(client))
     git("commit", "-q", "--allow-empty", "-m", "init", cwd=client)
@@ -496,7 +496,7 @@ def section(status: list[dict], sweep: list[dict], chains: list[dict], cpu_rows:
         "(`service/recordcache.py`), and a full read takes each lease whose refs have not moved from the view an "
         "earlier read finished, with its `status --json` text (`service/viewcache.py`; the replay memory is still "
         "checked for every lease, and a lease whose refs moved is read and checked again). The pre-push hook, the fenced push and `can-start` read only the leases "
-        "bearing on their paths (`views.restrict_refs`, same answers as a full read) after the one listing. "
+        "bearing on their paths (`bearing.restrict_refs`, same answers as a full read) after the one listing. "
         "`sweep-stale` reclaims up to 200 leases a push, each lease's deletes and its audit entry in the same "
         "atomic push.",
         END,

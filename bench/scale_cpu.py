@@ -88,12 +88,13 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
         raise RuntimeError(f"the hooked push was refused: {res.stderr.decode(errors='replace')[-400:]}")
     import scale
 
-    # what the hook cannot do without: an interpreter, its modules, and the one listing of the store (every id
-    # ref, to see a torn lease) that also answers the remote's HEAD
-    imports = "import gitlease.enforce.entry, gitlease.enforce.verify, gitlease.service.recordcache, sqlite3, os"
+    # what the hook cannot do without: an interpreter (started as the hook starts it: -S), the modules of its
+    # lean path (enforce/quickpush.py), and the one listing of the store (every id ref, to see a torn lease)
+    # that also answers the remote's HEAD
+    imports = "import gitlease.enforce.entry, gitlease.enforce.quickpush, gitlease.service.recordindex, os"
     floor_argv = {
-        "python": [scale.PYTHON, "-c", "pass"],
-        "imports": [scale.PYTHON, "-c", f"{imports}; os._exit(0)"],
+        "python": [scale.PYTHON, "-S", "-c", "pass"],
+        "imports": [scale.PYTHON, "-S", "-c", f"{imports}; os._exit(0)"],
         "listing": ["git", "ls-remote", "--symref", "origin", "HEAD", "refs/leases/*"],
     }
     can, status, lsr, hooked, plain = [], [], [], [], []
@@ -231,7 +232,7 @@ def rows_of(m: dict) -> list[str]:
         f"| pre-push of a 1,000-file change against {n:,} leases | {s['hooked']:.2f} s CPU | the push without "
         f"the hook (`--no-verify`) {s['plain']:.2f} s ({s['hooked'] / s['plain']:.2f}x) | at most 1.4x | "
         f"{met(s['hooked'] <= 1.4 * s['plain'])} |",
-        f"| floor: an interpreter and the store's listing | {_floor(s) * 1000:.0f} ms CPU: `python -c pass` "
+        f"| floor: an interpreter and the store's listing | {_floor(s) * 1000:.0f} ms CPU: `python -S -c pass` "
         f"{s['floor_python'] * 1000:.0f} ms, the listing (`ls-remote`) {s['floor_listing'] * 1000:.0f} ms | the push "
         f"without the hook + these: {(s['plain'] + _floor(s)) / s['plain']:.2f}x; gitlease's imports "
         f"{(s['floor_imports'] - s['floor_python']) * 1000:.0f} ms and its own work "

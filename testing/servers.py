@@ -29,7 +29,7 @@ import time
 import zlib
 from pathlib import Path
 
-from gitlease.core.gitcmd import REPO_ENV
+from gitlease.core.hookgit import REPO_ENV
 
 __all__ = [
     "free_port",

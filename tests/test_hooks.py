@@ -388,7 +388,7 @@ def test_pre_push_inside_passes_outside_and_others_refused(pushing, make_repo):
 
 
 def test_pre_push_reads_only_the_leases_near_the_change_and_still_sees_torn_and_odd_ones(pushing, make_repo):
-    """The hook reads the leases bearing on the pushed paths (views.restrict_refs), not the whole store: a lease
+    """The hook reads the leases bearing on the pushed paths (bearing.restrict_refs), not the whole store: a lease
     torn apart on the store (its scope ref gone, its id ref left) and a scope ref gitlease cannot have written
     still block what they name, as in a full read; leases elsewhere do not stop the push."""
     r, bare = pushing

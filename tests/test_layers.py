@@ -137,23 +137,26 @@ RUNS_GIT = {
     "gitlease.core.gitq": "the git questions, named once",
     "gitlease.core.store": "the store's transport: the atomic push with leases, ls-remote, fetch by oid",
     "gitlease.core.repo": "finding the repository and its config (under everything else)",
+    "gitlease.core.hookgit": "the hooks' lean runner: posix_spawn, no subprocess",
     "gitlease.enforce.entry": "hook fast path: posix_spawn, no subprocess",
+    "gitlease.enforce.quickpush": "the pre-push hook's lean path (gitq's import alone is most of its budget)",
     "gitlease.enforce.guard": "hook fast path (an agent's every edit)",
     "gitlease.enforce.shell": "hook fast path (an agent's every shell command)",
     "gitlease.enforce.hookmain": "hook fast path",
     "gitlease.demo": "a script that shows git lease at work, run as a user would",
 }
+RUNNERS = ("gitcmd", "hookgit")
 _SPAWNS = {"subprocess.run", "subprocess.Popen", "subprocess.check_output", "subprocess.call", "os.posix_spawnp"}
 
 
 def _runs_git(tree: ast.AST) -> list[int]:
-    """Lines that run git: ``gitcmd.run`` (called or handed on), ``run`` imported from gitcmd, or a process
-    spawned with ``git`` as its program."""
+    """Lines that run git: ``gitcmd.run`` or ``hookgit.run`` (called or handed on), ``run`` imported from
+    either, or a process spawned with ``git`` as its program."""
     hits = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "run" and ast.unparse(node.value).endswith("gitcmd"):
+        if isinstance(node, ast.Attribute) and node.attr == "run" and ast.unparse(node.value).endswith(RUNNERS):
             hits.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("gitcmd"):
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith(RUNNERS):
             if any(a.name == "run" for a in node.names):
                 hits.append(node.lineno)
         elif isinstance(node, ast.Call) and ast.unparse(node.func) in _SPAWNS and node.args:

@@ -173,7 +173,7 @@ def test_overlaps_without_any_nesting_is_empty_and_otherwise_exact(specs):
     assert snap.overlaps(NOW, SKEW) == naive_overlaps(snap)
 
 
-# ---------------------------------------------------- a read restricted to some paths (views.restrict_refs)
+# ---------------------------------------------------- a read restricted to some paths (bearing.restrict_refs)
 
 KINDS = ["plain", "renewed", "id-only", "scope-only", "a-ref-missing", "extended", "forged-id", "no-record"]
 
@@ -242,7 +242,7 @@ def _seen(views):
     st.sets(st.integers(0, 9), max_size=2),
 )
 def test_a_read_restricted_to_some_paths_sees_what_the_full_read_sees_there(specs, query, keep):
-    from gitlease.service.views import restrict_refs
+    from gitlease.core.bearing import restrict_refs
 
     refs, blobs = _store(specs)
     query = list(scopes.minimize(query))

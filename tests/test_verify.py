@@ -118,7 +118,7 @@ def test_pre_receive_lets_gitlease_work_and_refuses_others_paths(guarded):
 
 def test_pre_receive_reads_the_leases_near_the_push_and_still_sees_a_torn_one(guarded):
     """The server hook reads only the leases bearing on the pushed paths and those the push claims
-    (views.restrict_refs): a lease whose scope ref is gone but whose id ref is left still blocks its path, and
+    (bearing.restrict_refs): a lease whose scope ref is gone but whose id ref is left still blocks its path, and
     a holder's claim is still honoured."""
     a, b = guarded("a"), guarded("b")
     acquire(a, "torn", agent="agent-a", task="task-a")

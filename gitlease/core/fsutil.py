@@ -102,7 +102,7 @@ def locked(
 
 
 def cache_path(folder: str, prefix: str, store_name: str) -> str:
-    """The cache file ``prefix`` keeps for one store in ``folder`` (``cache/<prefix>-<hash of the store>.json``)."""
-    import hashlib
+    """The cache file ``prefix`` keeps for one store in ``folder`` (core/cachenames.py)."""
+    from gitlease.core.cachenames import cache_path as named
 
-    return os.path.join(folder, "cache", f"{prefix}-{hashlib.sha1(store_name.encode()).hexdigest()[:16]}.json")
+    return named(folder, prefix, store_name)

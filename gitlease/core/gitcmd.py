@@ -15,34 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitlease.core.errors import GitError, RemoteUnavailable
-
-# Variables git exports inside hooks that would point a git call at the wrong repository or index.
-REPO_ENV = frozenset(
-    {
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_COMMON_DIR",
-        "GIT_NAMESPACE",
-        "GIT_PREFIX",
-        "GIT_QUARANTINE_PATH",
-        "GIT_EDITOR",
-        "GIT_REFLOG_ACTION",
-        "GIT_INTERNAL_GETTEXT_SH_SCHEME",
-    }
-)
-
-
-def clean_env(extra: Mapping[str, str] | None = None, *, keep_repo: bool = False) -> dict[str, str]:
-    """The caller's environment without the per-repository GIT_* variables (credentials, ssh and
-    config variables are kept, so the user's authentication works as with plain git)."""
-    env = {k: v for k, v in os.environ.items() if keep_repo or k not in REPO_ENV}
-    env.setdefault("LC_ALL", "C")
-    if extra:
-        env.update(extra)
-    return env
+from gitlease.core.hookgit import clean_env
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from typing import NamedTuple, Union
 from gitlease.core import gitcmd
 from gitlease.core.errors import UsageError
 from gitlease.core.gitcmd import Result, zsplit
+from gitlease.core.hookgit import touched_paths_args
 from gitlease.core.store import RefUpdate, parse_batch, push_argv
 
 # ------------------------------------------------------------------------------------ where
@@ -313,8 +314,7 @@ def branches_containing(where: Where, commit: str) -> list[str]:
 def touched_paths(where: Where, include: Sequence[str], exclude: Sequence[str]) -> list[str]:
     """Every path changed by the commits ``include`` reaches and ``exclude`` does not, sorted: deletions, both
     sides of renames and what a merge itself changes (``log --name-only --no-renames --cc -z``)."""
-    args = ["log", "--format=", "--name-only", "--no-renames", "--cc", "-z", *include, "--not", *exclude, "--"]
-    return sorted(set(zsplit_bytes(_git(where, args, check=True).stdout)))
+    return sorted(set(zsplit_bytes(_git(where, touched_paths_args(include, exclude), check=True).stdout)))
 
 
 def paths_of_commits(where: Where, oids: Sequence[str]) -> list[tuple[str, list[str]]]:

@@ -7,7 +7,6 @@ is read: a damaged file is no listing, never a crash. Standard library only (the
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 
@@ -16,7 +15,9 @@ TAG = "gitlease-refs-1"
 
 def path_in(folder: str, store_name: str) -> str:
     """The file of ``store_name`` under ``folder`` (the repository's shared gitlease dir)."""
-    return os.path.join(folder, "cache", hashlib.sha1(store_name.encode()).hexdigest()[:16] + ".marshal")
+    from gitlease.core.cachenames import store_hash
+
+    return os.path.join(folder, "cache", store_hash(store_name) + ".marshal")
 
 
 def write(path: str, refs: dict[str, str], fetched_at: float) -> None:

@@ -29,7 +29,7 @@ _PLAIN_SEGMENT = MAX_COMPONENT_BYTES // 3
 _PLAIN_PATH = (MAX_REF_BYTES - len("refs/leases/scope/")) // 3
 # A path of letters, digits, '-' and '_' segments within those limits: canonical as it is (``normalize``
 # returns it unchanged) and its own scope-ref suffix (gitlease.core.refnames encodes none of these characters).
-# Matched in one C call where every lease ref of a large store is looked at (views.restrict_refs).
+# Matched in one C call where every lease ref of a large store is looked at (bearing.restrict_refs).
 _SEG = rf"[A-Za-z0-9_-]{{1,{_PLAIN_SEGMENT}}}"
 PLAIN_NAME = re.compile(rf"(?=.{{1,{_PLAIN_PATH}}}\Z){_SEG}(?:/{_SEG})*")
 

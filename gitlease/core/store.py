@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
+from gitlease.core.hookgit import RESERVED, parse_listing
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
-from gitlease.core.refnames import NAMESPACE, PROBE_PREFIX, SCOPE_REF
+from gitlease.core.refnames import NAMESPACE, SCOPE_REF
 
-RESERVED = (PROBE_PREFIX,)  # throw-away probe refs of `git lease doctor`: not leases, never listed
 ZERO = "0" * 40
 DEFAULT_TIMEOUT = 30.0
 PUSH_GRACE = 1.0  # seconds a timed-out push's children get to finish (gitcmd.run, grace)
@@ -154,6 +154,10 @@ class Store:
     def list_refs(self, *, timeout: float | None = None, head: bool = False) -> dict[str, str]:
         """The lease refs. ``head``: also learn the default branch's HEAD in the same read, when the store
         can (a remote: one ``ls-remote``), for the next ``default_head``."""
+        raise NotImplementedError
+
+    def take_listing(self, text: str) -> dict[str, str]:
+        """``list_refs(head=True)`` from an ``ls-remote`` a caller already ran (a remote store only)."""
         raise NotImplementedError
 
     def listed_head(self) -> str | None:
@@ -300,32 +304,20 @@ class RemoteStore(Store):
         trip for both. Without ``head`` HEAD is not asked for."""
         argv = ["ls-remote", "--symref", self.remote, "HEAD", f"{NAMESPACE}/*"] if head else None
         res = self._ls_remote(argv or ["ls-remote", "--refs", self.remote, f"{NAMESPACE}/*"], timeout)
-        text, branch = res.out, None
-        at = text.find("ref: ")  # the symref line of HEAD (``--symref``): "ref: <branch>\tHEAD"
-        if at >= 0 and (at == 0 or text[at - 1] == "\n"):
-            end = text.find("\n", at)
-            end = len(text) if end < 0 else end
-            branch = text[at + 5 : end].partition("\t")[0].strip()
-            text = text[:at] + text[end + 1 :]
-        # every other line is "<oid>\t<ref>", and neither holds white space (git's ref name rules): one split
-        words = text.split()
-        if len(words) % 2:
-            raise RemoteUnavailable(f"cannot read lease remote {self.remote!r}: a listing line git did not write")
-        listed = dict(zip(words[1::2], words[0::2]))
-        oid = listed.pop("HEAD", None)  # only asked for with ``head`` (a lease ref's name never is exactly HEAD)
-        under = NAMESPACE + "/"
-        names = "\n" + "\n".join(listed)
-        if (
-            names.count("\n" + under) == len(listed)
-            and "^{}" not in names
-            and not any("\n" + r in names for r in RESERVED)
-        ):
-            return self._listed(listed, head, branch, oid)  # the common case, judged in three scans of the text
-        refs = {  # not a peeled tag (listed without --refs), nor a probe ref, nor a name only ending like ours
-            ref: o
-            for ref, o in listed.items()
-            if (ref.startswith(under) or ref == SCOPE_REF) and not ref.startswith(RESERVED) and not ref.endswith("^{}")
-        }
+        return self._read_listing(res.out, head)
+
+    def take_listing(self, text: str) -> dict[str, str]:
+        """``list_refs(head=True)`` from its ``ls-remote`` output as a caller already read it (the pre-push
+        hook's lean path lists the store before it knows it needs the library)."""
+        return self._read_listing(text, True)
+
+    def _read_listing(self, text: str, head: bool) -> dict[str, str]:
+        try:
+            refs, branch, oid = parse_listing(text)
+        except ValueError:
+            raise RemoteUnavailable(
+                f"cannot read lease remote {self.remote!r}: a listing line git did not write"
+            ) from None
         return self._listed(refs, head, branch, oid)
 
     def _listed(self, refs: dict[str, str], head: bool, branch: str | None, oid: str | None) -> dict[str, str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
+from gitlease.core import hookgit
 from gitlease.core.errors import GitLeaseError, InvalidRecord
 from gitlease.enforce import rules as enforce
 
@@ -37,26 +38,8 @@ DEFAULT_SKEW = 30
 
 def _git(args, cwd: str | None = None) -> tuple[int, bytes]:
     """``git *args`` -> (exit code, stdout). stdin and stderr are /dev/null; the environment is kept."""
-    r, w = os.pipe()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    try:
-        actions = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)]
-        argv = ["git", *args] if cwd is None else ["git", "-C", cwd, *args]
-        pid = os.posix_spawnp("git", argv, os.environ, file_actions=actions)
-    finally:
-        os.close(w)
-        os.close(devnull)
-    chunks = []
-    try:
-        while True:
-            b = os.read(r, 1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-    finally:
-        os.close(r)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks)
+    got = hookgit.run(args, cwd=cwd)
+    return got if got is not None else (-1, b"")  # None only past a timeout, and none is given
 
 
 def git_dir() -> str:
@@ -81,9 +64,10 @@ def git_dir() -> str:
     return out.decode("utf-8", "surrogateescape").strip()
 
 
-def lease_config(cwd: str | None = None) -> dict[str, str]:
-    """The ``lease.*`` keys (and ``extensions.refstorage``: where the refs are kept), lower-cased."""
-    rc, out = _git(["config", "-z", "--get-regexp", r"^(lease\.|extensions\.refstorage$)"], cwd=cwd)
+def lease_config(cwd: str | None = None, also: str = "") -> dict[str, str]:
+    """The ``lease.*`` keys (and ``extensions.refstorage``: where the refs are kept), lower-cased; ``also``: a
+    regular expression of more keys, read in the same call."""
+    rc, out = _git(["config", "-z", "--get-regexp", rf"^(lease\.|extensions\.refstorage${also})"], cwd=cwd)
     cfg: dict[str, str] = {}
     for item in out.decode("utf-8", "surrogateescape").split("\0"):
         if item:
@@ -306,12 +290,25 @@ def pre_commit() -> int:
 
 
 def pre_push(remote: str, url: str) -> int:
+    """A push that provably touches no lease is let through by the lean path (enforce/quickpush.py); any
+    other goes to the full check against the store (enforce/verify.py), with site-packages back on the path
+    (the hook starts Python with ``-S``; a signed store's checks need ``cryptography``)."""
     data = sys.stdin.buffer.read()
+    from gitlease.enforce import quickpush
+
+    quick = quickpush.Quick(remote, url, data, lease_config(also=r"|remote\..*\.mirror$"), git_dir())
+    if quick.allowed:
+        return 0
+    if sys.flags.no_site:
+        import site
+
+        site.main()
     from gitlease.enforce.verify import pre_push as check_push
 
-    ok, lines, code = check_push(remote, url, data)
+    ok, lines, code = check_push(remote, url, data, quick.given())
     if lines:
         _say(lines)
+    quick.remember()
     return 0 if ok else code
 
 

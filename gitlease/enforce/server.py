@@ -761,7 +761,7 @@ def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str]
     commits = pushed_commits(updates)
     if not any(c.paths for c in commits):
         return [], []
-    # only the leases bearing on the pushed paths, and those the push may claim (views.restrict_refs)
+    # only the leases bearing on the pushed paths, and those the push may claim (bearing.restrict_refs)
     touched = sorted({p for c in commits for p in c.paths})
     pushed_options = push_claims()
     claimed = (

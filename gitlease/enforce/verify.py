@@ -108,8 +108,11 @@ def _mine_from_held(svc: LeaseService, snap: Snapshot) -> list[enforce.Mine]:
 # ------------------------------------------------------------------------------------ pre-push
 
 
-def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
-    """The pre-push hook. Returns (allowed, lines for stderr, exit code)."""
+def pre_push(
+    remote: str, url: str, data: bytes, given: tuple[str, tuple[int, bool] | None] | None = None
+) -> tuple[bool, list[str], int]:
+    """The pre-push hook. Returns (allowed, lines for stderr, exit code). ``given``: the lease store's listing
+    as the hook's lean path already read it (enforce/quickpush.py), read instead of listing again."""
     from gitlease.core.config import resolve
     from gitlease.core.repo import Repo
 
@@ -152,7 +155,7 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
 
         def listing() -> Listing:
             if not listed:
-                listed.append(svc.listing())
+                listed.append(svc.listing(given))
             return listed[0]
 
         # a push to the lease store itself: the one ls-remote that lists the lease refs answers its HEAD too;
@@ -161,7 +164,7 @@ def pre_push(remote: str, url: str, data: bytes) -> tuple[bool, list[str], int]:
         paths = paths_gained(repo.cwd, remote, updates, listing=listing if to_store else None)
         if not paths:
             return True, [], 0
-        # only the leases bearing on these paths, and this worktree's (views.restrict_refs)
+        # only the leases bearing on these paths, and this worktree's (bearing.restrict_refs)
         snap = svc.snapshot(use_cache=False, paths=paths, keep=held, listing=listing() if to_store else None)
     except RemoteUnavailable as exc:
         return _refuse_or_warn(
@@ -183,17 +186,10 @@ def _mirror_push(cwd: str, remote: str) -> bool:
     """Whether the ``git push`` running this hook deletes what the remote has and this clone lacks: git lists
     those deletions to no pre-push hook, so they are found here: its command line (``--mirror``, ``--prune``;
     read from /proc, Linux) or a mirror remote (``remote.<name>.mirror``)."""
-    pid = os.getppid()
-    for _ in range(4):  # the hook script (sh), then git push; a hook manager may sit in between
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                pid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        if b"push" in argv and any(a in (b"--mirror", b"--prune") for a in argv):
-            return True
+    from gitlease.enforce.quickpush import mirror_command
+
+    if mirror_command():
+        return True
     return gitq.config_get(cwd, f"remote.{remote}.mirror", type="bool") == "true"
 
 

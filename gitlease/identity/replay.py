@@ -19,7 +19,8 @@ import marshal
 import os
 from collections.abc import Iterable
 
-from gitlease.core.fsutil import atomic_write, cache_path, lock_file
+from gitlease.core.cachenames import seen_paths
+from gitlease.core.fsutil import atomic_write, lock_file
 
 _TAG = "gitlease-seen-1"
 _LOADED: dict[str, tuple[tuple[int, int, int], Memory]] = {}  # Seen.load, per process
@@ -97,8 +98,7 @@ class Seen:
     KEEP = 7 * 86400  # forget leases this long after their last known expiry
 
     def __init__(self, folder: str, store_name: str) -> None:
-        self._legacy = cache_path(folder, "seen", store_name)
-        self.path = self._legacy[: -len(".json")] + ".marshal"
+        self.path, self._legacy = seen_paths(folder, store_name)
 
     def load(self) -> Memory:
         """The memory. Read once per process: again only when the file changed since (another process wrote
@@ -118,6 +118,21 @@ class Seen:
             out = Memory()
         _LOADED[self.path] = (sig, out)
         return out
+
+    def load_opened(self, opened: tuple[int, bool] | None) -> Memory:
+        """The memory as it was when its file was opened (``opened``: the descriptor, and whether it is the
+        legacy JSON file; None: neither file existed then), however it was replaced since: how a caller that
+        listed the store before it could afford this module keeps "loaded before listing" (the pre-push
+        hook's lean path, enforce/quickpush.py). The descriptor is closed."""
+        if opened is None:
+            return Memory()
+        fd, legacy = opened
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read()
+            return Memory.from_legacy(json.loads(data)) if legacy else Memory.parse(data)
+        except (OSError, ValueError):
+            return Memory()
 
     def _read_legacy(self) -> Memory:
         try:

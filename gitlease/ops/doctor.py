@@ -44,11 +44,11 @@ from gitlease.core import gitcmd, gitq
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.config import Settings
 from gitlease.core.errors import DoctorFailed, GitLeaseError, RemoteUnavailable
+from gitlease.core.hookgit import RESERVED
 from gitlease.core.objects import PROBE_FILE, PROBE_MAGIC, ObjectWriter
 from gitlease.core.refnames import NAMESPACE
 from gitlease.core.repo import Repo
 from gitlease.core.store import (
-    RESERVED,
     Outcome,
     RefUpdate,
     RemoteStore,

@@ -61,7 +61,8 @@ class Authority(ServiceBase):
         if key is None and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers)):
             if not cached or _unsigned_cache(path):
                 return  # unsigned, and no trust file known: nothing to judge (and no verification code loaded)
-        from gitlease.identity.trust import TrustCache, load_trust
+        from gitlease.identity.trust import load_trust
+        from gitlease.identity.trustcache import TrustCache
 
         def fresh() -> Trust:
             return load_trust(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
+from gitlease.core.bearing import restrict_refs
 from gitlease.core.errors import (
     GitLeaseError,
     RemoteUnavailable,
@@ -32,7 +33,6 @@ from gitlease.service.views import (
     build_views,
     foreign_refs,
     parse_blob,
-    restrict_refs,
 )
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class Reader(ServiceBase):
 
         ``paths``: only the leases that bear on these (normalised) paths, and those named in ``keep``: the same
         views of them, and the same answers from ``blocking``/``overlapping`` on ``paths``, as the full read
-        (views.restrict_refs), without building the others (for the hooks and ``can-start``; the snapshot's
+        (bearing.restrict_refs), without building the others (for the hooks and ``can-start``; the snapshot's
         ``restricted_to`` says so). Such a read answers from the store or fails: never from the last listing.
 
         ``listing``: the store as the caller just listed it (``listing()``), read instead of listing again.
@@ -203,20 +203,27 @@ class Reader(ServiceBase):
             listing=refs,
         )
 
-    def listing(self) -> Listing:
+    def listing(self, given: tuple[str, tuple[int, bool] | None] | None = None) -> Listing:
         """The store's refs and its HEAD by one ``ls-remote``, for a caller that needs HEAD before it reads the
         store (the pre-push hook, when the push goes to the lease store) and then ``snapshot(listing=...)``.
-        The replay memory is loaded first, as ``snapshot`` does: see Seen."""
+        The replay memory is loaded first, as ``snapshot`` does: see Seen. ``given``: that listing as the
+        caller already read it (``ls-remote --symref <store> HEAD refs/leases/*``), with the replay memory's
+        file as opened before it listed (``Seen.load_opened``)."""
         from gitlease.identity.replay import Seen
 
-        before = Seen(self.repo.shared_dir(), self.store.name).load()
-        refs = self.store.list_refs(head=True)
+        seen = Seen(self.repo.shared_dir(), self.store.name)
+        if given is not None:
+            before = seen.load_opened(given[1])
+            refs = self.store.take_listing(given[0])
+        else:
+            before = seen.load()
+            refs = self.store.list_refs(head=True)
         return Listing(refs, self.store.listed_head(), before)
 
     def _restrict(
         self, kept: RecordCache, refs: dict[str, str], paths: Sequence[str], keep: Iterable[str]
     ) -> tuple[dict[str, str], set[str]]:
-        """views.restrict_refs, with each listed commit's lease and paths from the record cache (the commits
+        """bearing.restrict_refs, with each listed commit's lease and paths from the record cache (the commits
         it does not hold yet are fetched, read and kept first)."""
         listed = set(refs.values())
         index = kept.index()

@@ -20,26 +20,25 @@ the git dir (hooks and config live there too).
 from __future__ import annotations
 
 import marshal
-import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from gitlease.core import record as records
 from gitlease.core.sqlitefile import SqliteFile
 from gitlease.core.store import Blob
+from gitlease.service.recordindex import FORMAT, path_in, rows
 from gitlease.service.views import Parsed
 
 if TYPE_CHECKING:
     import sqlite3
 
-FORMAT = 3  # bump when record.parse or Store.read change what they answer for the same bytes
 SLACK = 3
 FLOOR = 4096
 
 
 class RecordCache(SqliteFile):
     def __init__(self, folder: str) -> None:
-        super().__init__(os.path.join(folder, "cache", "records.sqlite3"), timeout=2)
+        super().__init__(path_in(folder), timeout=2)
 
     def _setup(self, db: sqlite3.Connection) -> None:
         self._drop_unless_format(db, FORMAT, "r")
@@ -86,17 +85,14 @@ class RecordCache(SqliteFile):
     def index(self) -> dict[str, tuple[str, str] | None]:
         """{oid: (lease id, its record's paths joined by newlines), or None when it holds none} for every kept
         commit: what a read restricted to some paths needs of every listed commit to choose the few it reads
-        whole (views.restrict_refs). One pass over the covering index, no record decoded, no path split."""
+        whole (bearing.restrict_refs). One pass over the covering index, no record decoded, no path split."""
         db = self._open()
         if db is None:
             return {}
         import sqlite3
 
         try:
-            return {
-                oid: (lease, paths) if isinstance(lease, str) and isinstance(paths, str) and paths else None
-                for oid, lease, paths in db.execute("SELECT oid, lease, paths FROM r")
-            }
+            return rows(db)
         except sqlite3.Error:
             self._give_up()
             return {}

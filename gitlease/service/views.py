@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitlease.core import record as records
 from gitlease.core import scope as scopes
+from gitlease.core.bearing import proper_ancestor_in
 from gitlease.core.errors import HeldError, InvalidRecord
 from gitlease.core.pathindex import PathIndex
 from gitlease.core.record import Record
@@ -304,7 +305,7 @@ def _any_nested(paths: Iterable[str]) -> bool:
         seen.add(p)
     if scopes.ROOT in seen:
         return len(seen) > 1
-    return any(_proper_ancestor_in(p, seen) for p in seen)
+    return any(proper_ancestor_in(p, seen) for p in seen)
 
 
 @dataclass(frozen=True)
@@ -465,117 +466,6 @@ def _attach_grants(
         if not set(paths) <= set(holds):
             view.problems.append("a scope ref names a path the lease does not hold")
         view.paths = tuple(sorted(set(view.paths) | set(paths)))
-
-
-Index = dict[str, "tuple[str, str] | None"]  # oid -> (lease id, its paths joined by "\n") of its record, None: none
-
-
-def restrict_refs(
-    refs: dict[str, str], index: Index, paths: Iterable[str], keep: Iterable[str] = ()
-) -> tuple[dict[str, str], set[str]]:
-    """The listed refs ``build_views`` needs to answer for ``paths`` as it would from all of them: every ref of
-    each lease that holds, or whose refs or records name, a path overlapping ``paths``, and of the leases in
-    ``keep``; every scope ref gitlease cannot have written (they block what they name); the scope refs of a
-    commit that holds no record, when one of them overlaps. ``index`` gives each listed commit's lease and
-    paths (service/recordcache.py) without building its record. Also returns every lease id the listing holds
-    (the replay memory's "present"). A view built from the result is the full read's view of that lease, so
-    ``blocking`` and ``overlapping`` on ``paths`` answer alike."""
-    hits = _overlap_test(set(paths))
-    chosen = set(keep)
-    groups: set[str] = set()  # commits holding no record whose scope refs overlap: kept whole
-    odd: set[str] = set()  # scope refs gitlease cannot have written
-    present = set()  # every lease id the listing holds (its id refs', and its grants')
-    judged: dict[str, bool] = {}  # oid -> whether its record names an overlapping path
-    scope_dir = SCOPE_REF + "/"
-    cut, id_cut = len(scope_dir), len(ID_PREFIX)
-    plain = scopes.PLAIN_NAME.fullmatch  # a scope ref's path without decoding it (path_of_scope_ref agrees)
-    for ref, oid in refs.items():
-        if ref.startswith(ID_PREFIX):
-            present.add(ref[id_cut:])
-        elif ref.startswith(scope_dir) or ref == SCOPE_REF:
-            q = ref[cut:]
-            if not plain(q):
-                try:
-                    q = path_of_scope_ref(ref)
-                except ValueError:
-                    odd.add(ref)
-                    continue
-            if hits(q):
-                ent = index.get(oid)
-                if ent is None:
-                    groups.add(oid)
-                else:
-                    chosen.add(ent[0])
-        elif not ref.startswith(TASK_PREFIX):
-            continue
-        got = judged.get(oid)
-        if got is None:
-            ent = index.get(oid)
-            got = False
-            if ent is not None:
-                for q in ent[1].split("\n"):
-                    if hits(q):
-                        got = True
-                        chosen.add(ent[0])
-                        break
-                if not ref.startswith(ID_PREFIX):
-                    present.add(ent[0])
-            judged[oid] = got
-        elif not ref.startswith(ID_PREFIX) and (ent := index.get(oid)) is not None:
-            present.add(ent[0])
-    return _refs_of(refs, index, chosen, groups, odd), present
-
-
-def _overlap_test(query: set[str]) -> Callable[[str], bool]:
-    """Whether a normalised path overlaps one of ``query``: an ancestor of one (or one itself), or below one."""
-    everything = scopes.ROOT in query
-    near = {scopes.ROOT}  # every scope that contains a queried path: its ancestors and itself
-    for p in query:
-        i = p.find("/")
-        while i >= 0:
-            near.add(p[:i])
-            i = p.find("/", i + 1)
-        near.add(p)
-    tops = {p.partition("/")[0] for p in query}  # a path below a queried one starts with one of these
-
-    def hits(q: str) -> bool:
-        return everything or q in near or (q.partition("/")[0] in tops and _any_ancestor_in_set(q, query))
-
-    return hits
-
-
-def _refs_of(refs: dict[str, str], index: Index, chosen: set[str], groups: set[str], odd: set[str]) -> dict[str, str]:
-    """Every ref of a chosen lease: its id ref (by name, or pointing at one of its commits), the scope and task
-    refs on its commits; the scope refs of an overlapping record-less commit (``groups``); every odd scope ref."""
-    scope_dir = SCOPE_REF + "/"
-    theirs = {oid for oid, ent in index.items() if ent is not None and ent[0] in chosen}
-    out: dict[str, str] = {ref: refs[ref] for ref in odd}
-    for lease_id in chosen:
-        ref = ID_PREFIX + lease_id
-        if ref in refs:
-            out[ref] = refs[ref]
-    for ref, oid in refs.items():
-        if oid in theirs:
-            if ref.startswith((ID_PREFIX, scope_dir, TASK_PREFIX)) or ref == SCOPE_REF:
-                out[ref] = oid
-        elif oid in groups and (ref.startswith(scope_dir) or ref == SCOPE_REF):
-            out[ref] = oid
-    return out
-
-
-def _any_ancestor_in_set(path: str, others: set[str]) -> bool:
-    """True when one of ``others`` contains ``path`` (``path`` itself included)."""
-    return path in others or _proper_ancestor_in(path, others)
-
-
-def _proper_ancestor_in(path: str, others: set[str]) -> bool:
-    """True when one of ``others`` is a folder above ``path``."""
-    i = path.find("/")
-    while i >= 0:
-        if path[:i] in others:
-            return True
-        i = path.find("/", i + 1)
-    return False
 
 
 def _attach_task_refs(refs: dict[str, str], parse_oid: Callable[[str], Parsed], views: dict[str, LeaseView]) -> None:

@@ -20,7 +20,7 @@ import re
 import subprocess
 from typing import TYPE_CHECKING, Any
 
-from gitlease.core import gitcmd, gitq
+from gitlease.core import gitq, hookgit
 from gitlease.core.errors import GitLeaseError, HeldError, LeaseLost, NotHeld, RemoteUnavailable
 from gitlease.core.refnames import quarantine_ref
 from gitlease.core.store import RefUpdate
@@ -379,7 +379,7 @@ class TaskAttempt:
         task_file = os.path.join(self.r.log_dir, f"{slug(task.id)}-{self.lease_id}.json")
         with open(task_file, "w", encoding="utf-8") as fh:
             json.dump(doc, fh)
-        env: dict[str, Any] = {k: v for k, v in gitcmd.clean_env().items() if k != "LC_ALL" or "LC_ALL" in os.environ}
+        env: dict[str, Any] = {k: v for k, v in hookgit.clean_env().items() if k != "LC_ALL" or "LC_ALL" in os.environ}
         env.update(
             GITLEASE_LEASE=self.lease_id,
             GITLEASE_TASK=task.id,
