@@ -1,14 +1,16 @@
 """Which leases of a listing bear on some paths, told from ref names and a per-commit index, before any record
 is read: what lets a hook or ``can-start`` read a few leases of a store of thousands and answer as a full read
 would (``restrict_refs``). Pure: ref names, scope paths and the index in, refs out; standard library and
-``core.scope``/``core.refnames`` only, so the lean pre-push path (enforce/quickpush.py) can use it."""
+``core.refnames`` at import (``core.scope``, and with it ``re``, only when ``restrict_refs`` runs), so the lean
+pre-push path (enforce/quickpush.py) shares ``containing``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from gitlease.core.refnames import ID_PREFIX, ROOT, SCOPE_REF, TASK_PREFIX, path_of_scope_ref
 
-from gitlease.core import scope as scopes
-from gitlease.core.refnames import ID_PREFIX, SCOPE_REF, TASK_PREFIX, path_of_scope_ref
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy reads it alike
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 Index = dict[str, "tuple[str, str] | None"]  # oid -> (lease id, its paths joined by "\n") of its record, None: none
 
@@ -31,7 +33,9 @@ def restrict_refs(
     judged: dict[str, bool] = {}  # oid -> whether its record names an overlapping path
     scope_dir = SCOPE_REF + "/"
     cut, id_cut = len(scope_dir), len(ID_PREFIX)
-    plain = scopes.PLAIN_NAME.fullmatch  # a scope ref's path without decoding it (path_of_scope_ref agrees)
+    from gitlease.core.scope import PLAIN_NAME  # here, not above: the lean pre-push path imports this module
+
+    plain = PLAIN_NAME.fullmatch  # a scope ref's path without decoding it (path_of_scope_ref agrees)
     for ref, oid in refs.items():
         if ref.startswith(ID_PREFIX):
             present.add(ref[id_cut:])
@@ -71,20 +75,26 @@ def restrict_refs(
 
 def _overlap_test(query: set[str]) -> Callable[[str], bool]:
     """Whether a normalised path overlaps one of ``query``: an ancestor of one (or one itself), or below one."""
-    everything = scopes.ROOT in query
-    near = {scopes.ROOT}  # every scope that contains a queried path: its ancestors and itself
-    for p in query:
-        i = p.find("/")
-        while i >= 0:
-            near.add(p[:i])
-            i = p.find("/", i + 1)
-        near.add(p)
+    everything = ROOT in query
+    near = containing(query)
     tops = {p.partition("/")[0] for p in query}  # a path below a queried one starts with one of these
 
     def hits(q: str) -> bool:
         return everything or q in near or (q.partition("/")[0] in tops and _any_ancestor_in_set(q, query))
 
     return hits
+
+
+def containing(paths: Iterable[str]) -> set[str]:
+    """Every scope that contains one of ``paths``: the whole repository, each folder above one, and each one."""
+    near = {ROOT}
+    for p in paths:
+        i = p.find("/")
+        while i >= 0:
+            near.add(p[:i])
+            i = p.find("/", i + 1)
+        near.add(p)
+    return near
 
 
 def _refs_of(refs: dict[str, str], index: Index, chosen: set[str], groups: set[str], odd: set[str]) -> dict[str, str]:

@@ -42,7 +42,7 @@ import os
 
 from gitlease.core import hookgit
 from gitlease.core.errors import GitLeaseError
-from gitlease.core.refnames import ROOT, SCOPE_REF, path_of_scope_ref
+from gitlease.core.refnames import SCOPE_REF, path_of_scope_ref
 from gitlease.enforce import rules
 
 ZERO = frozenset("0")
@@ -294,14 +294,9 @@ def _overlap(paths: list[str], ordered: tuple[str, ...], named: frozenset[str]) 
     above one (``named``), or one below a pushed path (``ordered``, the same sorted: one bisect a path)."""
     import bisect
 
-    near = {ROOT}
-    for p in paths:
-        i = p.find("/")
-        while i >= 0:
-            near.add(p[:i])
-            i = p.find("/", i + 1)
-        near.add(p)
-    if not named.isdisjoint(near):
+    from gitlease.core.bearing import containing
+
+    if not named.isdisjoint(containing(paths)):
         return True
     for p in paths:
         below = p + "/"
