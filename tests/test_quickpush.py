@@ -218,3 +218,10 @@ def test_the_lean_path_imports_only_a_little_stdlib(store, monkeypatch):
         [sys.executable, "-S", "-c", code, str(ROOT), data.decode()], cwd=r, capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("path", [".gitlease/allowed_signers", "allowed_signers", "a/b/trust", "x/"])
+def test_the_lean_path_looks_for_the_signer_files_where_the_trust_module_reads_them(path):
+    from gitlease.identity import trust
+
+    assert quickpush.signers_dir(path) == trust.signers_dir(path)

@@ -53,7 +53,7 @@ MAX_UPDATES = 1000  # more pushed refs than this: the full check (their ids woul
 DEFAULT_SIGNERS = ".gitlease/allowed_signers"
 SIGNERS_DIR = "signers"  # identity/trust.py's: the per-signer files beside the trust file
 DIGEST = "push-digest.marshal"
-DIGEST_FORMAT = 1  # bump when what the digest holds, or how the test reads it, changes
+DIGEST_FORMAT = 1  # bump when what the digest holds, how it is read, or how scope refs decode changes
 SCOPE_DIR = SCOPE_REF + "/"
 
 
@@ -236,10 +236,15 @@ def _unsigned(cfg: dict[str, str], head: str | None) -> bool:
         return False
     if head is None:
         return True
-    folder = f"{path.rsplit('/', 1)[0]}/{SIGNERS_DIR}" if "/" in path else SIGNERS_DIR
-    argv = ["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", head, "--", path, folder + "/"]
+    argv = ["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", head, "--", path, signers_dir(path) + "/"]
     got = hookgit.run(argv, env=hookgit.clean_env())
     return got is not None and got[0] == 0 and not got[1]
+
+
+def signers_dir(path: str) -> str:
+    """identity/trust.signers_dir of a relative trust file path (a test holds them equal): the folder of
+    per-signer files beside it."""
+    return f"{path.rsplit('/', 1)[0]}/{SIGNERS_DIR}" if "/" in path else SIGNERS_DIR
 
 
 def _paths(tips: list[str], bases: list[str]) -> list[str] | None:
