@@ -87,14 +87,22 @@ def _overlap_test(query: set[str]) -> Callable[[str], bool]:
 
 def containing(paths: Iterable[str]) -> set[str]:
     """Every scope that contains one of ``paths``: the whole repository, each folder above one, and each one."""
-    near = {ROOT}
+    paths = list(paths)
+    near = folders_above(paths)
+    near.add(ROOT)
+    near.update(paths)
+    return near
+
+
+def folders_above(paths: Iterable[str]) -> set[str]:
+    """Every folder above one of ``paths`` (the whole repository apart)."""
+    out = set()
     for p in paths:
         i = p.find("/")
         while i >= 0:
-            near.add(p[:i])
+            out.add(p[:i])
             i = p.find("/", i + 1)
-        near.add(p)
-    return near
+    return out
 
 
 def _refs_of(refs: dict[str, str], index: Index, chosen: set[str], groups: set[str], odd: set[str]) -> dict[str, str]:

@@ -53,7 +53,7 @@ MAX_UPDATES = 1000  # more pushed refs than this: the full check (their ids woul
 DEFAULT_SIGNERS = ".gitlease/allowed_signers"
 SIGNERS_DIR = "signers"  # identity/trust.py's: the per-signer files beside the trust file
 DIGEST = "push-digest.marshal"
-DIGEST_FORMAT = 1  # bump when what the digest holds, how it is read, or how scope refs decode changes
+DIGEST_FORMAT = 3  # bump when what the digest holds, how it is read, or how scope refs decode changes
 SCOPE_DIR = SCOPE_REF + "/"
 
 
@@ -65,7 +65,9 @@ class Quick:
         self.shared = os.path.join(rules.common_dir(gdir), "gitlease")
         self.store: str | None = None
         self.raw: bytes | None = None  # the listing as git wrote it
-        self.listing: bytes | None = None  # the same without its HEAD lines: what a digest is written for
+        self.key: bytes | None = None  # the hash of the same without its HEAD lines: what a digest is written for
+        self.head: str | None = None  # the store's HEAD commit as listed
+        self.unsigned: tuple[str, str] | None = None  # (HEAD, trust file path) found to hold no trust file
         self.memory: tuple[int, bool] | None = None  # the replay memory's file, opened before the listing
         self.stale = False  # the digest was not this listing's: worth writing again after the full check
         try:
@@ -110,21 +112,31 @@ class Quick:
         if listed is None or listed[0] != 0:
             return None
         self.store, self.raw = store, listed[1]
-        self.listing, head = _without_head(listed[1])
+        try:
+            self.key, head = _listing_key(listed[1])
+        except ValueError:
+            return None
+        self.head = head
         bases = {old if old is not None else head for _new, old in updates}  # one base each
         base = bases.pop() if len(bases) == 1 else None
-        if base is None or not _unsigned(cfg, head):
+        if base is None:
             return None
+        digest = _load(os.path.join(self.shared, "cache", DIGEST), store)
+        fresh = digest is not None and digest[0] == self.key
+        trust = (head or "", cfg.get("lease.allowedsignersfile") or DEFAULT_SIGNERS)
+        if not (fresh and digest is not None and digest[1] == trust):  # a commit's tree never changes
+            if not _unsigned(trust[1], head):
+                return None
+            self.unsigned = trust
         paths = _paths([new for new, _old in updates], [base])
         if paths is None:
             return None
         if not paths:
             return True
-        digest = _load(os.path.join(self.shared, "cache", DIGEST), store)
-        if digest is None or digest[0] != self.listing:
+        if digest is None or not fresh:
             self.stale = True
             return None
-        if _overlap(paths, digest[1], digest[2]):
+        if _overlap(paths, digest[2], digest[3]):
             return None  # a lease bears on a pushed path: the full check judges it, and names it
         return True
 
@@ -133,12 +145,12 @@ class Quick:
         record cache, which that check has just filled. Not written when a listed commit is not in the
         record cache or a scope ref cannot be decoded (the full check runs every time then). A cache: any
         failure only costs the next push."""
-        if not self.stale or self.listing is None:
+        if not self.stale or self.raw is None or self.key is None:
             return
         from gitlease.service import recordindex
 
         index = recordindex.read(self.shared)
-        words = self.listing.decode("utf-8", "surrogateescape").split()
+        words = b"".join(_without_head(self.raw)[0]).decode("utf-8", "surrogateescape").split()
         if index is None or len(words) % 2:
             return
         named: set[str] = set()
@@ -153,7 +165,7 @@ class Quick:
                     named.add(path_of_scope_ref(ref))
                 except ValueError:
                     return  # a scope ref gitlease cannot have written blocks: the full check says what
-        _save(os.path.join(self.shared, "cache", DIGEST), self.store, self.listing, named)
+        _save(os.path.join(self.shared, "cache", DIGEST), self.store, self.key, self.unsigned, named)
 
 
 def allows(remote: str, url: str, data: bytes, cfg: dict[str, str], gdir: str) -> bool:
@@ -228,10 +240,9 @@ def _timeout(cfg: dict[str, str]) -> float | None:
         return None
 
 
-def _unsigned(cfg: dict[str, str], head: str | None) -> bool:
-    """Whether the store has no trust file as identity/trust.load_trust reads it: its HEAD commit is here and
-    holds neither the trust file nor its signers folder (one ``ls-tree``), or it has no HEAD commit at all."""
-    path = cfg.get("lease.allowedsignersfile") or DEFAULT_SIGNERS
+def _unsigned(path: str, head: str | None) -> bool:
+    """Whether the store has no trust file (``path``) as identity/trust.load_trust reads it: its HEAD commit is
+    here and holds neither that file nor its signers folder (one ``ls-tree``), or it has no HEAD commit."""
     if os.path.isabs(os.path.expanduser(path)):
         return False
     if head is None:
@@ -271,49 +282,66 @@ def _open_memory(shared: str, store: str) -> tuple[int, bool] | None:
     return None
 
 
-def _without_head(raw: bytes) -> tuple[bytes, str | None]:
+def _without_head(raw: bytes) -> tuple[list[memoryview], str | None]:
     """A listing without the lines that name HEAD (``--symref``'s "ref: <branch>\tHEAD", and "<oid>\tHEAD"),
-    and HEAD's commit (None when the store has none)."""
+    as the pieces left (views, not copies), and HEAD's commit (None when the store has none); ValueError for a
+    HEAD line git does not write."""
+    cut: list[tuple[int, int]] = []
     at = raw.find(b"ref: ")
     if at == 0 or (at > 0 and raw[at - 1 : at] == b"\n"):
-        raw = _cut_line(raw, at)
+        cut.append(_line_at(raw, at))
     head = None
     at = raw.find(b"\tHEAD\n")
+    while at >= 0 and cut and cut[0][0] <= at < cut[0][1]:  # the symref line's own "\tHEAD"
+        at = raw.find(b"\tHEAD\n", at + 1)
     if at >= 0:
-        start = raw.rfind(b"\n", 0, at) + 1
-        oid = raw[start:at].decode("ascii", "replace")
-        head = oid if _is_oid(oid) else None
-        raw = _cut_line(raw, at)
-    return raw, head
+        start, end = _line_at(raw, at)
+        head = raw[start:at].decode("ascii", "replace")
+        if not _is_oid(head):
+            raise ValueError("a HEAD line git does not write")
+        cut.append((start, end))
+    view, pieces, pos = memoryview(raw), [], 0
+    for start, end in sorted(cut):
+        pieces.append(view[pos:start])
+        pos = end
+    pieces.append(view[pos:])
+    return pieces, head
 
 
-def _cut_line(raw: bytes, at: int) -> bytes:
-    """``raw`` without the line that holds position ``at``."""
-    start = raw.rfind(b"\n", 0, at) + 1
+def _line_at(raw: bytes, at: int) -> tuple[int, int]:
+    """Where the line holding position ``at`` starts, and where the next one does."""
     end = raw.find(b"\n", at)
-    return raw[:start] + (raw[end + 1 :] if end >= 0 else b"")
+    return raw.rfind(b"\n", 0, at) + 1, len(raw) if end < 0 else end + 1
 
 
-def _overlap(paths: list[str], ordered: tuple[str, ...], named: frozenset[str]) -> bool:
-    """Whether one of ``paths`` (git's, of the pushed commits) overlaps a named path: one of them or a folder
-    above one (``named``), or one below a pushed path (``ordered``, the same sorted: one bisect a path)."""
-    import bisect
+def _listing_key(raw: bytes) -> tuple[bytes, str | None]:
+    """(BLAKE2b of the listing without its HEAD lines: which listing a digest is for; HEAD's commit)."""
+    try:
+        from _blake2 import blake2b  # CPython's own: no import of hashlib (OpenSSL) in the hook
+    except ImportError:  # another interpreter
+        from hashlib import blake2b
+    pieces, head = _without_head(raw)
+    h = blake2b(digest_size=32)
+    for piece in pieces:
+        h.update(piece)
+    return h.digest(), head
 
+
+def _overlap(paths: list[str], named: frozenset[str], folders: frozenset[str]) -> bool:
+    """Whether one of ``paths`` (git's, of the pushed commits) overlaps a named path: is one, is below one (a
+    named path is among the scopes containing it), or is above one (it is among the folders above the named
+    paths, ``folders``): set operations only."""
     from gitlease.core.bearing import containing
 
-    if not named.isdisjoint(containing(paths)):
-        return True
-    for p in paths:
-        below = p + "/"
-        k = bisect.bisect_left(ordered, below)
-        if k < len(ordered) and ordered[k].startswith(below):
-            return True
-    return False
+    return not named.isdisjoint(containing(paths)) or not folders.isdisjoint(paths)
 
 
-def _load(path: str, store: str | None) -> tuple[bytes, tuple[str, ...], frozenset[str]] | None:
-    """(the listing it was written for, the paths named, sorted, the same as a set) of the digest kept for
-    ``store``, or None (none, another store's, another format, unreadable)."""
+Digest = tuple  # (listing key, (HEAD, trust path) found unsigned or None, paths named, the folders above them)
+
+
+def _load(path: str, store: str | None) -> Digest | None:
+    """The digest kept for ``store`` (see ``Digest``), or None (none, another store's, another format,
+    unreadable)."""
     import marshal
 
     from gitlease.service.recordindex import FORMAT
@@ -323,22 +351,22 @@ def _load(path: str, store: str | None) -> tuple[bytes, tuple[str, ...], frozens
             got = marshal.loads(fh.read())
     except (OSError, ValueError, EOFError, TypeError):
         return None
-    if type(got) is not tuple or len(got) != 6 or got[:3] != (DIGEST_FORMAT, FORMAT, store):
+    if type(got) is not tuple or len(got) != 7 or got[:3] != (DIGEST_FORMAT, FORMAT, store):
         return None
-    listing, ordered, named = got[3:]
-    if type(listing) is not bytes or type(ordered) is not tuple or type(named) is not frozenset:
+    key, unsigned, named, folders = got[3:]
+    if type(key) is not bytes or type(named) is not frozenset or type(folders) is not frozenset:
         return None
-    return listing, ordered, named
+    return key, unsigned, named, folders
 
 
-def _save(path: str, store: str | None, listing: bytes, named: set[str]) -> None:
+def _save(path: str, store: str | None, key: bytes, unsigned: tuple[str, str] | None, named: set[str]) -> None:
     import marshal
 
+    from gitlease.core.bearing import folders_above
     from gitlease.core.fsutil import atomic_write
     from gitlease.service.recordindex import FORMAT
 
-    ordered = tuple(sorted(named))
-    doc = (DIGEST_FORMAT, FORMAT, store, listing, ordered, frozenset(ordered))
+    doc = (DIGEST_FORMAT, FORMAT, store, key, unsigned, frozenset(named), frozenset(folders_above(named)))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write(path, marshal.dumps(doc))
