@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 
 import pytest
 from helpers import Fleet
@@ -76,6 +77,34 @@ def test_a_snapshot_of_an_earlier_listing_is_judged_by_the_replay_memory_from_be
     assert fleet.agent("c").status().find(got.lease_id).record.version == 2  # recorded in c's clone's memory
     view = c.snapshot(use_cache=False, paths=["svc/x"], listing=listing).find(got.lease_id)
     assert view.valid and view.record.version == 1, view.problems
+
+
+def test_a_listing_read_by_the_hooks_lean_path_is_judged_by_the_memory_opened_before_it(tmp_path, remote_file):
+    """``listing(given=...)``: the pre-push hook's lean path listed the store (enforce/quickpush.py) with the
+    replay memory's file opened before; the full check reads that listing and that memory as the file was then,
+    however it was replaced since. Opened after another read recorded v2, the same v1 listing is a replay."""
+    from gitlease.enforce import quickpush
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    a, c = fleet.agent("a"), fleet.agent("c")
+    got = a.acquire(["svc"], ttl=60)
+    c.status()  # the memory knows v1
+
+    def listed():
+        argv = ["git", "ls-remote", "--symref", remote_file.url, "HEAD", "refs/leases/*"]
+        return subprocess.run(argv, cwd=c.repo.cwd, capture_output=True, text=True, check=True).stdout
+
+    before = quickpush._open_memory(c.repo.shared_dir(), c.store.name)
+    text = listed()  # v1
+    fleet.clock.advance(10)
+    a.renew(got.lease_id)
+    fleet.agent("c").status()  # v2, recorded in c's clone's memory (its file replaced)
+    view = c.snapshot(use_cache=False, paths=["svc/x"], listing=c.listing((text, before))).find(got.lease_id)
+    assert view.valid and view.record.version == 1, view.problems
+    after = quickpush._open_memory(c.repo.shared_dir(), c.store.name)
+    d = fleet.agent("c")
+    view = d.snapshot(use_cache=False, paths=["svc/x"], listing=d.listing((text, after))).find(got.lease_id)
+    assert not view.valid and any("replay" in p or "older" in p for p in view.problems), view.problems
 
 
 def test_without_a_trust_file_to_read_head_is_not_asked_for(tmp_path, remote_file, monkeypatch):
