@@ -225,3 +225,33 @@ def test_the_lean_path_looks_for_the_signer_files_where_the_trust_module_reads_t
     from gitlease.identity import trust
 
     assert quickpush.signers_dir(path) == trust.signers_dir(path)
+
+
+def test_the_hooks_runner_kills_a_git_that_outlives_its_timeout_with_its_helpers(tmp_path):
+    """``hookgit.run`` with a timeout: git (here an alias whose shell sleeps, as ssh would hang) is killed with
+    everything it started, within the timeout, and the caller hears None (the lean path then defers)."""
+    import time
+
+    from gitlease.core import hookgit
+
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 10**6}"
+    started = time.monotonic()
+    got = hookgit.run(["-c", f"alias.nap=!sleep 60 || echo {marker}", "nap"], cwd=str(tmp_path), timeout=0.5)
+    assert got is None and time.monotonic() - started < 30
+
+    def alive() -> list[str]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:  # killed at once; reaped by init a moment later
+        time.sleep(0.05)
+    assert not alive()
+    assert hookgit.run(["--version"], timeout=30)[0] == 0

@@ -69,17 +69,31 @@ def run(
     try:
         while True:
             if end is not None and not _readable(r, end):
-                os.killpg(pid, 9)
-                os.waitpid(pid, 0)
+                _kill(pid, timeout is not None)
                 return None
             b = os.read(r, 1 << 16)
             if not b:
                 break
             chunks.append(b)
+    except BaseException:  # Ctrl-C: git and its helpers go with us (in a session of its own, no terminal sends it)
+        _kill(pid, timeout is not None)
+        raise
     finally:
         os.close(r)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), b"".join(chunks)
+
+
+def _kill(pid: int, group: bool) -> None:
+    """Kill git (``group``: and everything in its session), and reap it."""
+    try:
+        if group:
+            os.killpg(pid, 9)
+        else:
+            os.kill(pid, 9)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
 
 
 def _readable(fd: int, end: float) -> bool:
