@@ -82,10 +82,11 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
         raise RuntimeError(f"can-start: exit {res.returncode}: {res.stdout[-300:]} {res.stderr[-300:]}")
     # a 1,000-file change, outside every lease: the hook reads the store and lets it through
     base, tree = prepush_setup(client, url, 1000)
-    probe = fresh_commit(client, tree, base, -1)
-    res = subprocess.run(["git", "push", "origin", f"{probe}:refs/heads/probe"], cwd=client, capture_output=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"the hooked push was refused: {res.stderr.decode(errors='replace')[-400:]}")
+    for name in ("probe", "probe2"):  # two full checks on the same listing: the second writes the lean path's digest
+        probe = fresh_commit(client, tree, base, -1 - len(name))
+        res = subprocess.run(["git", "push", "origin", f"{probe}:refs/heads/{name}"], cwd=client, capture_output=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"the hooked push was refused: {res.stderr.decode(errors='replace')[-400:]}")
     import scale
 
     # what the hook cannot do without: an interpreter (started as the hook starts it: -S), the modules of its
@@ -98,7 +99,8 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
         "listing": ["git", "ls-remote", "--symref", "origin", "HEAD", "refs/leases/*"],
     }
     can, status, lsr, hooked, plain, full = [], [], [], [], [], []
-    digest = client / ".git" / "gitlease" / "cache" / "push-digest.marshal"  # enforce/quickpush.DIGEST
+    cache = client / ".git" / "gitlease" / "cache"
+    digest, last = cache / "push-digest.marshal", cache / "push-listing.key"  # enforce/quickpush.DIGEST, LAST_KEY
     floor: dict[str, list[float]] = {k: [] for k in floor_argv}
     runs = rounds if n < 10_000 else min(rounds, 3)
     for k in range(runs):  # interleaved
@@ -108,9 +110,15 @@ def store_rows(tmp: Path, n: int, rounds: int, log) -> dict:
         c1, c2 = fresh_commit(client, tree, base, 2 * k), fresh_commit(client, tree, base, 2 * k + 1)
         hooked.append(cpu_of(["git", "push", "-q", "origin", f"{c1}:refs/heads/h{k}"], client))
         plain.append(cpu_of(["git", "push", "-q", "--no-verify", "origin", f"{c2}:refs/heads/p{k}"], client))
-        digest.unlink()  # as after any lease moved on the store: the lean path defers, the full check runs
+        # as after a lease moved on the store since the last push: no digest answers, the full check runs (and
+        # notes the listing, writing no digest); then the quiet store's digest put back for the next round
+        kept = (digest.read_bytes(), last.read_bytes())
+        digest.unlink()
+        last.write_bytes(b"another listing")
         c3 = fresh_commit(client, tree, base, 2 * k + 10_000)
         full.append(cpu_of(["git", "push", "-q", "origin", f"{c3}:refs/heads/f{k}"], client))
+        digest.write_bytes(kept[0])
+        last.write_bytes(kept[1])
         for name, argv in floor_argv.items():
             floor[name].append(cpu_of(argv, client))
     row = {
@@ -237,8 +245,8 @@ def rows_of(m: dict) -> list[str]:
         f"| pre-push of a 1,000-file change against {n:,} leases | {s['hooked']:.2f} s CPU | the push without "
         f"the hook (`--no-verify`) {s['plain']:.2f} s ({s['hooked'] / s['plain']:.2f}x) | at most 1.4x | "
         f"{met(s['hooked'] <= 1.4 * s['plain'])} |",
-        f"| the same, with no digest to answer (as after any lease moved: the full check, then the digest written "
-        f"again; a store that did change also has the moved leases fetched and read) | {s['full']:.2f} s CPU | the push without the hook {s['plain']:.2f} s "
+        f"| the same after a lease moved on the store (no digest answers: the full check; a store that did change "
+        f"also has the moved leases fetched and read, not counted here) | {s['full']:.2f} s CPU | the push without the hook {s['plain']:.2f} s "
         f"({s['full'] / s['plain']:.2f}x) | | |",
         f"| floor: an interpreter and the store's listing | {_floor(s) * 1000:.0f} ms CPU: `python -S -c pass` "
         f"{s['floor_python'] * 1000:.0f} ms, the listing (`ls-remote`) {s['floor_listing'] * 1000:.0f} ms | the push "

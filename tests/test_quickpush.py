@@ -55,17 +55,24 @@ def push_of(r, *paths, ref="refs/heads/main"):
     return f"refs/heads/x {new} {ref} {remote_old}\n".encode()
 
 
+def learn(r, data, monkeypatch):
+    """Two full checks of a push on the same listing: the first notes the listing, the second (the store was
+    quiet between them) writes the digest for it."""
+    both(r, data, monkeypatch)
+    both(r, data, monkeypatch)
+
+
 def agree(r, data, monkeypatch, *, allowed: bool, lean: bool):
-    """Both checks on ``data``, twice (the second time with the digest the first wrote): the full check says
-    ``allowed``; the lean one says "allowed" the second time exactly when ``lean`` (and never where the full
+    """Both checks on ``data``, three times (the third with the digest the second wrote): the full check says
+    ``allowed``; the lean one says "allowed" the third time exactly when ``lean`` (and never where the full
     check refuses)."""
-    first, (ok, lines) = both(r, data, monkeypatch)
-    assert ok is allowed, lines
-    second, (ok2, _lines) = both(r, data, monkeypatch)
-    assert ok2 is allowed
-    for got in (first, second):
-        assert got is None or (got is True and ok), (first, second, lines)
-    assert (second is True) is lean, (second, lines)
+    answers = []
+    for _ in range(3):
+        got, (ok, lines) = both(r, data, monkeypatch)
+        assert ok is allowed, lines
+        assert got is None or (got is True and ok), (answers, got, lines)
+        answers.append(got)
+    assert (answers[-1] is True) is lean, (answers, lines)
 
 
 def test_a_push_outside_every_lease_is_let_through_by_the_lean_path(store, monkeypatch):
@@ -117,6 +124,22 @@ def test_a_lease_taken_after_the_digest_was_written_is_seen(store, monkeypatch):
     assert first is None and not ok and any("late" in line for line in lines), (first, lines)
 
 
+def test_a_store_whose_leases_move_between_pushes_gets_no_digest(store, monkeypatch):
+    """A digest is written only when two full checks in a row saw the same listing: a store whose leases move
+    between pushes (renewals, here) never pays for one it could not use."""
+    r, _bare, other = store
+    digest = r / ".git" / "gitlease" / "cache" / quickpush.DIGEST
+    lease = acquire(other, "billing", agent="agent-b", task="task-b")
+    for k in range(3):
+        assert both(r, push_of(r, f"free/{k}"), monkeypatch) == (None, (True, []))
+        assert not digest.exists()
+        assert cli(other, "renew", lease).returncode == 0, "the listing moves"
+    both(r, push_of(r, "free/x"), monkeypatch)  # the listing after the last renewal, noted
+    assert not digest.exists()
+    both(r, push_of(r, "free/y"), monkeypatch)  # the same listing again: now it is written
+    assert digest.exists()
+
+
 def test_a_released_lease_defers_until_the_digest_is_written_again(store, monkeypatch):
     """A lease released since the digest was written: the listing changed, so the full check answers (and
     allows), and the next push of the same paths takes the lean path again."""
@@ -133,7 +156,7 @@ def test_what_the_lean_path_leaves_to_the_full_check(store, monkeypatch, setup):
     r, bare, other = store
     acquire(other, "billing", agent="agent-b", task="task-b")
     data = push_of(r, "free/x")
-    both(r, data, monkeypatch)  # the digest, written
+    learn(r, data, monkeypatch)  # the digest, written
     assert both(r, data, monkeypatch)[0] is True
     if setup == "held":
         acquire(r, "free", agent="agent-a", task="task-a")
@@ -168,18 +191,19 @@ def test_a_signed_store_is_left_to_the_full_check(store, monkeypatch):
     assert run(r, "push", "-q", "--no-verify", "origin", "HEAD:main").returncode == 0
     git(r, "fetch", "-q", "origin")
     data = push_of(r, "free/x")
-    both(r, data, monkeypatch)
+    learn(r, data, monkeypatch)
     assert both(r, data, monkeypatch)[0] is None
 
 
 def test_the_installed_hook_takes_the_lean_path_and_lists_the_store_once_either_way(store):
     """As git runs it: a push outside every lease costs the hook four git processes (config, the listing,
-    the trust file's ls-tree, one log) once the digest is written, and none of the library's; a push the lean
-    path defers lists the store once (the full check reads the lean path's listing)."""
+    the trust file's ls-tree, one log) once the digest is written (by the second full check that saw the same
+    listing), and none of the library's; a push the lean path defers lists the store once (the full check reads
+    the lean path's listing)."""
     r, _bare, other = store
     acquire(other, "billing", agent="agent-b", task="task-b")
     traces = []
-    for k, path in enumerate(("free/a", "free/b", "billing/c")):
+    for k, path in enumerate(("free/a", "free/b", "free/c", "billing/d")):
         git(r, "reset", "-q", "--hard", "origin/main")
         assert commit(r, path, extra=("--no-verify",)).returncode == 0
         trace = r.parent / f"trace{k}"
@@ -188,8 +212,9 @@ def test_the_installed_hook_takes_the_lean_path_and_lists_the_store_once_either_
         lines = [ln for ln in trace.read_text().splitlines() if "built-in: git " in ln]
         traces.append([ln.split("built-in: git ", 1)[1].split()[0] for ln in lines])
         git(r, "fetch", "-q", "origin")
-    first, lean, refused = traces
-    assert first.count("ls-remote") == 1 and "rev-parse" in first  # the digest written: the full check ran
+    noted, written, lean, refused = traces
+    for full in (noted, written):
+        assert full.count("ls-remote") == 1 and "rev-parse" in full, full  # the full check ran
     assert lean.count("ls-remote") == 1 and "ls-tree" in lean and "rev-parse" not in lean, lean
     assert refused.count("ls-remote") == 1 and "rev-parse" in refused, refused
     assert os.path.exists(r / ".git" / "gitlease" / "cache" / quickpush.DIGEST)
@@ -206,7 +231,7 @@ def test_the_lean_path_imports_only_a_little_stdlib(store, monkeypatch):
     r, _bare, other = store
     acquire(other, "billing", agent="agent-b", task="task-b")
     data = push_of(r, "free/x")
-    both(r, data, monkeypatch)  # the digest, written
+    learn(r, data, monkeypatch)  # the digest, written
     code = (
         "import sys; sys.path.append(sys.argv[1]); from gitlease.enforce import entry, quickpush; "
         "q = quickpush.Quick('origin', 'origin', sys.argv[2].encode(), entry.lease_config(also=r'|remote\\..*\\.mirror$'), "
