@@ -61,14 +61,13 @@ SCOPE_DIR = SCOPE_REF + "/"
 
 class Quick:
     """One push's lean check. ``allowed``: True when the full check would allow it, else None (not known
-    here). ``listing``: the store's listing as read, kept for ``remember``."""
+    here: the full check decides, reading this check's listing, ``given``; then ``remember``)."""
 
     def __init__(self, remote: str, url: str, data: bytes, cfg: dict[str, str], gdir: str) -> None:
         self.shared = os.path.join(rules.common_dir(gdir), "gitlease")
         self.store: str | None = None
         self.raw: bytes | None = None  # the listing as git wrote it
         self.key: bytes | None = None  # the hash of the same without its HEAD lines: what a digest is written for
-        self.head: str | None = None  # the store's HEAD commit as listed
         self.unsigned: tuple[str, str] | None = None  # (HEAD, trust file path) found to hold no trust file
         self.memory: tuple[int, bool] | None = None  # the replay memory's file, opened before the listing
         self.stale = False  # the digest was not this listing's: worth writing again after the full check
@@ -118,7 +117,6 @@ class Quick:
             self.key, head = _listing_key(listed[1])
         except ValueError:
             return None
-        self.head = head
         bases = {old if old is not None else head for _new, old in updates}  # one base each
         base = bases.pop() if len(bases) == 1 else None
         if base is None:
