@@ -290,3 +290,34 @@ def test_acquire_wait_cli_wakes_on_release_and_gives_up(tmp_path, remote_file):
     assert cli(a, "release", lease).returncode == 0
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0 and "lease acquired" in out, err
+
+
+@pytest.mark.parametrize("session", [True, False])
+def test_a_ctrl_c_as_a_guarded_command_starts_neither_kills_its_gate_nor_stays_with_it(session):
+    """A Ctrl-C typed while a guarded command is being started reaches its child between fork and setsid (or
+    setpgid), still in the runner's group. It killed the gate, and the worker's write to the gate failed with
+    EPIPE (test_lifecycle's one-Ctrl-C test, one run in many). Here the signal is sent to the child at once,
+    every time: the gate holds it blocked (``popen_shielded``), drops it, and the command runs with the
+    terminal's signals neither blocked nor ignored."""
+    from gitlease.liveness import supervise
+
+    gate_r, gate_w = os.pipe()
+    # the command says its own masks (Python: a shell may reset its signal mask at start)
+    script = "print(''.join(ln for ln in open('/proc/self/status') if ln.startswith(('SigBlk', 'SigIgn'))))"
+    proc = supervise.popen_shielded(
+        [sys.executable, "-S", "-c", supervise.GATE, str(os.getpid()), str(gate_r), sys.executable, "-S", "-c", script],
+        pass_fds=(gate_r,),
+        stdout=subprocess.PIPE,
+        start_new_session=session,
+        process_group=None if session else 0,
+    )
+    os.close(gate_r)
+    os.kill(proc.pid, signal.SIGINT)  # as the terminal would, in the moment it still shared the runner's group
+    os.write(gate_w, b"g")
+    os.close(gate_w)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    masks = dict(line.split(":\t") for line in out.decode().splitlines() if line)
+    for sig in supervise.SHIELDED:
+        bit = 1 << (sig - 1)
+        assert not int(masks["SigBlk"], 16) & bit and not int(masks["SigIgn"], 16) & bit, (sig, masks)

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from gitlease.core.errors import GitLeaseError, LeaseLost, UsageError
 from gitlease.liveness.watchdog import group_alive, stop_group
@@ -122,6 +122,10 @@ class RunResult:
 # The start gate (run as ``python -S -c GATE PARENT_PID GATE_FD COMMAND...``): standard library only, no site.
 GATE = r"""
 import os, signal, sys
+TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP)
+for sig in TERMINAL:  # blocked by the parent until this process had left its group (SHIELDED): drop what is
+    signal.signal(sig, signal.SIG_IGN)  # pending (a Ctrl-C meant for the runner), then take them again
+signal.pthread_sigmask(signal.SIG_UNBLOCK, TERMINAL)
 parent, fd, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 if sys.platform.startswith("linux"):
     try:
@@ -135,7 +139,7 @@ go = os.read(fd, 1)
 os.close(fd)
 if not go or os.getppid() != parent:
     os._exit(137)
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE, signal.SIGTSTP):
     signal.signal(sig, signal.SIG_DFL)
 try:
     os.execvp(argv[0], argv)
@@ -144,6 +148,22 @@ except OSError as exc:
     os._exit(127)
 """
 CANNOT_RUN = 127
+# What a terminal sends a foreground process group. Between fork and setsid (or setpgid), a new child is still in
+# the runner's group with default dispositions (subprocess resets them before exec), so a Ctrl-C typed in that
+# moment killed the gate, and the worker's write to the gate failed with EPIPE (found by test_lifecycle's
+# one-Ctrl-C test, one run in many). They are blocked in the starting thread across the fork: the child starts
+# with them blocked, and the gate drops what is pending once it is in a session or group of its own.
+SHIELDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP)
+
+
+def popen_shielded(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` with the terminal's signals blocked in this thread while it forks (``SHIELDED``);
+    the child must unblock them itself (``GATE`` does). Other threads, the main one included, still take them."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)
+    try:
+        return subprocess.Popen(list(argv), **kwargs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class Guard:
@@ -188,7 +208,7 @@ class Guard:
         """Start the command at its gate, arm the watchdog with the lease's stop deadline, open the gate."""
         gate_r, gate_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
+            self.proc = popen_shielded(
                 [sys.executable, "-S", "-c", GATE, str(os.getpid()), str(gate_r), *self.argv],
                 cwd=self.cwd,
                 env=self.env,
@@ -202,8 +222,8 @@ class Guard:
         finally:
             os.close(gate_r)
         try:
-            if self.use_watchdog:
-                self.watchdog = subprocess.Popen(
+            if self.use_watchdog:  # shielded too (it ignores the terminal's signals, and has none in its session)
+                self.watchdog = popen_shielded(
                     [
                         sys.executable,
                         "-m",
