@@ -491,16 +491,18 @@ def check(remote: Path, tasks: list[dict], ledger: Path, clones: list[Path]) -> 
         outside = sorted(set(touched) - set(by_id[tid]["paths"]))
         if outside:
             anomalies.append(f"task {tid}: commit {oid[:10]} landed paths outside its scope: {' '.join(outside)}")
-    # the reflog of main: each update a fast-forward adding exactly one commit
+    # the reflog of main: each update a fast-forward adding one commit per task it lands (a landing train's ride
+    # lands the commits of several tasks in one push: docs/work.md; never two of one task, never none)
+    task_of = {oid: tid for tid, oids in landed.items() for oid in oids}
     reflog = git(remote, "reflog", "show", "--format=%H", "refs/heads/main", check=False).split()
     reflog.reverse()
     for old, new in zip(reflog, reflog[1:]):
-        n = git(remote, "rev-list", "--count", f"{old}..{new}", check=False).strip()
+        added = git(remote, "rev-list", f"{old}..{new}", check=False).split()
         ff = subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=remote).returncode == 0
         if not ff:
             anomalies.append(f"main moved {old[:10]} -> {new[:10]} without a fast-forward")
-        elif n != "1":
-            anomalies.append(f"main moved {old[:10]} -> {new[:10]} by {n} commits in one update")
+        elif not added or len({task_of.get(o, o) for o in added}) != len(added):
+            anomalies.append(f"main moved {old[:10]} -> {new[:10]} by {len(added)} commits, not one a task")
     # outcomes
     outcomes: dict[str, dict] = {}
     for line in git(remote, "for-each-ref", "--format=%(refname)", "refs/leases/outcome/").split():
@@ -805,7 +807,8 @@ Found by this soak:
   only the stray edit's task failed.
 
 The checker (`soak.fleet.check`) reads only the bare remote (`main`'s commits and the paths each touched,
-`main`'s reflog: every update a fast-forward adding one commit, the outcome refs) and the ledgers, and finds:
+`main`'s reflog: every update a fast-forward adding one commit per task it lands, a landing train's ride
+several, the outcome refs) and the ledgers, and finds:
 every task landed exactly once or reported failed with its work kept; no path outside a task's files landed;
 no two agents wrote one file at overlapping times; no lease, claim or task worktree (other than pooled or
 quarantined ones) left.

@@ -76,3 +76,41 @@ def test_the_same_agents_without_leases_fail_the_checker(tmp_path):
     assert "at the same time" in found, found  # overlapping writes of one file, seen in the agents' ledgers
     # the stray edit lands unless its task lost a rebase conflict first (then the checker reports it not landed)
     assert "landed paths outside its scope: outside/notes.md" in found or "task t01 neither landed" in found, found
+
+
+def test_the_checker_takes_a_ride_of_several_tasks_but_not_two_commits_of_one_task(tmp_path):
+    """A landing train lands the commits of several tasks in one push: one update of main, one commit a task (the
+    checker said "exactly one commit an update" before the train, and failed a run whose two workers' tasks
+    were ready together: one run in many, more often under load). Two commits of one task in one update, or a
+    move that is no fast-forward, are still anomalies."""
+    import subprocess
+
+    bare = tmp_path / "remote.git"
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    subprocess.run(["git", "config", "core.logAllRefUpdates", "always"], cwd=bare, check=True)
+
+    def commit(path: str, subject: str) -> None:
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(subject + "\n")
+        subprocess.run(["git", "add", path], cwd=work, check=True)
+        subprocess.run(["git", "commit", "-q", "-m", subject], cwd=work, check=True)
+
+    def push() -> None:
+        subprocess.run(["git", "push", "-q", str(bare), "HEAD:main"], cwd=work, check=True)
+
+    commit("seed", "seed")
+    push()
+    tasks = [{"id": f"t{k}", "paths": [f"p{k}"]} for k in range(3)]
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    commit("p0", "task t0")
+    commit("p1", "task t1")
+    push()  # a ride of two tasks
+    assert fleet.check(bare, tasks, ledger, [])[0] == ["task t2 neither landed nor reported failed (None)"]
+    commit("p2", "task t2")
+    commit("p2", "task t2 again")
+    push()  # two commits of one task in one update
+    anomalies = fleet.check(bare, tasks, ledger, [])[0]
+    assert any("by 2 commits, not one a task" in a for a in anomalies), anomalies
