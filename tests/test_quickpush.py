@@ -18,17 +18,11 @@ ZERO = "0" * 40
 
 
 @pytest.fixture
-def store(make_repo, tmp_path):
-    """(the pushing clone, with hooks; the bare remote, its HEAD on main; another clone that takes leases)."""
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
+def store(pushing, make_repo):
+    """(the pushing clone, with hooks; the bare remote, its HEAD on main, as on any host; another clone that
+    takes leases)."""
+    r, bare = pushing
     git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
-    r = make_repo("pusher")
-    git(r, "remote", "add", "origin", bare.as_uri())
-    git(r, "push", "-q", "origin", "HEAD:main")
-    git(r, "fetch", "-q", "origin")
-    git(r, "config", "lease.remote", "origin")
-    assert cli(r, "install-hooks").returncode == 0
     other = make_repo("other")
     git(other, "config", "lease.remote", bare.as_uri())
     return r, bare, other
