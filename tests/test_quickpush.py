@@ -271,6 +271,6 @@ def test_the_hooks_runner_kills_a_git_that_outlives_its_timeout_with_its_helpers
 
     deadline = time.monotonic() + 10
     while alive() and time.monotonic() < deadline:  # killed at once; reaped by init a moment later
-        time.sleep(0.05)
+        time.sleep(0.05)  # polling real processes for their exit, not letting a timeout or TTL pass
     assert not alive()
     assert hookgit.run(["--version"], timeout=30)[0] == 0

@@ -99,10 +99,3 @@ def locked(
     fh = lock_file(path, shared=shared, wait=wait, clock=clock)
     with fh:
         yield fh
-
-
-def cache_path(folder: str, prefix: str, store_name: str) -> str:
-    """The cache file ``prefix`` keeps for one store in ``folder`` (core/cachenames.py)."""
-    from gitlease.core.cachenames import cache_path as named
-
-    return named(folder, prefix, store_name)

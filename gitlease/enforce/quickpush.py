@@ -23,13 +23,15 @@ Allowed here only when all of these hold:
   find nothing to refuse (an overlap is not a refusal: the full check decides it).
 
 The digest (``cache/push-digest.marshal`` in gitlease's shared folder) is what that test needs of one listing,
-kept so that it costs a comparison and a few set operations instead of a pass over every ref: the listing
-(without its HEAD lines) and every path its leases name, by each listed commit's record (as the record cache,
-service/recordindex.py, holds it) and by each scope ref's name. ``remember`` writes it after a full check the
-lean path handed on, and only when every listed commit is in the record cache and every scope ref decodes.
-Any change to the store's leases (an acquire, a renewal, a release) changes the listing: the next push is
-checked in full, and writes the digest again. So the lean path serves a store quiet between pushes; a store
-with heartbeats running gets the full check nearly every time, listing the store once all the same (``given``).
+kept so that it costs a hash, a comparison and a few set operations instead of a pass over every ref: a hash of
+the listing (without its HEAD lines), the HEAD found to hold no trust file, every path its leases name, by each
+listed commit's record (as the record cache, service/recordindex.py, holds it) and by each scope ref's name,
+and the folders above those paths. ``remember`` writes it after a full check the lean path handed on, when
+the full check before it saw the same listing, and only when every listed commit is in the record cache and
+every scope ref decodes. Any change to the store's leases (an acquire, a renewal, a release) changes the
+listing: the next pushes are checked in full until two in a row see one listing. So the lean path serves a
+store quiet between pushes; a store with heartbeats running gets the full check nearly every time, listing the
+store once all the same (``given``).
 
 What it skips: the replay memory is not told of the leases listed (the next full read tells it; the memory
 only narrows what a read accepts). A bug here is no refusal: the full check decides instead. What it costs:
@@ -77,8 +79,9 @@ class Quick:
             if os.environ.get("GITLEASE_DEBUG"):
                 raise
             self.allowed = None
-        if self.allowed and self.memory is not None:
+        if self.memory is not None and (self.allowed or self.raw is None):  # not handed to the full check
             os.close(self.memory[0])
+            self.memory = None
 
     def given(self) -> tuple[str, tuple[int, bool] | None] | None:
         """The listing read here, for the full check to read instead of listing again (``Reader.listing``),
@@ -149,8 +152,6 @@ class Quick:
         runs every time then). A cache: any failure only costs the next push."""
         if not self.stale or self.raw is None or self.key is None:
             return
-        from gitlease.core.fsutil import atomic_write
-
         last = os.path.join(self.shared, "cache", LAST_KEY)
         try:
             with open(last, "rb") as fh:
@@ -158,11 +159,7 @@ class Quick:
         except OSError:
             quiet = False
         if not quiet:
-            try:
-                os.makedirs(os.path.dirname(last), exist_ok=True)
-                atomic_write(last, self.key)
-            except OSError:
-                pass
+            _write(last, self.key)
             return
         from gitlease.service import recordindex
 
@@ -183,11 +180,6 @@ class Quick:
                 except ValueError:
                     return  # a scope ref gitlease cannot have written blocks: the full check says what
         _save(os.path.join(self.shared, "cache", DIGEST), self.store, self.key, self.unsigned, named)
-
-
-def allows(remote: str, url: str, data: bytes, cfg: dict[str, str], gdir: str) -> bool:
-    """Whether the lean check allows this push for certain (``Quick``)."""
-    return Quick(remote, url, data, cfg, gdir).allowed is True
 
 
 def _holds_any(gdir: str) -> bool:
@@ -380,12 +372,18 @@ def _save(path: str, store: str | None, key: bytes, unsigned: tuple[str, str] | 
     import marshal
 
     from gitlease.core.bearing import folders_above
-    from gitlease.core.fsutil import atomic_write
     from gitlease.service.recordindex import FORMAT
 
     doc = (DIGEST_FORMAT, FORMAT, store, key, unsigned, frozenset(named), frozenset(folders_above(named)))
+    _write(path, marshal.dumps(doc))
+
+
+def _write(path: str, data: bytes) -> None:
+    """A cache file written whole (a failure only costs the next push what it would have saved)."""
+    from gitlease.core.fsutil import atomic_write
+
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        atomic_write(path, marshal.dumps(doc))
+        atomic_write(path, data)
     except OSError:
         pass

@@ -53,7 +53,7 @@ class Authority(ServiceBase):
         scope until an admin clears it. Judged by the trust file this clone last read (no network when that
         says yes); a "no" is confirmed by reading the trust file again (the key may have been added since).
         Unsigned and never having read a trust file: nothing to judge, nothing is read."""
-        from gitlease.core.fsutil import cache_path
+        from gitlease.core.cachenames import cache_path
 
         key = self.signer.public_key
         path = cache_path(self.repo.shared_dir(), "trust", self.store.name)
@@ -61,8 +61,7 @@ class Authority(ServiceBase):
         if key is None and not os.path.isabs(os.path.expanduser(self.settings.allowed_signers)):
             if not cached or _unsigned_cache(path):
                 return  # unsigned, and no trust file known: nothing to judge (and no verification code loaded)
-        from gitlease.identity.trust import load_trust
-        from gitlease.identity.trustcache import TrustCache
+        from gitlease.identity.trust import TrustCache, load_trust
 
         def fresh() -> Trust:
             return load_trust(

@@ -35,7 +35,7 @@ class Reclaims(ServiceBase):
     @functools.cached_property
     def audit(self) -> AuditLog:
         """This writer's audit log (``refs/leases-audit/<agent>``: one ref per writer, no contention)."""
-        from gitlease.core.fsutil import cache_path
+        from gitlease.core.cachenames import cache_path
         from gitlease.service.audit import AuditLog, writer_id
 
         writer = writer_id(self.settings.agent)

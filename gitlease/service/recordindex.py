@@ -1,7 +1,7 @@
 """The record cache's index (service/recordcache.py): each kept commit's lease id and paths, read without the
-record, for a read restricted to some paths (core/bearing.py). Its own module, and ``sqlite3`` and ``os``
-only, so the lean pre-push path (enforce/quickpush.py) reads the same table the same way without importing the
-service."""
+record, for a read restricted to some paths (core/bearing.py). Its own module, ``os`` at import and
+``sqlite3`` when read: the lean pre-push path (enforce/quickpush.py) checks its digest against ``FORMAT`` on
+every push, and builds the digest from ``read`` (read-only) after a full check."""
 
 from __future__ import annotations
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gitlease.core import gitq
+from gitlease.core.cachenames import cache_path
 from gitlease.core.clock import iso
 from gitlease.core.errors import GitLeaseError, RemoteUnavailable
-from gitlease.core.fsutil import cache_path, write_json
+from gitlease.core.fsutil import write_json
 from gitlease.core.record import canonical
 from gitlease.core.refnames import VERDICT_PREFIX
 from gitlease.core.store import RefUpdate, RemoteStore
