@@ -213,9 +213,9 @@ def bytecode(tmp: Path) -> None:
 
     bin_dir = install_cli(tmp, editable=False)
     LEASE, PYTHON = [str(bin_dir / "git-lease")], str(bin_dir / "python")
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    subprocess.run([PYTHON, "-m", "compileall", "-q", str(ROOT / "gitlease")], check=True)
+    from testing.bytecode import installed_bytecode
+
+    installed_bytecode(tmp, PYTHON)
 
 
 def prepush_setup(client: Path, url: str, files: int = 100) -> tuple[str, str]:

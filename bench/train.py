@@ -4,7 +4,8 @@ agent that works a fixed time per task (``--agent-seconds``, 2 s) then edits and
 same number of tasks with one file each, no two overlapping (``disjoint``): what the runner does when the queue
 itself does not serialise the work.
 
-Reported per queue and worker count, from one run each on this machine: the makespan; the throughput (tasks a
+The hooks the run starts (the server's pre-receive on every push) read gitlease as compiled bytecode, as an
+installed gitlease does (testing/bytecode.py). Reported per queue and worker count, from one run each on this machine: the makespan; the throughput (tasks a
 minute) and its ratio to the 5-worker run; the share of worker time spent landing (landing seconds over busy
 seconds: claim to release); the agent runs (``running`` events: one a task means no agent ran again), the
 claims (a claim given back unrun, its task finished meanwhile by another worker, is one more), the landing
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 import gitlease  # noqa: E402
 from bench.work import AGENT, git, seed_tasks  # noqa: E402  (the same fake agent: sleeps its "work", edits, commits)
 from testing.benchdoc import write_section  # noqa: E402
+from testing.bytecode import installed_bytecode  # noqa: E402
 from testing.servers import GitDaemon  # noqa: E402
 
 TRACE = ROOT / "tests/data/requests-tail240.jsonl"
@@ -172,6 +174,7 @@ def main(argv=None) -> int:
         "",
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gitlease-bench-train-") as tmp, GitDaemon(Path(tmp) / "served") as daemon:
+        installed_bytecode(tmp)  # the hooks and the server hook read gitlease as bytecode, as installed
         agent = Path(tmp) / "agent.py"
         agent.write_text(AGENT)
         for queue in args.queues.split(","):

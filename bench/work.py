@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import gitlease  # noqa: E402
 from testing.benchdoc import write_section  # noqa: E402
+from testing.bytecode import installed_bytecode  # noqa: E402
 from testing.gitutil import seed_bare  # noqa: E402
 
 TRACES = {"requests": ROOT / "tests/data/requests-tail240.jsonl", "tokio": ROOT / "tests/data/tokio-tail240.jsonl"}
@@ -104,6 +105,7 @@ def main(argv=None) -> int:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     with tempfile.TemporaryDirectory(prefix="gitlease-bench-agent-") as adir:
+        installed_bytecode(adir)  # hooks read gitlease as bytecode, as installed (testing/bytecode.py)
         agent = Path(adir) / "agent.py"
         agent.write_text(AGENT)
         for name, trace in TRACES.items():
