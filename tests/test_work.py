@@ -694,6 +694,86 @@ def test_a_landing_train_of_ready_tasks_lands_in_one_push(world):
     assert summary.ran == 4 and summary.land_retries == 0  # each agent ran once
 
 
+def test_a_worker_runs_its_next_task_while_its_last_one_lands(world):
+    """One worker, two disjoint tasks. Once t0 is verified its worker runs t1's agent while t0 waits to land: the
+    lander is held (a seam) until t1 is verified too, which never happens when a worker waits for its own
+    landing. Meanwhile t0 keeps its lease (its commit is not on main yet), the live view lists both tasks as
+    landing apart from the worker, and one ride then lands both."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    verified: dict[str, threading.Event] = {"t0": threading.Event(), "t1": threading.Event()}
+    seen: dict = {}
+
+    def on_event(ev):
+        if ev.kind == "landing" and ev.task in verified:
+            verified[ev.task].set()
+
+    def hook(runner):
+        lander = runner.lander
+        real = lander._loop
+
+        def loop():
+            if "view" not in seen:
+                seen["t1 verified first"] = verified["t1"].wait(120)
+                with lander._cond:  # told of each task that enters the lane
+                    lander._cond.wait_for(lambda: len(lander._lane) >= 2, timeout=120)
+                seen["view"] = runner.view()
+                seen["leases"] = [r for r in world.lease_refs() if r.startswith("refs/leases/task/")]
+                seen["main"] = world.landed()
+            real()
+
+        lander._loop = loop
+        seen["lander"] = lander
+
+    summary = run_queue(
+        str(a), [{"id": "t0", "paths": ["src/a/x.py"]}, {"id": "t1", "paths": ["src/b/y.py"]}],
+        command=world.command, land="main", workers=1, runner_hook=hook, on_event=on_event,
+    )  # fmt: skip
+    assert seen["t1 verified first"], "the worker waited for t0 to land before running t1"
+    view = seen["view"]
+    assert [t["task"] for t in view["landing"]] == ["t0", "t1"], view
+    assert [w["task"] for w in view["workers"]] == [None] and view["counts"]["running"] == 2, view
+    assert seen["leases"] == ["refs/leases/task/t0", "refs/leases/task/t1"]  # both still held
+    assert seen["main"] == []  # nothing landed yet
+    assert summary.done == ["t0", "t1"] and summary.ran == 2
+    assert seen["lander"].rides == 1 and sorted(world.landed()) == ["task t0", "task t1"]
+    assert world.lease_refs() == []
+
+
+def test_a_task_overlapping_one_that_is_landing_waits_for_its_commit(world):
+    """One worker, two tasks on one file: the second is claimed only once the first's commit is on main (the
+    first keeps its lease while it lands), so the second starts from it. The waiting worker is woken when the
+    first ends: each of its waits is made 120 s long here (a seam), and every one ends on that change."""
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    events, woken = [], []
+
+    def hook(runner):
+        real = runner._wait_change
+
+        def wait(generation, seconds):
+            real(generation, 120.0)
+            woken.append(runner._generation != generation or runner.stop.is_set())
+
+        runner._wait_change = wait
+
+    summary = run_queue(
+        str(a), [{"id": "t0", "paths": ["src/a/x.py"]}, {"id": "t1", "paths": ["src/a/x.py"]}],
+        command=world.command, land="main", workers=1, on_event=events.append, runner_hook=hook,
+    )  # fmt: skip
+    assert summary.done == ["t0", "t1"]
+    order = [(e.kind, e.task) for e in events if e.kind in ("claimed", "landed")]
+    assert order == [("claimed", "t0"), ("landed", "t0"), ("claimed", "t1"), ("landed", "t1")], order
+    assert world.landed() == ["task t0", "task t1"]
+    text = git(world.remote, "show", "main:src/a/x.py")
+    assert text.index("edited by t0") < text.index("edited by t1"), text
+    assert all(woken), woken  # a wait that timed out: nobody told the worker its blocker ended
+
+
 def test_after_a_refused_ride_each_rider_is_judged_on_its_own_commits_not_on_the_riders_it_was_rebased_onto(world):
     """Two disjoint tasks ride together; their push loses to another pusher after the second was rebased onto the
     first. The next ride checks and rebases each from its commit as verified: the second is not refused for the

@@ -215,8 +215,8 @@ def _printer(as_json: bool, view):
 
 
 class _LiveView:
-    """On a terminal: one line per worker, the counts and the leases blocking the queue head, redrawn at every
-    event and twice a second; notable events scroll above it."""
+    """On a terminal: one line per worker, the tasks landing after their worker went on, the counts and the
+    leases blocking the queue head, redrawn at every event and twice a second; notable events scroll above it."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -274,6 +274,9 @@ class _LiveView:
             f"{w['elapsed']:6.1f}s  {w['note'][:60]}"
             for w in v["workers"]
         ]
+        if v.get("landing"):
+            behind = ", ".join(f"{t['task']} ({t['state']}, {t['elapsed']:.1f}s)" for t in v["landing"])
+            rows.append(f"  landing: {behind[:160]}")
         c = v["counts"]
         rows.append(f"  done {c['done']}  running {c['running']}  waiting {c['waiting']}  failed {c['failed']}")
         if v["blockers"]:

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 from typing import TYPE_CHECKING, Any
 
 from gitlease.core import gitq, hookgit
@@ -71,6 +72,8 @@ class TaskAttempt:
         self.timed_out = False
         self.manager: Any = None
         self.att: Any = None
+        self.slot = threading.Event()  # set when its worker may take the next task (Runner._detach, or the end)
+        self.trouble = False  # ended by an error of the store or git: its worker pauses before the next read
         with runner._lock:
             self.st = runner.stats.setdefault(task.id, TaskStats(task.id))
 
@@ -207,14 +210,16 @@ class TaskAttempt:
             holding.start(poll=progress.poll, wait=event_wait)
             ready = self.prev.ready if self.prev is not None else None
             if ready and self._restore(ready):
-                self.emit("landing", message=f"its verified work ({ready}): landing only, the agent does not run again")
+                note = {"message": f"its verified work ({ready}): landing only, the agent does not run again"}
             else:
                 env = self._env()
                 env[PROGRESS_ENV] = progress.path  # `git lease progress NOTE` from the command
                 self._run_command(env)
                 if r.opts.verify:
                     self._run_verifier(env)
-                self.emit("landing")
+                note = {}
+            r._detach(self)  # its worker takes the next task while this one lands
+            self.emit("landing", **note)
             landed = r.lander.land(self, base_ref)
         except _Fail as exc:
             holding.stop()

@@ -1,6 +1,7 @@
 """Landing verified tasks (``git lease work``, docs/work.md): a landing train instead of a stampede.
 
-A worker whose task is verified hands it to the runner's one lander and waits. The lander takes every task
+A worker whose task is verified hands it to the runner's one lander and takes its next task; the attempt's own
+thread waits for the train (Runner._detach). The lander takes every task
 that is ready, fetches the base once, checks each task's own commits against its own lease (and, unless
 ``--allow-extend``, its own scope) as the pre-push hook would, all of them on one listing and one read of the
 store, rebases the commits that pass one onto the other (their scopes are disjoint: they hold leases; a rebase

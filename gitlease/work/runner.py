@@ -9,10 +9,14 @@
 4. run the command there under heartbeats (the task as JSON on stdin and in ``$GITLEASE_TASK_FILE``;
    ``$GITLEASE_LEASE``, ``$GITLEASE_TASK``, ``$GITLEASE_SCOPE``; ``{id}`` and ``{path}`` expanded), then the
    verifier in the same worktree;
-5. land: commit nothing itself; rebase the task branch onto the fresh base, then one fenced, scope-checked
-   atomic push (gitlease.enforce.push.fenced_push) of the branch, the lease's renewal and the task's ``done``
-   outcome (a task lands exactly once); a non-fast-forward re-fetches, rebases and retries (bounded);
-6. release the lease (and the claim with it), give the worktree back to the pool.
+5. land on the runner's landing train (gitlease/work/landing.py): commit nothing itself; the ready tasks'
+   commits, scope-checked and rebased onto the fresh base, land in one atomic push with each task's lease
+   release (its claim with it) and its ``done`` outcome (a task lands exactly once); a non-fast-forward
+   backs off, re-fetches, rebases and retries (bounded);
+6. give the worktree back to the pool.
+
+Each attempt runs in a thread of its own; its worker waits for it only until the task is verified, then plans
+its next task while this one lands (a worker is one agent at a time; the landing keeps the task's lease).
 
 A refused lease (exit 3) waits; a lost lease (6), a crash or a failed verifier re-queues the task with
 backoff up to ``attempts`` (its work quarantined and the ref named in its outcome); a path outside the scope
@@ -151,6 +155,12 @@ class Runner:
         self._interrupts: Interrupts | None = None
         self.signal = 0  # the signal that interrupted the run, 0: none
         self.lander = Lander(self)
+        # tasks whose worker went on to its next task once they were verified: landing in their own thread
+        # (task -> what the live view shows of it); and the threads of every attempt begun
+        self._landing: dict[str, dict[str, Any]] = {}
+        self._attempt_threads: list[threading.Thread] = []
+        self._changed = threading.Condition()  # told when an attempt ends or the runner stops taking tasks
+        self._generation = 0
         self.last_outcomes: dict[str, Outcome] = {}
         self.finished: dict[str, str] = {}  # task -> done | failed, as this runner saw it (before the next read)
         self.last_tasks: list[str] = []
@@ -158,8 +168,8 @@ class Runner:
         self._said: set[tuple[str, str]] = set()  # what was reported once
 
     def view(self) -> dict[str, Any]:
-        """What a live view shows: each worker (task, its scope, state, seconds in it, last note), counts, and
-        the leases blocking the queue's head."""
+        """What a live view shows: each worker (task, its scope, state, seconds in it, last note), the tasks
+        landing after their worker went on, counts, and the leases blocking the queue's head."""
         now = self.clock.monotonic()
         with self._lock:
             workers = [
@@ -174,15 +184,20 @@ class Runner:
                 for n, v in sorted(self.workers_view.items())
                 if n >= 0
             ]
+            landing = [
+                {"task": t, "state": v["state"], "elapsed": now - v["since"], "worker": v["worker"]}
+                for t, v in sorted(self._landing.items())
+            ]
             outs = {t: o.state for t, o in self.last_outcomes.items()}
             outs.update(self.finished)  # what this runner finished since the store was last read
             tasks = list(self.last_tasks)
             blockers = list(self.head_blockers)
-        running = sum(1 for w in workers if w["task"] and w["state"] in ACTIVE)
+        running = sum(1 for w in workers if w["task"] and w["state"] in ACTIVE) + len(landing)
         done = sum(1 for t in tasks if outs.get(t) == "done")
         failed = sum(1 for t in tasks if outs.get(t) == "failed")
         return {
             "workers": workers,
+            "landing": landing,
             "counts": {
                 "done": done,
                 "running": running,
@@ -199,7 +214,10 @@ class Runner:
             if task is not None and kind in ("done", "failed"):
                 self.finished[task] = kind
             view = self.workers_view.setdefault(worker, {})
-            if worker >= 0:
+            behind = self._landing.get(task) if task is not None else None
+            if behind is not None:  # its worker went on to another task: the live view lists it apart
+                behind.update(state=kind, since=self.clock.monotonic())
+            elif worker >= 0:
                 busy = kind in ACTIVE or (kind == "landing" and view.get("task") == task)
                 note = detail.get("message", "") if kind != "waiting" else f"{task}: {detail.get('message', '')}"
                 shown = task if busy or kind not in ("waiting", "done", "released") else None
@@ -223,6 +241,7 @@ class Runner:
             self.emit("stopping", -1, message="stopping the running commands (their work is quarantined)")
             return True
         self.stop.set()
+        self._poke()
         self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
         return False
 
@@ -234,12 +253,26 @@ class Runner:
         self._signals_seen = interrupts.seq
         if interrupts.any and not self.stop.is_set():
             self.stop.set()
+            self._poke()
             self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
         if interrupts.stop_now and not self.kill.is_set():
             self.kill.set()
             self.emit("stopping", -1, message="stopping the running commands (their work is quarantined)")
         code = interrupts.exit_code()
         self.signal = code - 128 if code else 0
+
+    def _poke(self) -> None:
+        """Wake the workers waiting for a change of this runner's own (an attempt ended, the runner stops)."""
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def _wait_change(self, generation: int, seconds: float) -> None:
+        """Wait, in real time (an injected clock does not move), until the runner's state changed since
+        ``generation`` was read, or ``seconds`` passed: a worker whose next task waits for this runner's own
+        tasks (landing, or blocking it) starts it as soon as they end."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._generation != generation or self.stop.is_set(), timeout=seconds)
 
     def _pause(self, seconds: float) -> None:
         if type(self.clock).sleep is Clock.sleep:
@@ -268,6 +301,13 @@ class Runner:
                 while t.is_alive():
                     t.join(0.1)
                     self._handle_signals(interrupts)
+            while True:  # the attempts still landing (their workers stopped taking tasks)
+                with self._lock:
+                    alive = [t for t in self._attempt_threads if t.is_alive()]
+                if not alive:
+                    break
+                alive[0].join(0.1)
+                self._handle_signals(interrupts)
             self._handle_signals(interrupts)
             self._final_sweep()
             with self._lock:  # worktrees whose lease's release never went through: free once it expired
@@ -344,6 +384,7 @@ class Runner:
         )
         idle = 0
         while not self.stop.is_set():
+            generation = self._generation
             try:
                 pick = self._next(svc, n)
             except RemoteUnavailable as exc:
@@ -354,21 +395,55 @@ class Runner:
             if pick is None:
                 break
             if pick == "wait":
-                self._pause(min(5.0, self.opts.poll * (1.5 ** min(idle, 4))))
+                seconds = min(5.0, self.opts.poll * (1.5 ** min(idle, 4)))
+                with self._lock:
+                    own = bool(self._inflight)
+                if own:  # what it waits for may be this runner's own tasks: woken when one ends
+                    self._wait_change(generation, seconds)
+                else:
+                    self._pause(seconds)
                 idle += 1
                 continue
             idle = 0
             task, prev = pick
-            try:
-                TaskAttempt(self, n, task, prev).run(svc)
-            except GitLeaseError as exc:  # the store went away mid-task, a git failure: the task is re-planned
-                self.emit("error", n, task.id, message=exc.message)
+            at = TaskAttempt(self, n, task, prev)
+            thread = threading.Thread(
+                target=self._attempt, args=(at, svc), name=f"gitlease-task-{n}-{slug(task.id)}", daemon=True
+            )
+            with self._lock:
+                self._attempt_threads = [t for t in self._attempt_threads if t.is_alive()] + [thread]
+            thread.start()
+            at.slot.wait()  # until its task is verified and waits to land, or the attempt ended
+            if at.trouble:
                 self._pause(self.opts.poll)
-            finally:
-                with self._lock:
-                    self._inflight.discard(task.id)
         with self._lock:
             self.workers_view.setdefault(n, {}).update(state="finished", task=None)
+
+    def _attempt(self, at: TaskAttempt, svc: LeaseService) -> None:
+        """One attempt, in its own thread: its worker waits for it only until the task is verified (``_detach``),
+        then takes its next task while this one lands."""
+        try:
+            at.run(svc)
+        except GitLeaseError as exc:  # the store went away mid-task, a git failure: the task is re-planned
+            at.trouble = True
+            self.emit("error", at.n, at.task.id, message=exc.message)
+        finally:
+            with self._lock:
+                self._inflight.discard(at.task.id)
+                self._landing.pop(at.task.id, None)
+            at.slot.set()
+            self._poke()
+
+    def _detach(self, at: TaskAttempt) -> None:
+        """``at``'s task is verified and waits to land: its worker goes on to its next task (one agent at a time
+        per worker; the landing keeps the task's lease and worktree until its commit is on the branch)."""
+        now = self.clock.monotonic()
+        with self._lock:
+            self._landing[at.task.id] = {"state": "landing", "since": now, "worker": at.n}
+            view = self.workers_view.setdefault(at.n, {})
+            view.update(state="idle", task=None, since=now, note=f"{at.task.id}: landing")
+            view.pop("scope", None)
+        at.slot.set()
 
     def _next(self, svc: LeaseService, n: int):
         """(task, its outcome so far) to start now; "wait" when nothing can start yet; None when the queue is
