@@ -774,6 +774,46 @@ def test_a_task_overlapping_one_that_is_landing_waits_for_its_commit(world):
     assert all(woken), woken  # a wait that timed out: nobody told the worker its blocker ended
 
 
+def test_a_bug_in_a_ride_leaves_no_lease_locked_and_the_queue_still_ends(world, monkeypatch):
+    """A ride that raises after taking its riders' renew locks (a bug, injected: the audit entries raise once)
+    leaves no lock taken: the rider's lease is given back, the failure is one line (``internal error``), the
+    task runs again and the queue ends. A lock left taken once blocked that lease's release for good, and
+    every worker retried the release forever."""
+    import threading
+
+    from gitlease.work.landing import Lander
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    real = Lander._audit_entries
+    calls = []
+
+    def broken(riders):
+        calls.append(len(riders))
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return real(riders)
+
+    monkeypatch.setattr(Lander, "_audit_entries", staticmethod(broken))
+    events: list = []
+    got: dict = {}
+
+    def run():
+        got["summary"] = run_queue(
+            str(a), [{"id": "t0", "paths": ["src/a/x.py"]}], command=world.command, land="main", backoff=0.1,
+            on_event=events.append,
+        )  # fmt: skip
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(180)
+    assert not thread.is_alive(), "the runner never ended"
+    assert got["summary"].done == ["t0"]
+    said = [e.detail.get("message", "") for e in events if e.kind == "error"]
+    assert any("internal error: RuntimeError: injected" in m for m in said), said
+    assert world.landed() == ["task t0"] and world.lease_refs() == []
+
+
 def test_after_a_refused_ride_each_rider_is_judged_on_its_own_commits_not_on_the_riders_it_was_rebased_onto(world):
     """Two disjoint tasks ride together; their push loses to another pusher after the second was rebased onto the
     first. The next ride checks and rebases each from its commit as verified: the second is not refused for the

@@ -253,7 +253,18 @@ class Lander:
     # ------------------------------------------------------------------------------ the push
     def _push(self, riders: list[Ticket], tips: dict[str, str]) -> bool:
         """Every rider's release, audit entry and outcome and the branch tips in one atomic push. True when it
-        landed, or nothing is left to retry."""
+        landed, or nothing is left to retry. Whatever happens, no rider's renew lock outlives the ride: one
+        left taken (a bug raising in between) would block that lease's own release for good."""
+        everyone = list(riders)
+        try:
+            return self._push_riders(riders, tips)
+        finally:
+            for t in everyone:
+                prep, t.prep = t.prep, None
+                if prep is not None:
+                    prep.close()
+
+    def _push_riders(self, riders: list[Ticket], tips: dict[str, str]) -> bool:
         from gitlease.work.attempt import _Fail
 
         r = self.r

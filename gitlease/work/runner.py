@@ -427,6 +427,9 @@ class Runner:
         except GitLeaseError as exc:  # the store went away mid-task, a git failure: the task is re-planned
             at.trouble = True
             self.emit("error", at.n, at.task.id, message=exc.message)
+        except Exception as exc:  # a bug: said in one line; its lease was given back, its attempt counts
+            at.trouble = True
+            self.emit("error", at.n, at.task.id, message=f"internal error: {type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._inflight.discard(at.task.id)
