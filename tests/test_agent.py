@@ -171,6 +171,44 @@ def test_holders_reach_a_real_agent_process_over_its_socket(worktrees, tmp_path)
     assert gone.is_set()
 
 
+def _agents_on(sock: str) -> list[str]:
+    """Command lines of the live agent processes serving ``sock``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "gitlease.liveness.agent" in argv and sock in argv:
+            found.append(" ".join(argv))
+    return found
+
+
+def test_holders_that_find_no_agent_together_start_one(tmp_path):
+    """Eight holders that find no agent at the same moment (a barrier releases them together, as a runner's
+    workers claiming at once) start ONE agent process between them. Each used to start its own: every new one
+    took the socket over, and the ones before it went on renewing leases that no holder could reach."""
+    sock = str(tmp_path / "run" / "agent.sock")
+    barrier = threading.Barrier(8)
+    got = []
+
+    def start():
+        client = AgentClient(sock, timeout=20)
+        barrier.wait()
+        got.append(client.ensure_running(idle=3, wait=30))
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == [True] * 8
+    assert len(_agents_on(sock)) == 1, _agents_on(sock)
+
+
 def test_twenty_holders_one_renewal_push_counted_at_the_server(tmp_path):
     """Issue 11's acceptance: 20 holders on one host over a file:// remote; the server's own
     reference-transaction log shows one renewal push per round for all 20; a lease taken over stops only its

@@ -542,6 +542,8 @@ def serve(agent: Agent, path: str, *, stop: threading.Event | None = None, round
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
+    if AgentClient(path, timeout=1.0).available():  # one serves already: taking its socket would orphan it
+        return
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -715,11 +717,25 @@ class AgentClient:
             return False
 
     def ensure_running(self, *, idle: float = DEFAULT_IDLE, wait: float = 5.0, clock: Clock = SYSTEM) -> bool:
-        """Start the agent in the background if none answers; True once one does."""
+        """Start the agent in the background if none answers; True once one does. Holders starting together
+        (a runner's workers, several processes) start ONE: the start is serialised by a lock file beside the
+        socket, and whoever gets it second finds the first one's agent answering."""
         if self.available():
             return True
+        from gitlease.core.fsutil import LockBusy, lock_file
+
+        self.path = os.path.abspath(self.path)
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        try:
+            starting = lock_file(self.path + ".start", wait=wait, clock=clock)
+        except LockBusy:  # another holder is starting one and has not finished: it answers, or nothing does
+            return self.available()
+        with starting:
+            return self.available() or self._start(idle, wait, clock)
+
+    def _start(self, idle: float, wait: float, clock: Clock) -> bool:
         env = {k: v for k, v in os.environ.items() if k not in HOLDER_ENV}
-        env["GITLEASE_AGENT_SOCKET"] = self.path = os.path.abspath(self.path)
+        env["GITLEASE_AGENT_SOCKET"] = self.path
         subprocess.Popen(
             [sys.executable, "-m", "gitlease.liveness.agent", "--socket", self.path, "--idle", str(idle)],
             stdin=subprocess.DEVNULL,

@@ -241,7 +241,7 @@ class Runner:
             self.emit("stopping", -1, message="stopping the running commands (their work is quarantined)")
             return True
         self.stop.set()
-        self._poke()
+        self._poke(everyone=True)
         self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
         return False
 
@@ -253,7 +253,7 @@ class Runner:
         self._signals_seen = interrupts.seq
         if interrupts.any and not self.stop.is_set():
             self.stop.set()
-            self._poke()
+            self._poke(everyone=True)
             self.emit("stopping", -1, message="taking no more tasks; running ones finish (Ctrl-C again stops them)")
         if interrupts.stop_now and not self.kill.is_set():
             self.kill.set()
@@ -261,18 +261,25 @@ class Runner:
         code = interrupts.exit_code()
         self.signal = code - 128 if code else 0
 
-    def _poke(self) -> None:
-        """Wake the workers waiting for a change of this runner's own (an attempt ended, the runner stops)."""
+    def _poke(self, everyone: bool = False) -> None:
+        """Something changed for the workers waiting on this runner's own tasks (an attempt ended, a task was
+        taken, the runner stops): one of them plans again (``everyone``: all). A worker that then takes a task, or
+        finds the queue finished, passes the word on; one that finds nothing to start waits again, so an ended
+        attempt costs one read of the store, not one per idle worker."""
         with self._changed:
             self._generation += 1
-            self._changed.notify_all()
+            if everyone:
+                self._changed.notify_all()
+            else:
+                self._changed.notify(1)
 
     def _wait_change(self, generation: int, seconds: float) -> None:
-        """Wait, in real time (an injected clock does not move), until the runner's state changed since
-        ``generation`` was read, or ``seconds`` passed: a worker whose next task waits for this runner's own
-        tasks (landing, or blocking it) starts it as soon as they end."""
+        """Wait, in real time (an injected clock does not move), until told of a change (``_poke``) or for
+        ``seconds``; at once when one came since ``generation`` was read: a worker whose next task waits for
+        this runner's own tasks (landing, or blocking it) starts it as soon as they end."""
         with self._changed:
-            self._changed.wait_for(lambda: self._generation != generation or self.stop.is_set(), timeout=seconds)
+            if self._generation == generation and not self.stop.is_set():
+                self._changed.wait(timeout=seconds)
 
     def _pause(self, seconds: float) -> None:
         if type(self.clock).sleep is Clock.sleep:
@@ -393,6 +400,7 @@ class Runner:
                 idle += 1
                 continue
             if pick is None:
+                self._poke()  # the next idle worker finds the queue finished too
                 break
             if pick == "wait":
                 seconds = min(5.0, self.opts.poll * (1.5 ** min(idle, 4)))
@@ -413,6 +421,7 @@ class Runner:
             with self._lock:
                 self._attempt_threads = [t for t in self._attempt_threads if t.is_alive()] + [thread]
             thread.start()
+            self._poke()  # an idle worker looks for another task that can start now
             at.slot.wait()  # until its task is verified and waits to land, or the attempt ended
             if at.trouble:
                 self._pause(self.opts.poll)
