@@ -2,8 +2,9 @@
 
 The summary's figures are honest about what they measure: the makespan (start to end), the time spent in
 the agents, in the verifier and in landing (summed over tasks), and the parallelism those give,
-``(agent + verify + land) / makespan``: how many workers were busy on average. It is not a speed-up over one
-worker; that needs a measured one-worker run of the same queue (``bench/work.py`` measures both).
+``(agent + verify + land) / makespan``: how many tasks were in progress on average (a task lands while its
+worker runs its next agent, so it can exceed the worker count). It is not a speed-up over one worker; that
+needs a measured one-worker run of the same queue (``bench/work.py`` measures both).
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ class Summary:
 
     @property
     def parallelism(self) -> float:
-        """(agent + verify + land time) / makespan: how many workers were busy on average. Not a speed-up over
-        one worker (that needs a one-worker run of the same queue to compare with: bench/work.py)."""
+        """(agent + verify + land time) / makespan: how many tasks were in progress on average (landing overlaps
+        the worker's next agent). Not a speed-up over one worker (that needs a one-worker run of the same queue
+        to compare with: bench/work.py)."""
         work = self.agent + self.verify + self.land
         return work / self.makespan if self.makespan > 0 else 0.0
 
