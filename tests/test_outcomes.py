@@ -136,6 +136,29 @@ def test_a_runner_ignores_an_outcome_it_cannot_verify_and_says_so(tmp_path):
     assert any(e["event"] == "landed" and e["task"] == "t1" for e in events), events
 
 
+def test_an_outcome_the_store_could_not_serve_is_unknown_not_unreadable_and_is_read_once_it_can(guarded):
+    """A runner that lists an outcome while the store goes away cannot fetch its object. That is "cannot read
+    the store" (RemoteUnavailable: the worker tries again), and nothing is remembered of it: once the store is
+    back the same outcome is read. It used to be remembered as "no outcome.json" for good: the task looked
+    unstarted, and the fleet soak's runner claimed it again and again, each claim refused, forever."""
+    from gitlease.core.errors import RemoteUnavailable
+
+    fleet, bare = guarded
+    done = Outcomes(fleet.agent("a")).write("t1", "done", 1, parent=None, reason="nothing to land")
+    assert done is not None
+    book = Outcomes(fleet.agent("b"))  # another clone: the outcome's objects are not there yet
+    listing = {outcome_ref("t1"): done.oid}
+    away = bare.with_name("away.git")
+    bare.rename(away)  # the server is down
+    try:
+        with pytest.raises(RemoteUnavailable, match="could not be fetched"):
+            book.read(listing)
+    finally:
+        away.rename(bare)
+    got = book.read(listing)
+    assert got["t1"].state == "done" and book.ignored == {}
+
+
 def test_a_task_id_means_one_thing_and_rerun_reopens_a_done_task(guarded):
     fleet, bare = guarded
     repo = _runner(fleet, bare)

@@ -35,7 +35,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gitlease.core import gitq
 from gitlease.core.clock import iso
+from gitlease.core.errors import RemoteUnavailable
 from gitlease.core.objects import ident_for
 from gitlease.core.refnames import OUTCOME_PREFIX, decode_segment, outcome_ref
 from gitlease.core.store import RefUpdate
@@ -237,6 +239,12 @@ class Outcomes:
         trust = None
         for oid in oids:
             data = store.file_at(oid, FILE, limit=MAX_BYTES)
+            if data is None and not gitq.is_commit(store.repo_dir, oid):
+                # not fetched (the store went away meanwhile): unknown, never remembered as unreadable. Taken
+                # for "no outcome", the task looked unstarted, and every claim of it failed, forever
+                raise RemoteUnavailable(
+                    f"the outcome of task {task_at.get(oid, '?')} ({oid[:12]}) could not be fetched from the store"
+                )
             doc, why = parse_record(data, task_at.get(oid, "")) if data is not None else (None, "no outcome.json")
             if doc is not None:
                 if trust is None:
