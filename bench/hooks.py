@@ -45,6 +45,7 @@ from gitlease.core.repo import Repo  # noqa: E402
 from gitlease.enforce.install import install  # noqa: E402
 from gitlease.service.leases import LeaseService  # noqa: E402
 from testing.benchdoc import markers, write_section  # noqa: E402
+from testing.bytecode import keep_bytecode  # noqa: E402
 
 BEGIN, END = markers("hooks")
 
@@ -61,10 +62,10 @@ def isolate(tmp: Path) -> None:
     home.mkdir()
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[user]\n\tname = bench\n\temail = b@x\n")
     os.environ.update(HOME=str(home), GIT_CONFIG_GLOBAL=str(home / ".gitconfig"), GIT_CONFIG_NOSYSTEM="1")
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "PYTHONDONTWRITEBYTECODE"):
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         os.environ.pop(var, None)
     # Bytecode caches as a user's machine has them (written during the warm-up rounds), kept out of the tree.
-    os.environ["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    keep_bytecode(tmp / "pycache")
 
 
 def make_repo(path: Path) -> Path:

@@ -14,9 +14,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def installed_bytecode(tmp: Path | str, python: str = sys.executable) -> None:
-    """This process and every process it starts from now on read gitlease's bytecode from ``tmp``/pycache
-    (compiled here, once)."""
+def keep_bytecode(folder: Path | str, *, replace: bool = True) -> None:
+    """Every process started from now on writes and reads its bytecode in ``folder`` (``replace`` False: unless
+    a PYTHONPYCACHEPREFIX is set already)."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+    if replace or "PYTHONPYCACHEPREFIX" not in os.environ:
+        os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+
+
+def installed_bytecode(tmp: Path | str, python: str = sys.executable) -> None:
+    """Every process started from now on reads gitlease's bytecode from ``tmp``/pycache (compiled here, once)."""
+    keep_bytecode(Path(tmp) / "pycache")
     subprocess.run([python, "-m", "compileall", "-q", str(ROOT / "gitlease")], check=True)

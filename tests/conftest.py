@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import testing.fuzz  # noqa: F401  (registers the long hypothesis profile before pytest loads one)
+from testing.bytecode import keep_bytecode
 from testing.gitutil import cli, git, run_git  # noqa: F401  (re-exported: tests import them from conftest)
 
 pytest_plugins = ["servers"] if os.path.exists(os.path.join(os.path.dirname(__file__), "servers.py")) else []
@@ -21,8 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # this tree. A machine may set PYTHONDONTWRITEBYTECODE (this one does), and a fresh clone holds no bytecode: each
 # of those processes compiled gitlease from source again, about 100 ms of CPU a `git lease` command (180 ms
 # against 80). Their bytecode goes to one folder outside the tree instead, written once, shared by the workers.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), "gitlease-test-pycache"))
+keep_bytecode(os.path.join(tempfile.gettempdir(), "gitlease-test-pycache"), replace=False)
 
 
 def _inherited_signal_state() -> dict[str, str]:

@@ -119,10 +119,17 @@ class RunResult:
     release_error: str | None = None
 
 
+# What a terminal sends a foreground process group. Between fork and setsid (or setpgid), a new child is still in
+# the runner's group with default dispositions (subprocess resets them before exec), so a Ctrl-C typed in that
+# moment killed the gate, and the worker's write to the gate failed with EPIPE (found by test_lifecycle's
+# one-Ctrl-C test, one run in many). They are blocked in the starting thread across the fork: the child starts
+# with them blocked, and the gate drops what is pending once it is in a session or group of its own.
+SHIELDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP)
+
 # The start gate (run as ``python -S -c GATE PARENT_PID GATE_FD COMMAND...``): standard library only, no site.
 GATE = r"""
 import os, signal, sys
-TERMINAL = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP)
+TERMINAL = (@SHIELDED@)
 for sig in TERMINAL:  # blocked by the parent until this process had left its group (SHIELDED): drop what is
     signal.signal(sig, signal.SIG_IGN)  # pending (a Ctrl-C meant for the runner), then take them again
 signal.pthread_sigmask(signal.SIG_UNBLOCK, TERMINAL)
@@ -146,14 +153,8 @@ try:
 except OSError as exc:
     os.write(2, ("git-lease: cannot run %r: %s\n" % (argv[0], exc.strerror or exc)).encode())
     os._exit(127)
-"""
+""".replace("@SHIELDED@", ", ".join(f"signal.{sig.name}" for sig in SHIELDED))
 CANNOT_RUN = 127
-# What a terminal sends a foreground process group. Between fork and setsid (or setpgid), a new child is still in
-# the runner's group with default dispositions (subprocess resets them before exec), so a Ctrl-C typed in that
-# moment killed the gate, and the worker's write to the gate failed with EPIPE (found by test_lifecycle's
-# one-Ctrl-C test, one run in many). They are blocked in the starting thread across the fork: the child starts
-# with them blocked, and the gate drops what is pending once it is in a session or group of its own.
-SHIELDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP)
 
 
 def popen_shielded(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
