@@ -34,7 +34,7 @@ def race(fleet, scopes_for):
     for p in procs:
         p.join(timeout=60)
     errs = [o for o in out if o[1] == "error"]
-    assert not errs, errs
+    assert not errs, (errs, _refs(fleet))
     return [o for o in out if o[1] == "won"]
 
 
@@ -42,6 +42,11 @@ def _state(fleet):
     """What the store holds, for the failure message."""
     snap = fleet.agent("inspector").snapshot(use_cache=False)
     return [(v.lease_id, v.paths, v.state(fleet.clock.now(), 30), v.problems) for v in snap.leases]
+
+
+def _refs(fleet):
+    """Every ref under the lease namespace, for the failure message."""
+    return sorted(fleet.agent("inspector").store.list_refs().items())
 
 
 def _clear(fleet):
@@ -69,7 +74,7 @@ OVERLAPPING = [
 def test_overlapping_exactly_one_winner(fleet, rounds):
     for _ in range(rounds):
         winners = race(fleet, lambda i: OVERLAPPING[i])
-        assert len(winners) == 1, (winners, _state(fleet))
+        assert len(winners) == 1, (winners, _state(fleet), _refs(fleet))
         _clear(fleet)
 
 

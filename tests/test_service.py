@@ -1,7 +1,7 @@
 """The lease protocol against every store kind: local refs, file://, git daemon, smart HTTP."""
 
 import pytest
-from conftest import git, not_released_by_another
+from conftest import git, not_released_by_another, run_git
 
 from gitlease.core import errors
 from gitlease.core.refnames import id_ref, scope_ref
@@ -244,3 +244,97 @@ def test_a_refused_acquire_waits_out_another_writers_remnant_and_refuses_if_it_s
     a.clock = _UndoingClock(fleet.clock, a.store, "refs/none", "0" * 40, on=99)
     got = a._wait_out_remnants(("svc",), a.snapshot(use_cache=False, paths=("svc",)), set())
     assert real.lease_id in [v.lease_id for v in got.blocking(("svc",), a.clock.now(), 30)] and a.clock.sleeps == 0
+
+
+class _UnlockingClock:
+    """A FakeClock seam: another writer's lock on a ref in the bare remote goes away on the given sleep (its push
+    ended); ``None``: it never does."""
+
+    def __init__(self, clock, lock, on) -> None:
+        self._clock, self._lock, self._on, self.sleeps = clock, lock, on, 0
+
+    def __getattr__(self, name):
+        return getattr(self._clock, name)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        if self.sleeps == self._on:
+            self._lock.unlink()
+        self._clock.sleep(seconds)
+
+
+@pytest.mark.parametrize("unlocked_on", [7, None])
+def test_an_acquire_that_only_loses_races_goes_on_until_it_wins_or_its_patience_ends(
+    tmp_path, remote_file, unlocked_on
+):
+    """Pushes refused only for another writer's ref lock (the race test's eight racers all losing to each other's
+    locks) are not a refusal: the acquire tries again after jittered pauses, past ACQUIRE_ATTEMPTS, until it wins;
+    with the lock never gone it gives up once LOST_RACE_PATIENCE has passed, naming git's reason, and leaves
+    nothing behind."""
+    from gitlease.service import grants
+    from testing.fleet import Fleet
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    a = fleet.agent("a")
+    lock = remote_file.path / (scope_ref("svc") + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    a.clock = _UnlockingClock(fleet.clock, lock, unlocked_on)
+    start = a.clock.monotonic()
+    if unlocked_on is not None:
+        got = a.acquire(["svc"])
+        assert a.clock.sleeps == unlocked_on > grants.ACQUIRE_ATTEMPTS
+        assert a.store.list_refs()[scope_ref("svc")] == got.oid
+        return
+    with pytest.raises(errors.GitLeaseError) as err:
+        a.acquire(["svc"])
+    assert not isinstance(err.value, errors.HeldError) and err.value.exit_code != 3
+    assert "could not acquire svc: atomic transaction failed" in str(err.value) and "cannot lock ref" in str(err.value)
+    assert "lost every race for 15s" in str(err.value)
+    waited = a.clock.monotonic() - start
+    assert grants.LOST_RACE_PATIENCE <= waited <= grants.LOST_RACE_PATIENCE + grants.LOST_RACE_PAUSE_CAP
+    assert a.store.list_refs() == {} and a.held_here() == {}
+
+
+def test_a_refusal_that_is_no_race_is_not_retried_past_the_attempts():
+    """What git says of a lost race (another push's lock, a ref moved, a directory/file clash) against a rule that
+    would refuse the push again."""
+    from gitlease.core.store import Outcome
+    from gitlease.service.grants import lost_race
+
+    def out(*statuses):
+        return Outcome(ok=False, statuses={f"refs/leases/x{i}": s for i, s in enumerate(statuses)}, message="")
+
+    assert lost_race(out("rejected:stale info", "rejected:atomic push failed"))
+    assert lost_race(out("rejected:failed to update ref", "ok"))
+    assert lost_race(
+        out("rejected:cannot lock ref 'refs/leases/scope/a': 'refs/leases/scope/a/b' exists; cannot create")
+    )
+    assert not lost_race(out("rejected:pre-receive hook declined"))
+    assert not lost_race(out("rejected:stale info", "rejected:deny updating a hidden ref"))
+    assert not lost_race(out())  # no status at all: the server was not reached
+
+
+@pytest.mark.parametrize("stale", ["svc", "."])
+def test_a_stale_reflog_in_the_way_of_a_scope_is_healed_not_left_to_refuse_it_for_good(tmp_path, remote_file, stale):
+    """A server keeping a reflog of every ref can be left, by two creates racing (``.../svc`` and
+    ``.../svc/x``), with the reflog of a ref that was never created; git then refuses every create below it
+    ("Not a directory") while no ref is there to see (the race test's r5, 7 runs of 90 under load). The acquire
+    creates and deletes that ref, which takes the reflog with it, and wins; the store is left as it was."""
+    from testing.fleet import Fleet
+
+    fleet = Fleet(tmp_path, remote_file.url)
+    a = fleet.agent("a")
+    name = "refs/leases/scope" + ("" if stale == "." else f"/{stale}")
+    log = remote_file.path / "logs" / name
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    commit = git(a.repo.cwd, "commit-tree", git(a.repo.cwd, "mktree", input="").strip(), "-m", "x", env=who).strip()
+    plain = run_git(a.repo.cwd, "push", remote_file.url, f"{commit}:refs/leases/scope/svc/x/y", check=False)
+    assert plain.returncode != 0 and "Not a directory" in plain.stderr  # git itself refuses the create, for good
+    got = a.acquire(["svc/x"])
+    assert a.store.list_refs() == {id_ref(got.lease_id): got.oid, scope_ref("svc/x"): got.oid}
+    assert not log.is_file()
+    a.release(got.lease_id)
+    assert a.store.list_refs() == {}

@@ -657,6 +657,42 @@ def test_a_runner_killed_with_9_leaves_its_worktree_to_a_restarted_runner_which_
     assert states == ["free", "quarantined"]  # the re-run's worktree back in the pool; the killed one kept
 
 
+def test_a_task_whose_last_attempt_died_with_its_runner_still_names_the_work_an_earlier_attempt_kept(world):
+    """Attempt 1 is refused by the verifier (its work quarantined and named); attempt 2 dies with its runner
+    (kill -9). The restarted runner finds the attempt never finished and, the attempts spent, fails the task:
+    its outcome still names attempt 1's kept work (the fleet soak's checker found it named nothing)."""
+    import gitlease
+    from gitlease import open_service
+    from gitlease.core.clock import FakeClock
+
+    a, pid_file = world.clone("a"), world.root / "agent.pid"
+    q = world.queue([{"id": "u1", "paths": ["src/a/x.py"]}])
+    script = f'if [ "$GITLEASE_ATTEMPT" = 2 ]; then echo $$ > {pid_file}; exec sleep 3600; fi; exec ' + " ".join(
+        world.command
+    )
+    options = ("--land", "main", "--attempts", "2", "--backoff", "0", "--ttl", "60")
+    verify = ("--verify", 'test "$GITLEASE_ATTEMPT" != 1')
+    proc = _start(a, str(q), *options, *verify, "--", "sh", "-c", script)
+    _wait_for(proc, "running u1: worktree")
+    end = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < end:
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    svc = open_service(str(a))
+    clock = FakeClock(time.time() + 60 + svc.settings.skew + 5)  # past the dead lease's expiry and the skew
+    events = []
+    summary = gitlease.work(
+        str(q), repo=str(a), command=["sh", "-c", script], land="main", attempts=2, clock=clock, on_event=events.append
+    )
+    assert summary.failed == ["u1"], [e.line() for e in events]
+    st = status(a, q)["u1"]
+    assert st["state"] == "failed" and "never finished" in st["reason"], st
+    assert st["quarantine"] == "refs/leases-quarantine/u1/1", st
+    assert "edited by u1 attempt 1" in git(world.remote, "show", "refs/leases-quarantine/u1/1:src/a/x.py")
+
+
 def test_a_landing_train_of_ready_tasks_lands_in_one_push(world):
     """Four tasks verified at the same moment land in ONE atomic push (the branch, four renewals, four outcomes),
     not four pushes racing each other. The lander is held (a seam: its loop waits) until all four are in its

@@ -21,7 +21,7 @@ from gitlease.core.errors import (
 )
 from gitlease.core.procs import process_start
 from gitlease.core.record import Owner, Record
-from gitlease.core.refnames import id_ref, path_of_scope_ref, scope_ref, task_ref
+from gitlease.core.refnames import id_ref, is_scope_ref, path_of_scope_ref, scope_ref, task_ref
 from gitlease.core.state import Held
 from gitlease.core.store import (
     Outcome,
@@ -43,6 +43,28 @@ if TYPE_CHECKING:
 
 
 ACQUIRE_ATTEMPTS = 4
+# how long (clock seconds) an acquire goes on after pushes that only lost races (refused for another writer's
+# lock, a ref that moved or a directory/file clash, and nobody live holding the scope after it): racers who all
+# lost to each other's locks try again after a jittered pause, until one wins or this has passed
+LOST_RACE_PATIENCE = 15.0
+LOST_RACE_PAUSE_CAP = 1.0  # the longest pause (seconds) between two lost races
+# what git says of a ref that lost a race rather than a rule: another push's lock, a moved or created ref, a
+# directory/file clash with a ref that another writer held or holds
+RACE_REASONS = (
+    "stale info",
+    "fetch first",
+    "non-fast-forward",
+    "failed to update ref",
+    "failed to lock",
+    "cannot lock ref",
+    "incorrect old value",
+    "atomic push failed",
+    "atomic transaction failed",
+    "already exists",
+    "exists; cannot create",
+    "cannot process",
+    "Not a directory",  # a stale reflog in the way: healed (_heal_stale_reflogs), then a race again
+)
 REMNANT_LOOKS = 5  # reads of the store while only other writers' remnants block (_wait_out_remnants)
 
 
@@ -84,7 +106,10 @@ class Grants(ServiceBase):
         cleared: list[str] = []
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
-        for _attempt in range(ACQUIRE_ATTEMPTS):
+        patience = self.clock.monotonic() + LOST_RACE_PATIENCE
+        _attempt = -1
+        while self._try_again(_attempt, last_refusal, patience):
+            _attempt += 1
             rec = make()  # a new lease id, nonce and version 1 each attempt
             oid, updates = self._grant(rec, task)
             attempts[rec.lease_id] = (rec, oid)
@@ -112,6 +137,7 @@ class Grants(ServiceBase):
             if any("hook declined" in st for st in out.statuses.values()):
                 self._undo_partial(attempts)
                 raise _declined(rec, out)
+            self._heal_stale_reflogs(out)
             # only what bears on the scope, and our attempts (their remnants are found by their ids and grants)
             snap = self.snapshot(use_cache=False, paths=paths, keep=attempts)
             landed = self._landed_after_all(snap, attempts, task)
@@ -123,14 +149,46 @@ class Grants(ServiceBase):
             # nothing blocks any more (released meanwhile, or cleared, or a push that lost only a ref lock to
             # another racer's push that did not land either): again with a new version, after a pause with
             # jitter, so that racers who all lost to each other's locks do not meet again at once
-            self._pause_after_lost_race(_attempt)
+            self._pause_after_lost_race(_attempt, out, patience)
         raise self._refusal(paths, attempts, last_refusal)
 
-    def _pause_after_lost_race(self, attempt: int) -> None:
+    def _heal_stale_reflogs(self, out: Outcome) -> list[str]:
+        """Remove the stale reflogs that refused a create (``stale_reflog_refs``): a server that keeps a reflog of
+        every ref (core.logAllRefUpdates=always) can be left, by two pushes racing to create ``.../services`` and
+        ``.../services/billing``, with the reflog file of a ``.../services`` that was never created; git then
+        refuses every later create below it, for good, while no ref is there to see. A lease on that path,
+        taken and given back at once, creates its scope ref (which appends to the reflog) and deletes it (which
+        deletes the reflog): an ordinary lease, signed and audited, that every server hook takes. Nothing can
+        hold a path whose reflog is a stale file (no ref exists below it), so the lease is granted unless
+        another writer takes it first. Returns the paths so leased and given back."""
+        healed: list[str] = []
+        for ref in stale_reflog_refs(out):
+            parent = ref.rpartition("/")[0]
+            if not is_scope_ref(parent):
+                continue
+            path = path_of_scope_ref(parent)
+            try:
+                got = self.acquire([path], ttl=max(self.settings.skew, 60))
+                self.release(got.lease_id)
+            except GitLeaseError:  # taken meanwhile, or the store away: the acquire's own reading decides
+                continue
+            healed.append(path)
+        return healed
+
+    def _try_again(self, attempt: int, last: Outcome | None, patience: float) -> bool:
+        """Whether an acquire makes attempt ``attempt + 1``: up to ACQUIRE_ATTEMPTS in all, and after those, for
+        as long as each push only lost a race (``lost_race``) and LOST_RACE_PATIENCE has not passed."""
+        if attempt + 1 < ACQUIRE_ATTEMPTS:
+            return True
+        return last is not None and lost_race(last) and self.clock.monotonic() < patience
+
+    def _pause_after_lost_race(self, attempt: int, out: Outcome, patience: float) -> None:
+        """A jittered pause, growing with each attempt up to LOST_RACE_PAUSE_CAP, so that racers who all lost to
+        each other's locks do not meet again at once; none before the last attempt."""
         import random
 
-        if attempt + 1 < ACQUIRE_ATTEMPTS:
-            self.clock.sleep(random.uniform(0.0, 0.05 * 2**attempt))
+        if self._try_again(attempt, out, patience):
+            self.clock.sleep(random.uniform(0.0, min(0.05 * 2 ** min(attempt, 8), LOST_RACE_PAUSE_CAP)))
 
     def _refusal(
         self, paths: tuple[str, ...], attempts: dict[str, tuple[Record, str]], last: Outcome | None
@@ -142,7 +200,15 @@ class Grants(ServiceBase):
             live = self._live_blockers(paths, snap, attempts)
             if live:
                 return held_error(paths, live, self.clock.now(), self.settings.skew)
-        why = (last.message if last else "") or "the store refused the update"
+        why = _reasons(last) or (last.message if last else "") or "the store refused the update"
+        said = [ln.strip() for ln in (last.server if last else []) if ln.strip().startswith(("error:", "fatal:"))]
+        if said:  # git's own words of why (a lock held, a ref in the way)
+            why += f" ({said[0]})"
+        if last is not None and lost_race(last):  # nobody held it: writers kept meeting at the same refs
+            why += (
+                f"; lost every race for {LOST_RACE_PATIENCE:.0f}s ({len(attempts)} pushes) with no lease holding "
+                "the scope: try again"
+            )
         return GitLeaseError(f"could not acquire {' '.join(paths)}: {why}")
 
     def _owner(self, holder_pid: int, task: str | None = None) -> Owner:
@@ -499,6 +565,34 @@ def _scope_path(ref: str) -> str | None:
 def _task_refs(h: Held) -> list[str]:
     """The claim ref of the queued task a held lease works on (``acquire(task=...)``), if any."""
     return [task_ref(h.task)] if h.task else []
+
+
+def lost_race(out: Outcome) -> bool:
+    """Whether a refused push lost only races with other writers (every ref refused for one of RACE_REASONS),
+    not a rule that would refuse it again (a hook, a permission, an unreachable server)."""
+    refused = [st for st in out.statuses.values() if st.startswith("rejected")]
+    return bool(refused) and all(any(r in st for r in RACE_REASONS) for st in refused)
+
+
+def stale_reflog_refs(out: Outcome) -> list[str]:
+    """The lease refs a push could not create because a file stands where a directory of their reflogs must be
+    (git: "cannot update the ref '<ref>': unable to append to '.../logs/<ref>': Not a directory")."""
+    import re
+
+    found = []
+    for line in out.server:
+        m = re.search(r"(?:update|lock) (?:the )?ref '(refs/leases/[^']+)'.*Not a directory", line)
+        if m and m.group(1) not in found:
+            found.append(m.group(1))
+    return found
+
+
+def _reasons(out: Outcome | None) -> str:
+    """The distinct reasons git gave for the refs it refused on their own account."""
+    if out is None:
+        return ""
+    seen = dict.fromkeys(st.removeprefix("rejected:") for st in out.statuses.values() if _refused_itself(st))
+    return "; ".join(seen)
 
 
 def _refused_itself(status: str) -> bool:

@@ -99,7 +99,9 @@ class TaskAttempt:
         tsvc = r._task_service(svc, task)
         options = HoldOptions(ttl=r.ttl, release=True)
         parent = self._parent()
-        running, _ = r._outcomes.make(task.id, "running", self.number, parent=parent, digest=task.digest)
+        running, _ = r._outcomes.make(
+            task.id, "running", self.number, parent=parent, digest=task.digest, quarantine=self._kept()
+        )
         try:
             self.holding = Holding.acquire(
                 tsvc, task.scope, options, task=task.id, piggyback=[r._outcomes.update(task.id, running, parent)]
@@ -140,6 +142,12 @@ class TaskAttempt:
                 self.st.busy += spent
                 # ended: a claim of it still on the store (its release failed quietly) is the runner's to settle
                 r._attempting.discard(self.lease_id)
+
+    def _kept(self) -> str | None:
+        """The work an earlier attempt kept (its quarantine ref), named on by each later outcome until one keeps
+        work of its own: a task that fails in an attempt that kept nothing (its runner killed mid-task, a claim
+        that never ran) still names the work it has."""
+        return self.prev.quarantine if self.prev is not None else None
 
     def _parent(self) -> str | None:
         """The outcome this attempt's first outcome replaces: the one read, or one the runner ignored (its
@@ -423,7 +431,7 @@ class TaskAttempt:
             state, attempts = ("failed" if final else "retrying"), number
             not_before = 0.0 if final else backoff
         reason = exc.reason
-        wrote = self._record_outcome(state, attempts, reason, not_before, quarantine=ref)
+        wrote = self._record_outcome(state, attempts, reason, not_before, quarantine=ref or self._kept())
         self.st.attempts, self.st.reason, self.st.quarantine = attempts, reason, ref or self.st.quarantine
         if wrote is not None:
             self.st.state = state

@@ -587,7 +587,9 @@ class Runner:
         if o.attempts < self.opts.attempts:
             return Outcome(task.id, "retrying", o.attempts, o.reason, o.quarantine, at=o.at, oid=o.oid)
         reason = f"attempt {o.attempts} never finished (its runner stopped mid-task)"
-        got = self._outcomes.write(task.id, "failed", o.attempts, parent=o.oid, reason=reason, digest=task.digest)
+        got = self._outcomes.write(
+            task.id, "failed", o.attempts, parent=o.oid, reason=reason, digest=task.digest, quarantine=o.quarantine
+        )
         if got is not None:
             self.emit("failed", n, task.id, message=f"{reason} (attempt {o.attempts})")
             return got
