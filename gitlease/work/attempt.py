@@ -144,7 +144,7 @@ class TaskAttempt:
                 r._attempting.discard(self.lease_id)
 
     def _kept(self) -> str | None:
-        """The work an earlier attempt kept (its quarantine ref), named on by each later outcome until one keeps
+        """The work an earlier attempt kept (its quarantine ref), named by each later outcome until one keeps
         work of its own: a task that fails in an attempt that kept nothing (its runner killed mid-task, a claim
         that never ran) still names the work it has."""
         return self.prev.quarantine if self.prev is not None else None
