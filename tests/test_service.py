@@ -202,12 +202,12 @@ def test_push_timed_out_after_landing_is_resolved_by_reading(tmp_path):
     assert a.store.list_refs() == {}
 
 
-class _UndoingClock:
-    """A FakeClock seam: the other writer deletes its remnant while we wait (on the given sleep), as
-    ``_undo_partial`` does right after its push fails."""
+class _ActingClock:
+    """A FakeClock seam: ``act()`` runs on the ``on``-th sleep (another writer's doing while we wait); ``sleeps``
+    counts the sleeps."""
 
-    def __init__(self, clock, store, ref, oid, on: int) -> None:
-        self._clock, self._store, self._ref, self._oid, self._on, self.sleeps = clock, store, ref, oid, on, 0
+    def __init__(self, clock, act, on) -> None:
+        self._clock, self._act, self._on, self.sleeps = clock, act, on, 0
 
     def __getattr__(self, name):
         return getattr(self._clock, name)
@@ -215,8 +215,18 @@ class _UndoingClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps += 1
         if self.sleeps == self._on:
-            assert self._store.apply([RefUpdate(self._ref, None, self._oid)]).ok
+            self._act()
         self._clock.sleep(seconds)
+
+
+def _undoing_clock(clock, store, ref, oid, on):
+    """The other writer deletes its remnant while we wait (on the given sleep), as ``_undo_partial`` does right
+    after its push fails."""
+    return _ActingClock(clock, lambda: _assert_ok(store.apply([RefUpdate(ref, None, oid)])), on)
+
+
+def _assert_ok(out) -> None:
+    assert out.ok, out
 
 
 @pytest.mark.parametrize("undone", [True, False])
@@ -231,7 +241,7 @@ def test_a_refused_acquire_waits_out_another_writers_remnant_and_refuses_if_it_s
     b, a = fleet.agent("b"), fleet.agent("a")
     rem = b.acquire(["svc/x"], ttl=600)
     assert b.store.apply([RefUpdate(scope_ref("svc/x"), None, rem.oid)]).ok  # only its id ref is left
-    a.clock = _UndoingClock(fleet.clock, a.store, id_ref(rem.lease_id), rem.oid, on=2 if undone else 99)
+    a.clock = _undoing_clock(fleet.clock, a.store, id_ref(rem.lease_id), rem.oid, on=2 if undone else 99)
     snap = a.snapshot(use_cache=False, paths=("svc",))
     assert [v.lease_id for v in snap.blocking(("svc",), a.clock.now(), 30)] == [rem.lease_id]
     got = a._wait_out_remnants(("svc",), snap, set())
@@ -241,26 +251,9 @@ def test_a_refused_acquire_waits_out_another_writers_remnant_and_refuses_if_it_s
     else:
         assert [v.lease_id for v in blockers] == [rem.lease_id] and a.clock.sleeps == leases_mod.REMNANT_LOOKS
     real = b.acquire(["svc/y"], ttl=600)  # a real lease: no waiting at all
-    a.clock = _UndoingClock(fleet.clock, a.store, "refs/none", "0" * 40, on=99)
+    a.clock = _undoing_clock(fleet.clock, a.store, "refs/none", "0" * 40, on=99)
     got = a._wait_out_remnants(("svc",), a.snapshot(use_cache=False, paths=("svc",)), set())
     assert real.lease_id in [v.lease_id for v in got.blocking(("svc",), a.clock.now(), 30)] and a.clock.sleeps == 0
-
-
-class _UnlockingClock:
-    """A FakeClock seam: another writer's lock on a ref in the bare remote goes away on the given sleep (its push
-    ended); ``None``: it never does."""
-
-    def __init__(self, clock, lock, on) -> None:
-        self._clock, self._lock, self._on, self.sleeps = clock, lock, on, 0
-
-    def __getattr__(self, name):
-        return getattr(self._clock, name)
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps += 1
-        if self.sleeps == self._on:
-            self._lock.unlink()
-        self._clock.sleep(seconds)
 
 
 @pytest.mark.parametrize("unlocked_on", [7, None])
@@ -279,7 +272,7 @@ def test_an_acquire_that_only_loses_races_goes_on_until_it_wins_or_its_patience_
     lock = remote_file.path / (scope_ref("svc") + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text("")
-    a.clock = _UnlockingClock(fleet.clock, lock, unlocked_on)
+    a.clock = _ActingClock(fleet.clock, lock.unlink, unlocked_on)  # the other writer's push ends
     start = a.clock.monotonic()
     if unlocked_on is not None:
         got = a.acquire(["svc"])
@@ -329,9 +322,8 @@ def test_a_stale_reflog_in_the_way_of_a_scope_is_healed_not_left_to_refuse_it_fo
     log = remote_file.path / "logs" / name
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    who = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
-    commit = git(a.repo.cwd, "commit-tree", git(a.repo.cwd, "mktree", input="").strip(), "-m", "x", env=who).strip()
-    plain = run_git(a.repo.cwd, "push", remote_file.url, f"{commit}:refs/leases/scope/svc/x/y", check=False)
+    blob = git(a.repo.cwd, "hash-object", "-w", "--stdin", input="x\n").strip()
+    plain = run_git(a.repo.cwd, "push", remote_file.url, f"{blob}:refs/leases/scope/svc/x/y", check=False)
     assert plain.returncode != 0 and "Not a directory" in plain.stderr  # git itself refuses the create, for good
     got = a.acquire(["svc/x"])
     assert a.store.list_refs() == {id_ref(got.lease_id): got.oid, scope_ref("svc/x"): got.oid}

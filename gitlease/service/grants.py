@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -107,9 +108,9 @@ class Grants(ServiceBase):
         last_refusal: Outcome | None = None
         attempts: dict[str, tuple[Record, str]] = {}  # lease id -> (record, oid) of each push made
         patience = self.clock.monotonic() + LOST_RACE_PATIENCE
-        _attempt = -1
-        while self._try_again(_attempt, last_refusal, patience):
-            _attempt += 1
+        attempt = -1
+        while self._try_again(attempt, last_refusal, patience):
+            attempt += 1
             rec = make()  # a new lease id, nonce and version 1 each attempt
             oid, updates = self._grant(rec, task)
             attempts[rec.lease_id] = (rec, oid)
@@ -149,10 +150,10 @@ class Grants(ServiceBase):
             # nothing blocks any more (released meanwhile, or cleared, or a push that lost only a ref lock to
             # another racer's push that did not land either): again with a new version, after a pause with
             # jitter, so that racers who all lost to each other's locks do not meet again at once
-            self._pause_after_lost_race(_attempt, out, patience)
+            self._pause_after_lost_race(attempt, out, patience)
         raise self._refusal(paths, attempts, last_refusal)
 
-    def _heal_stale_reflogs(self, out: Outcome) -> list[str]:
+    def _heal_stale_reflogs(self, out: Outcome) -> None:
         """Remove the stale reflogs that refused a create (``stale_reflog_refs``): a server that keeps a reflog of
         every ref (core.logAllRefUpdates=always) can be left, by two pushes racing to create ``.../services`` and
         ``.../services/billing``, with the reflog file of a ``.../services`` that was never created; git then
@@ -160,8 +161,7 @@ class Grants(ServiceBase):
         taken and given back at once, creates its scope ref (which appends to the reflog) and deletes it (which
         deletes the reflog): an ordinary lease, signed and audited, that every server hook takes. Nothing can
         hold a path whose reflog is a stale file (no ref exists below it), so the lease is granted unless
-        another writer takes it first. Returns the paths so leased and given back."""
-        healed: list[str] = []
+        another writer takes it first."""
         for ref in stale_reflog_refs(out):
             parent = ref.rpartition("/")[0]
             if not is_scope_ref(parent):
@@ -172,8 +172,6 @@ class Grants(ServiceBase):
                 self.release(got.lease_id)
             except GitLeaseError:  # taken meanwhile, or the store away: the acquire's own reading decides
                 continue
-            healed.append(path)
-        return healed
 
     def _try_again(self, attempt: int, last: Outcome | None, patience: float) -> bool:
         """Whether an acquire makes attempt ``attempt + 1``: up to ACQUIRE_ATTEMPTS in all, and after those, for
@@ -577,8 +575,6 @@ def lost_race(out: Outcome) -> bool:
 def stale_reflog_refs(out: Outcome) -> list[str]:
     """The lease refs a push could not create because a file stands where a directory of their reflogs must be
     (git: "cannot update the ref '<ref>': unable to append to '.../logs/<ref>': Not a directory")."""
-    import re
-
     found = []
     for line in out.server:
         m = re.search(r"(?:update|lock) (?:the )?ref '(refs/leases/[^']+)'.*Not a directory", line)
