@@ -22,6 +22,7 @@ environment (``keep_repo_env``), which points at the quarantine.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -649,6 +650,13 @@ def _tree_names(body: bytes) -> list[str] | None:
 
 
 def _object_format() -> str:
+    """The repository's object format, asked of git once per repository a hook process judges (every tree of a
+    push is parsed with it)."""
+    return _object_format_of(os.environ.get("GIT_DIR"), os.getcwd())
+
+
+@functools.lru_cache(maxsize=4)
+def _object_format_of(_git_dir: str | None, _cwd: str) -> str:
     return gitq.object_format(HOOK)
 
 
