@@ -157,6 +157,20 @@ def table(queue: str, tasks: list[dict], rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def run_queues(args, daemon: GitDaemon, tmp: Path, lines: list[str]) -> None:
+    """Every queue at every worker count, its table appended to ``lines``."""
+    agent = tmp / "agent.py"
+    agent.write_text(AGENT)
+    counts = [int(x) for x in args.workers.split(",")]
+    for queue in args.queues.split(","):
+        tasks = load(queue, args.tasks, args.agent_seconds)
+        rows = []
+        for w in counts:
+            rows.append(run_one(daemon, tmp, queue, tasks, w, agent))
+            print(json.dumps(rows[-1]), flush=True)
+        lines += table(queue, tasks, rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=30)
@@ -165,7 +179,6 @@ def main(argv=None) -> int:
     ap.add_argument("--queues", default="trace,disjoint")
     ap.add_argument("--write", metavar="FILE")
     args = ap.parse_args(argv)
-    counts = [int(x) for x in args.workers.split(",")]
     lines = [
         BEGIN,
         f"`python bench/train.py`: `git lease work` over git daemon with the server hook, file granularity, a fake "
@@ -178,17 +191,12 @@ def main(argv=None) -> int:
         "this is the share of the time a task holds its lease, not of the time its worker is busy.",
         "",
     ]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="gitlease-bench-train-") as tmp, GitDaemon(Path(tmp) / "served") as daemon:
-        installed_bytecode(tmp)  # the hooks and the server hook read gitlease as bytecode, as installed
-        agent = Path(tmp) / "agent.py"
-        agent.write_text(AGENT)
-        for queue in args.queues.split(","):
-            tasks = load(queue, args.tasks, args.agent_seconds)
-            rows = []
-            for w in counts:
-                rows.append(run_one(daemon, Path(tmp), queue, tasks, w, agent))
-                print(json.dumps(rows[-1]), flush=True)
-            lines += table(queue, tasks, rows)
+    with tempfile.TemporaryDirectory(prefix="gitlease-bench-train-") as tmp:
+        # the hooks and the server hook read gitlease as bytecode, as installed: set before the daemon starts, as
+        # the server hook inherits the daemon's environment (started first, every hook compiled gitlease again)
+        installed_bytecode(tmp)
+        with GitDaemon(Path(tmp) / "served") as daemon:
+            run_queues(args, daemon, Path(tmp), lines)
     lines.append(END)
     if args.write:
         heading = "## The landing train (`git lease work` at 1 to 20 workers)"
