@@ -903,6 +903,128 @@ def test_after_a_refused_ride_each_rider_is_judged_on_its_own_commits_not_on_the
         assert git(world.remote, "diff-tree", "--no-commit-id", "--name-only", "-r", sha).split() == [path]
 
 
+def test_a_rider_whose_release_cannot_ride_leaves_the_train_before_any_other_is_rebased_onto_it(world, monkeypatch):
+    """Three tasks ride together; the middle one's lease is busy renewing when the train takes the releases (its
+    renew lock held, injected). It does not board: the push lands the other two, rebased one onto the other,
+    and not its commit. Its verified work lands in a later push; each agent ran once. Once, a later rider was
+    rebased onto it before its release was found busy: the push carried its commit without its release, the
+    server hook refused the whole train, and two tasks failed (a store without the hook would have taken its
+    commit with its lease unreleased)."""
+    import threading
+
+    from gitlease.work import landing
+    from gitlease.work.runner import run_queue
+
+    wait = landing.LOCK_WAIT
+    monkeypatch.setattr(landing, "LOCK_WAIT", 0.0)  # a busy lease leaves the ride at once (this ride only)
+    a = world.clone("a")
+    before = git(world.remote, "rev-parse", "main").strip()
+    pushes: list = []
+    held: dict = {}
+
+    def hook(runner):
+        lander = runner.lander
+        real_loop, real_check, real_push = lander._loop, lander._check, lander._push
+        full = threading.Event()
+
+        def loop():
+            if not full.is_set():
+                with lander._cond:
+                    lander._cond.wait_for(lambda: len(lander._lane) >= 3, timeout=120)
+                full.set()
+            real_loop()
+
+        def check(train, base):
+            out = real_check(train, base)
+            for t in out:
+                if t.at.task.id == "m2" and not pushes and "lock" not in held:  # its heartbeat "renewing" now
+                    held["lock"] = t.at.held.svc._take_renew_lock(t.at.lease_id)
+            return out
+
+        def push(riders, tips):
+            try:
+                return real_push(riders, tips)
+            finally:
+                pushes.append(([t.at.task.id for t in riders], tips.get("refs/heads/main")))
+                if "lock" in held:
+                    held.pop("lock").close()
+                    monkeypatch.setattr(landing, "LOCK_WAIT", wait)
+
+        lander._loop, lander._check, lander._push = loop, check, push
+
+    events: list = []
+    summary = run_queue(
+        str(a), [{"id": f"m{i}", "paths": [p]} for i, p in enumerate(["src/a/x.py", "src/b/y.py", "src/c/z.py"], 1)],
+        command=world.command, land="main", workers=3, runner_hook=hook, on_event=events.append, backoff=0.0,
+    )  # fmt: skip
+    lines = [e.line() for e in events]
+    assert summary.done == ["m1", "m2", "m3"] and summary.failed == [], lines
+    riders, tip = pushes[0]
+    assert sorted(riders) == ["m1", "m3"], lines
+    first = git(world.remote, "log", "--format=%s", f"{before}..{tip}").split("\n")[:-1]
+    assert sorted(first) == ["task m1", "task m3"], lines  # the first push carried the riders' commits only
+    assert sorted(world.landed()[-3:]) == ["task m1", "task m2", "task m3"] and world.landed().count("task m2") == 1
+    assert [e.kind for e in events].count("running") == 3, lines  # each agent ran once
+    assert world.lease_refs() == []
+
+
+def test_a_runner_landing_alone_starts_its_next_ride_from_its_last_landing_until_another_pusher_moves_main(world):
+    """Three tasks land one ride each. The first two rides fetch main (the second finds it where the first
+    landed it: nobody else lands here); the third starts from what the second landed, with no fetch. Another
+    pusher moves main just before the third ride's push: it is refused, the train fetches, lands, and the
+    agent does not run again. No task fetches main again after its landing."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a, other = world.clone("a"), world.clone("other")
+    gates = [world.root / "go2", world.root / "go3"]
+    seen: dict = {"fetches": 0, "pushes": 0, "calls": 0}
+
+    def hook(runner):
+        lander, real_fetch = runner.lander, runner._fetch_base
+        real_push = lander._push
+
+        def fetch():
+            seen["calls"] += 1
+            if threading.current_thread().name == "gitlease-lander":
+                seen["fetches"] += 1
+            return real_fetch()
+
+        def push(riders, tips):
+            seen["pushes"] += 1
+            if seen["pushes"] == 3:  # someone else lands first
+                (other / "README.md").write_text("bumped\n")
+                git(other, "add", "-A")
+                git(other, "commit", "-q", "-m", "bump")
+                git(other, "pull", "-q", "--rebase", "origin", "main")
+                git(other, "push", "-q", "origin", "HEAD:main")
+            try:
+                return real_push(riders, tips)
+            finally:
+                if seen["pushes"] <= len(gates):
+                    gates[seen["pushes"] - 1].write_text("go\n")  # the next task's agent may end now
+
+        runner._fetch_base, lander._push = fetch, push
+
+    tasks = [
+        {"id": "s1", "paths": ["src/a/x.py"]},
+        {"id": "s2", "paths": ["src/b/y.py"], "wait": str(gates[0])},
+        {"id": "s3", "paths": ["src/c/z.py"], "wait": str(gates[1])},
+    ]
+    events: list = []
+    summary = run_queue(str(a), tasks, command=world.command, land="main", runner_hook=hook, on_event=events.append)
+    lines = [e.line() for e in events]
+    assert summary.done == ["s1", "s2", "s3"] and summary.failed == [], lines
+    assert seen["pushes"] == 4 and summary.land_retries == 1, lines  # the third ride's push refused once
+    assert seen["fetches"] == 3, lines  # rides 1 and 2, and the third's retry: not the third ride itself
+    # and one for each attempt's worktree; none after a landing (the push moved origin/main itself), and each
+    # worktree went back to the pool all the same, its commit found on origin/main
+    assert seen["calls"] == 3 + 3 and "quarantined" not in [e.kind for e in events], lines
+    assert [e.kind for e in events].count("running") == 3, lines
+    assert world.landed()[-4:] == ["task s1", "task s2", "bump", "task s3"]
+
+
 def test_a_landing_lost_to_another_pusher_backs_off_and_lands_without_running_the_agent_again(world):
     from gitlease.work.runner import run_queue
 

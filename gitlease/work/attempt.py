@@ -255,10 +255,20 @@ class TaskAttempt:
         self.st.state, self.st.attempts, self.st.landed = "done", self.number, landed
         self.emit("landed", commit=landed, branch=r._target(task).removeprefix("refs/heads/"))
         self._release()
-        with contextlib.suppress(GitLeaseError):
-            r._fetch_base()
+        if not self._shared(landed):  # else the landing push moved the remote-tracking branch already
+            with contextlib.suppress(GitLeaseError):
+                r._fetch_base()  # so that giving the worktree back finds its commits on the remote
         self._give_back(say=True)
         self.emit("done", attempt=self.number)
+
+    def _shared(self, landed: str | None) -> bool:
+        """Whether another branch, a remote-tracking branch or a tag of this clone holds ``landed`` already (a
+        landing push to a named remote moves its remote-tracking branch itself): no fetch needed for the give-back
+        to find the task's commits shared."""
+        if landed is None:
+            return False
+        own = branch_name(self.task.id, self.lease_id)
+        return gitq.count_unshared(self.r.svc.repo.cwd, landed, own) == 0
 
     def _restore(self, ref: str) -> bool:
         """The verified commit an earlier attempt parked at ``ref`` (on the store), checked out in this attempt's

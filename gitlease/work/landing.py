@@ -1,11 +1,13 @@
 """Landing verified tasks (``git lease work``, docs/work.md): a landing train instead of a stampede.
 
 A worker whose task is verified hands it to the runner's one lander and takes its next task; the attempt's own
-thread waits for the train (Runner._detach). The lander takes every task
-that is ready, fetches the base once, checks each task's own commits against its own lease (and, unless
+thread waits for the train (Runner._detach). The lander takes every task that is ready, fetches the base once
+(not even that while it alone lands there: it starts from what its last ride landed, until a push is refused
+because the branch moved), checks each task's own commits against its own lease (and, unless
 ``--allow-extend``, its own scope) as the pre-push hook would, all of them on one listing and one read of the
-store, rebases the commits that pass one onto the other (their scopes are disjoint: they hold leases; a rebase
-changes no path a commit touches), and lands them all in ONE atomic push: the branch, every task's lease
+store, takes each one's release (a task whose lease cannot be given back in this push does not board), rebases
+the commits one onto the other (their scopes are disjoint: they hold leases; a rebase changes no path a commit
+touches), and lands them all in ONE atomic push: the branch, every task's lease
 release (its refs deleted, each pinned to the version its worktree holds, with the release's audit entry) and
 every task's ``done`` outcome (each pinned to its ``running`` outcome). A task lands exactly once, only under
 its live lease, and gives its lease back in the very push that puts its commit on the branch: never before,
@@ -77,6 +79,8 @@ class Lander:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
+        self._tip: str | None = None  # the base branch as our last ride landed it (None: not known)
+        self._solo = False  # nobody else seen landing on it since: the next ride starts from _tip, unfetched
         self.rides = 0  # pushes made
         self.landed = 0  # tasks landed by them
 
@@ -146,7 +150,7 @@ class Lander:
         from gitlease.work.attempt import _Fail
 
         r = self.r
-        _branch, base = r._fetch_base()
+        base = self._base()
         try:
             checked = self._check(train, base)
         except RemoteUnavailable as exc:  # not the tasks' fault: their verified work is kept for landing
@@ -156,17 +160,39 @@ class Lander:
             return True
         tips: dict[str, str] = {}  # target branch -> the commit it will point at
         riders: list[Ticket] = []
-        for t in checked:
-            target = r._target(t.at.task)
-            onto = tips.get(target, base if r.opts.land else None)
-            head = self._board(t, onto)
-            if head is None:
-                continue
-            tips[target] = head
-            riders.append(t)
-        if not riders:
-            return True
-        return self._push(riders, tips)
+        try:
+            for t in checked:
+                # its release first: a task whose lease cannot be given back in this push never boards, so no
+                # later rider is rebased onto its commit (that commit would land with theirs, its lease unreleased)
+                t.prep = self._prepare(t)
+                if t.prep is None:
+                    continue
+                target = r._target(t.at.task)
+                onto = tips.get(target, base if r.opts.land else None)
+                head = self._board(t, onto)
+                if head is None:
+                    continue
+                tips[target] = head
+                riders.append(t)
+            if not riders:
+                return True
+            return self._push(riders, tips)
+        finally:
+            for t in checked:  # the renew locks of those that did not ride (the riders' are let go by _push)
+                prep, t.prep = t.prep, None
+                if prep is not None:
+                    prep.close()
+
+    def _base(self) -> str:
+        """The commit this ride lands onto: the base branch fetched, or, while this runner is the only one
+        landing on it, the commit its last ride landed (no fetch: a push refused because the branch moved
+        ends that, and the next ride fetches)."""
+        r = self.r
+        if r.opts.land and self._solo and self._tip is not None:
+            return self._tip
+        _branch, base = r._fetch_base()
+        self._solo = self._tip is not None and base == self._tip  # nobody else landed since our last ride
+        return base
 
     def _check(self, train: list[Ticket], base: str) -> list[Ticket]:
         """The tickets whose own commits (over ``base``, before any rebase: rebasing one onto another changes
@@ -236,6 +262,9 @@ class Lander:
             gitq.reset_hard(path, t.verified)  # its own commits only: not another rider's from a ride that failed
             why = gitq.rebase(path, onto)
             if why is not None:
+                prep, t.prep = t.prep, None
+                if prep is not None:  # its renew lock let go before its attempt hears (it releases the lease)
+                    prep.close()
                 t.finish(error=_Fail(f"its change no longer rebases onto {t.base_ref} ({why}): the agent runs again"))
                 return None
         t.head = gitq.head_commit(path)
@@ -269,13 +298,9 @@ class Lander:
 
         r = self.r
         updates: list[RefUpdate] = []
-        for t in list(riders):
-            prep = self._prepare(t)
-            if prep is None:
-                riders.remove(t)
-                continue
-            t.prep = prep
-            at = t.at
+        for t in riders:
+            prep, at = t.prep, t.at
+            assert prep is not None  # taken when it boarded (_ride)
             oid, _ = r._outcomes.make(
                 at.task.id,
                 "done",
@@ -286,13 +311,8 @@ class Lander:
                 digest=at.task.digest,
             )
             updates += [*prep.updates, r._outcomes.update(at.task.id, oid, at.outcome)]
-        if not riders:
-            return True
-        specs = [
-            f"{tip}:{target}"
-            for target, tip in sorted(tips.items())
-            if any(r._target(t.at.task) == target for t in riders)
-        ]
+        specs = [f"{tip}:{target}" for target, tip in sorted(tips.items())]  # each target has riders (_ride)
+        self._tip = None  # known again once this push lands
         try:
             audits = self._audit_entries(riders)  # reads our audit ref's head when this clone has not yet
         except RemoteUnavailable as exc:  # nothing pushed: as a landing the store refused, again after a pause
@@ -315,6 +335,7 @@ class Lander:
         if out.ambiguous:
             out = self._reread(updates, specs, out)
         if out.ok:
+            self._tip = tips.get(f"refs/heads/{r.opts.land}") if r.opts.land else None
             self._settle(riders, True, audits)
             with r._lock:
                 self.landed += len(riders)
