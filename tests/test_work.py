@@ -1025,6 +1025,88 @@ def test_a_runner_landing_alone_starts_its_next_ride_from_its_last_landing_until
     assert world.landed()[-4:] == ["task s1", "task s2", "bump", "task s3"]
 
 
+def _pipeline_world(world, *, bump: bool):
+    """Two tasks, q1 and q2, on two workers; q2's agent ends only once q1's landing push is under way. The
+    push waits (a seam on the store) until q2 has boarded the next ride, or 60 s; with ``bump``, another pusher
+    then moves main first. Returns (summary, events, seen)."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a, other = world.clone("a"), world.clone("other")
+    gate = world.root / "go"
+    seen: dict = {"fetches": 0, "landing pushes": 0}
+    boarded = threading.Event()
+
+    def hook(runner):
+        lander, store = runner.lander, runner.svc.store
+        real_fetch, real_apply, real_board = runner._fetch_base, store.apply, lander._board
+
+        def fetch():
+            if threading.current_thread().name == "gitlease-lander":
+                seen["fetches"] += 1
+            return real_fetch()
+
+        def board(t, onto):
+            if t.at.task.id == "q2" and seen["landing pushes"] == 1:
+                seen["q2 boarded onto"] = onto
+                boarded.set()
+            return real_board(t, onto)
+
+        def apply(updates, **kw):
+            if not any(spec.endswith(":refs/heads/main") for spec in kw.get("extra_refspecs", ())):
+                return real_apply(updates, **kw)
+            seen["landing pushes"] += 1
+            if seen["landing pushes"] == 1:
+                gate.write_text("go\n")  # q2's agent ends, and q2 enters the lane while this push runs
+                seen["during the push"] = boarded.wait(60)
+                seen["first tip"] = kw["extra_refspecs"][0].split(":")[0]
+                if bump:
+                    (other / "README.md").write_text("bumped\n")
+                    git(other, "add", "-A")
+                    git(other, "commit", "-q", "-m", "bump")
+                    git(other, "pull", "-q", "--rebase", "origin", "main")
+                    git(other, "push", "-q", "origin", "HEAD:main")
+            return real_apply(updates, **kw)
+
+        runner._fetch_base, store.apply, lander._board = fetch, apply, board
+
+    tasks = [{"id": "q1", "paths": ["src/a/x.py"]}, {"id": "q2", "paths": ["src/b/y.py"], "wait": str(gate)}]
+    events: list = []
+    summary = run_queue(
+        str(a), tasks, command=world.command, land="main", workers=2, runner_hook=hook, on_event=events.append
+    )
+    return summary, events, seen
+
+
+def test_a_task_that_comes_while_a_landing_pushes_boards_the_next_ride_meanwhile(world):
+    """q2 becomes ready while q1's landing push is under way: it is checked and rebased onto the commit that
+    push lands while it runs, and its own push follows with no fetch and no check in between."""
+    summary, events, seen = _pipeline_world(world, bump=False)
+    lines = [e.line() for e in events]
+    assert summary.done == ["q1", "q2"] and summary.failed == [] and summary.land_retries == 0, lines
+    assert seen["during the push"], lines  # boarded while the first push ran
+    assert seen["q2 boarded onto"] == seen["first tip"]  # onto what it landed
+    assert seen["landing pushes"] == 2 and seen["fetches"] == 1, seen  # the second ride fetched nothing
+    assert world.landed()[-2:] == ["task q1", "task q2"]
+    assert [e.kind for e in events].count("running") == 2 and world.lease_refs() == []
+
+
+def test_a_ride_boarded_onto_a_push_that_did_not_land_is_undone_and_lands_afresh(world):
+    """Another pusher moves main while q1's landing push waits, after q2 boarded onto the commit that push
+    was to land: q1's push is refused, q2's boarding is undone (its renew lock let go, back in the lane), and
+    both land after a fetch; each agent ran once, each landed commit changes its own path only."""
+    summary, events, seen = _pipeline_world(world, bump=True)
+    lines = [e.line() for e in events]
+    assert summary.done == ["q1", "q2"] and summary.failed == [], lines
+    assert seen["during the push"] and summary.land_retries == 1, lines
+    assert "bump" in world.landed() and sorted(world.landed()[-2:]) == ["task q1", "task q2"], world.landed()
+    for t, path in (("q1", "src/a/x.py"), ("q2", "src/b/y.py")):
+        sha = git(world.remote, "log", "--format=%H", "-1", "--grep", f"^task {t}$", "main").strip()
+        assert git(world.remote, "diff-tree", "--no-commit-id", "--name-only", "-r", sha).split() == [path]
+    assert [e.kind for e in events].count("running") == 2 and world.lease_refs() == []
+
+
 def test_a_landing_lost_to_another_pusher_backs_off_and_lands_without_running_the_agent_again(world):
     from gitlease.work.runner import run_queue
 

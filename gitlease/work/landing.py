@@ -15,6 +15,11 @@ and with no push of its own after (its renewals wait while the train holds the l
 server hook takes such a release, recorded by the lease's holder, as the push's claim on the lease
 (docs/protocol.md, "Landing and releasing in one push").
 
+While a push is under way, the tasks that are ready (and those that become ready) board the next ride onto the
+commit it lands: checked on a read of the store of their own, their releases taken, rebased. When the push
+lands, that ride is pushed at once (no fetch, no check, no rebase in between); when it does not, the boarding
+is undone (the renew locks let go, the tasks back in the lane) and they ride afresh after a fetch.
+
 When another runner (or a person) lands first, the push is refused as a whole: the lander backs off with jitter,
 re-fetches, rebases and goes again; nothing is thrown away. A task whose own change no longer rebases, whose
 commits leave its scope, or whose lease is lost leaves the train (the others go on). A lease found lost before
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from gitlease.service.audit import AuditLog
+    from gitlease.service.leases import LeaseService
     from gitlease.service.results import PreparedRelease
     from gitlease.service.views import Snapshot
     from gitlease.work.attempt import TaskAttempt
@@ -69,6 +75,18 @@ class Ticket:
         self.done.set()
 
 
+@dataclass
+class Boarded:
+    """A ride boarded while the one before it was pushing: checked, its releases taken (their renew locks held),
+    its commits rebased one onto the other onto ``base``, the commit that push lands. Pushed next when that
+    push landed; else undone (_unboard), its tickets back in the lane."""
+
+    train: list[Ticket]  # every ticket taken from the lane for it
+    riders: list[Ticket] = field(default_factory=list)
+    tips: dict[str, str] = field(default_factory=dict)
+    base: str = ""
+
+
 class Lander:
     """The runner's landing train (module docstring). ``land(attempt, base_ref)`` blocks until the task landed
     (its commit, or None for nothing to land) or raises the attempt's _Fail."""
@@ -80,6 +98,8 @@ class Lander:
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
         self._tip: str | None = None  # the base branch as our last ride landed it (None: not known)
+        self._next: Boarded | None = None  # the next ride, boarded while the last one pushed (_board_next)
+        self._reader: LeaseService | None = None  # the store read by _board_next (beside the push's own)
         self._solo = False  # nobody else seen landing on it since: the next ride starts from _tip, unfetched
         self.rides = 0  # pushes made
         self.landed = 0  # tasks landed by them
@@ -105,12 +125,16 @@ class Lander:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                if not self._lane:
+                boarded, self._next = self._next, None
+                if boarded is not None:
+                    train = boarded.train
+                elif not self._lane:
                     self._thread = None
                     return
-                train, self._lane = self._lane[:MAX_TRAIN], self._lane[MAX_TRAIN:]
+                else:
+                    train, self._lane = self._lane[:MAX_TRAIN], self._lane[MAX_TRAIN:]
             try:
-                self._run(train)
+                self._run(train, boarded)
             except BaseException as exc:  # never leave a worker waiting on a ticket
                 for t in train:
                     if not t.done.is_set():
@@ -118,7 +142,16 @@ class Lander:
                 if not isinstance(exc, Exception):
                     raise
 
-    def _run(self, train: list[Ticket]) -> None:
+    def _run(self, train: list[Ticket], boarded: Boarded | None = None) -> None:
+        """``train`` landed, retried up to --land-retries times; ``boarded``: its first ride, made ready while
+        the ride before it pushed (pushed as it is when that push landed, else undone and ridden afresh). No
+        renew lock it took outlives this, whatever happens (a stop, a bug)."""
+        try:
+            self._retried(train, boarded)
+        finally:
+            self._unboard(boarded, back=False)
+
+    def _retried(self, train: list[Ticket], boarded: Boarded | None) -> None:
         from gitlease.work.attempt import _Fail
 
         r = self.r
@@ -135,6 +168,13 @@ class Lander:
                     r.land_retries += 1
                     r.retries += 1
                 self._pause(i)
+            if boarded is not None:
+                ready, boarded = boarded, None
+                if ready.riders and ready.base == self._tip:  # the push it was boarded onto landed
+                    if self._push(ready.riders, ready.tips):
+                        return
+                    continue
+                self._unboard(ready, back=False)  # ridden afresh now (with this train)
             if self._ride(train):
                 return
         for t in train:
@@ -194,7 +234,7 @@ class Lander:
         self._solo = self._tip is not None and base == self._tip  # nobody else landed since our last ride
         return base
 
-    def _check(self, train: list[Ticket], base: str) -> list[Ticket]:
+    def _check(self, train: list[Ticket], base: str, svc: LeaseService | None = None) -> list[Ticket]:
         """The tickets whose own commits (over ``base``, before any rebase: rebasing one onto another changes
         no path they touch) lie in their lease and scope and outside every other live lease, judged on ONE
         listing and ONE read of the store for the whole train (its riders' paths and leases); the others leave
@@ -215,7 +255,7 @@ class Lander:
             return []
         keep = {lid for k in paths for lid in train[k].at.held.svc.held_here()}
         wanted = sorted({p for ps in paths.values() for p in ps})
-        snap = r.svc.snapshot(use_cache=False, paths=wanted, keep=keep)
+        snap = (svc or r.svc).snapshot(use_cache=False, paths=wanted, keep=keep)
         out = []
         for k, ps in paths.items():
             t, at = train[k], train[k].at
@@ -321,11 +361,9 @@ class Lander:
                 t.at.emit("landing", message=f"not landed ({shortened(exc.message)}); backing off, then again")
             return False
         try:
-            # not while a worker fetches: the push moves refs/remotes/<remote>/<branch> too, and the fetch's
-            # update of it would fail ("cannot lock ref ... is at X but expected Y")
-            with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock:
-                out = r.svc.store.apply(updates + [u for _, u, _ in audits], extra_refspecs=specs)
+            out = self._apply(updates + [u for _, u, _ in audits], specs, tips)
         except GitLeaseError as exc:
+            self._unboard(self._take_next())
             self._settle(riders, None, audits)
             for t in riders:
                 t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
@@ -334,6 +372,8 @@ class Lander:
             self.rides += 1
         if out.ambiguous:
             out = self._reread(updates, specs, out)
+        if not out.ok:  # the next ride was boarded onto a commit that did not land
+            self._unboard(self._take_next())
         if out.ok:
             self._tip = tips.get(f"refs/heads/{r.opts.land}") if r.opts.land else None
             self._settle(riders, True, audits)
@@ -356,6 +396,102 @@ class Lander:
         for t in riders:
             t.at.emit("landing", message=f"not landed ({shortened(what)}); backing off, then again")
         return False
+
+    def _apply(self, updates: list[RefUpdate], specs: list[str], tips: dict[str, str]):
+        """The landing push. While it runs, the tasks in the lane, and those that come, board the next ride onto
+        the commit it lands (_board_next): a ride's check and rebases then cost no time between two pushes."""
+        r = self.r
+
+        def push():
+            # not while a worker fetches: the push moves refs/remotes/<remote>/<branch> too, and the fetch's
+            # update of it would fail ("cannot lock ref ... is at X but expected Y")
+            with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock:
+                return r.svc.store.apply(updates, extra_refspecs=specs)
+
+        onto = tips.get(f"refs/heads/{r.opts.land}") if r.opts.land else None
+        if onto is None or r.kill.is_set():
+            return push()
+        box: dict = {}
+        pushed = threading.Event()
+
+        def run() -> None:
+            try:
+                box["out"] = push()
+            except BaseException as exc:  # handed to the lander, which raises it as its own
+                box["exc"] = exc
+            finally:
+                pushed.set()
+                with self._cond:
+                    self._cond.notify_all()  # the boarding ends
+
+        pusher = threading.Thread(target=run, name="gitlease-lander-push", daemon=True)
+        pusher.start()
+        try:
+            self._board_next(onto, pushed)
+        finally:
+            pusher.join()
+        if "exc" in box:
+            raise box["exc"]
+        return box["out"]
+
+    def _board_next(self, onto: str, pushed: threading.Event) -> None:
+        """Until ``pushed``, board the tasks in the lane, and each that comes, onto ``onto`` (the commit the push
+        under way lands), as a ride would: checked on a read of the store of its own, their releases taken,
+        their commits rebased one onto the other. Kept in ``_next`` for the lander's next turn. Never raises:
+        whatever goes wrong puts the tickets back in the lane, as they were, for an ordinary ride."""
+        from gitlease.service.factory import open_service
+
+        r = self.r
+        ready = Boarded([], base=onto)
+        target = f"refs/heads/{r.opts.land}"
+        try:
+            while True:
+                with self._cond:
+                    room = MAX_TRAIN - len(ready.train)
+                    if pushed.is_set() or room <= 0 or r.kill.is_set():
+                        break
+                    if not self._lane:
+                        self._cond.wait()  # a task for the lane, or the push's end
+                        continue
+                    batch, self._lane = self._lane[:room], self._lane[room:]
+                ready.train += batch
+                if self._reader is None:
+                    self._reader = open_service(
+                        r.svc.repo.cwd, remote=r.opts.remote, clock=r.clock, signer=r.svc.signer, agent=r.opts.agent
+                    )
+                for t in self._check(batch, onto, self._reader):
+                    t.prep = self._prepare(t)
+                    if t.prep is None:
+                        continue
+                    head = self._board(t, ready.tips.get(target, onto))
+                    if head is None:
+                        continue
+                    ready.tips[target] = head
+                    ready.riders.append(t)
+        except Exception:
+            self._unboard(ready)
+            return
+        if ready.train:
+            with self._cond:
+                self._next = ready
+
+    def _take_next(self) -> Boarded | None:
+        with self._cond:
+            boarded, self._next = self._next, None
+        return boarded
+
+    def _unboard(self, boarded: Boarded | None, *, back: bool = True) -> None:
+        """A boarded ride undone: its renew locks let go and (``back``) its tickets not finished meanwhile put
+        back at the head of the lane."""
+        if boarded is None:
+            return
+        for t in boarded.train:
+            prep, t.prep = t.prep, None
+            if prep is not None:
+                prep.close()
+        if back:
+            with self._cond:
+                self._lane[:0] = [t for t in boarded.train if not t.done.is_set()]
 
     def _prepare(self, t: Ticket) -> PreparedRelease | None:
         """``t``'s lease release, made ready to ride with its commit (its renew lock held until settled: nothing
