@@ -134,6 +134,31 @@ def status(cwd, queue) -> dict:
     return {t["id"]: t for t in json.loads(res.stdout)["result"]["tasks"]}
 
 
+def hold_lander(lander, tickets: int) -> None:
+    """The lander's first turn waits (at most 120 s) until ``tickets`` tasks are in its lane (a seam)."""
+    import threading
+
+    real, full = lander._loop, threading.Event()
+
+    def loop():
+        if not full.is_set():
+            with lander._cond:  # told of each task that enters the lane
+                lander._cond.wait_for(lambda: len(lander._lane) >= tickets, timeout=120)
+            full.set()
+        real()
+
+    lander._loop = loop
+
+
+def land_elsewhere(other: Path, text: str = "bumped\n", message: str = "bump") -> None:
+    """Another pusher moves the remote's main first: a commit of the clone ``other`` on top of it."""
+    (other / "README.md").write_text(text)
+    git(other, "add", "-A")
+    git(other, "commit", "-q", "-m", message)
+    git(other, "pull", "-q", "--rebase", "origin", "main")
+    git(other, "push", "-q", "origin", "HEAD:main")
+
+
 def test_a_queue_lands_each_task_once_claim_and_scope_in_one_push(world):
     log = world.root / "agent.log"
     tasks = [
@@ -697,7 +722,6 @@ def test_a_landing_train_of_ready_tasks_lands_in_one_push(world):
     """Four tasks verified at the same moment land in ONE atomic push (the branch, four renewals, four outcomes),
     not four pushes racing each other. The lander is held (a seam: its loop waits) until all four are in its
     lane."""
-    import threading
 
     from gitlease.work.runner import run_queue
 
@@ -706,19 +730,8 @@ def test_a_landing_train_of_ready_tasks_lands_in_one_push(world):
     seen = {}
 
     def hook(runner):
-        lander = runner.lander
-        real = lander._loop
-        full = threading.Event()
-
-        def loop():
-            if not full.is_set():
-                with lander._cond:  # told of each task that enters the lane
-                    lander._cond.wait_for(lambda: len(lander._lane) >= 4, timeout=120)
-                full.set()
-            real()
-
-        lander._loop = loop
-        seen["lander"] = lander
+        hold_lander(runner.lander, 4)
+        seen["lander"] = runner.lander
 
     summary = run_queue(
         str(a), [{"id": f"t{i}", "paths": [p]} for i, p in enumerate(paths)], command=world.command, land="main",
@@ -854,7 +867,6 @@ def test_after_a_refused_ride_each_rider_is_judged_on_its_own_commits_not_on_the
     """Two disjoint tasks ride together; their push loses to another pusher after the second was rebased onto the
     first. The next ride checks and rebases each from its commit as verified: the second is not refused for the
     first's path (it once was: its rebased commit carried the first's change over the new base)."""
-    import threading
 
     from gitlease.work.runner import run_queue
 
@@ -863,28 +875,17 @@ def test_after_a_refused_ride_each_rider_is_judged_on_its_own_commits_not_on_the
 
     def hook(runner):
         lander = runner.lander
-        real_loop, real_push = lander._loop, lander._push
-        full = threading.Event()
-
-        def loop():
-            if not full.is_set():
-                with lander._cond:
-                    lander._cond.wait_for(lambda: len(lander._lane) >= 2, timeout=120)
-                full.set()
-            real_loop()
+        hold_lander(lander, 2)
+        real_push = lander._push
 
         def push(riders, tips):
             seen["pushes"] += 1
             if seen["pushes"] == 1:  # both aboard, one rebased onto the other: someone else lands first
                 seen["first"] = [len(t.at.task.scope) for t in riders]
-                (other / "README.md").write_text("bumped\n")
-                git(other, "add", "-A")
-                git(other, "commit", "-q", "-m", "bump")
-                git(other, "pull", "-q", "--rebase", "origin", "main")
-                git(other, "push", "-q", "origin", "HEAD:main")
+                land_elsewhere(other)
             return real_push(riders, tips)
 
-        lander._loop, lander._push = loop, push
+        lander._push = push
         seen["lander"] = lander
 
     events = []
@@ -910,7 +911,6 @@ def test_a_rider_whose_release_cannot_ride_leaves_the_train_before_any_other_is_
     rebased onto it before its release was found busy: the push carried its commit without its release, the
     server hook refused the whole train, and two tasks failed (a store without the hook would have taken its
     commit with its lease unreleased)."""
-    import threading
 
     from gitlease.work import landing
     from gitlease.work.runner import run_queue
@@ -924,15 +924,8 @@ def test_a_rider_whose_release_cannot_ride_leaves_the_train_before_any_other_is_
 
     def hook(runner):
         lander = runner.lander
-        real_loop, real_check, real_push = lander._loop, lander._check, lander._push
-        full = threading.Event()
-
-        def loop():
-            if not full.is_set():
-                with lander._cond:
-                    lander._cond.wait_for(lambda: len(lander._lane) >= 3, timeout=120)
-                full.set()
-            real_loop()
+        hold_lander(lander, 3)
+        real_check, real_push = lander._check, lander._push
 
         def check(train, base):
             out = real_check(train, base)
@@ -950,7 +943,7 @@ def test_a_rider_whose_release_cannot_ride_leaves_the_train_before_any_other_is_
                     held.pop("lock").close()
                     monkeypatch.setattr(landing, "LOCK_WAIT", wait)
 
-        lander._loop, lander._check, lander._push = loop, check, push
+        lander._check, lander._push = check, push
 
     events: list = []
     summary = run_queue(
@@ -994,11 +987,7 @@ def test_a_runner_landing_alone_starts_its_next_ride_from_its_last_landing_until
         def push(riders, tips):
             seen["pushes"] += 1
             if seen["pushes"] == 3:  # someone else lands first
-                (other / "README.md").write_text("bumped\n")
-                git(other, "add", "-A")
-                git(other, "commit", "-q", "-m", "bump")
-                git(other, "pull", "-q", "--rebase", "origin", "main")
-                git(other, "push", "-q", "origin", "HEAD:main")
+                land_elsewhere(other)
             try:
                 return real_push(riders, tips)
             finally:
@@ -1062,11 +1051,7 @@ def _pipeline_world(world, *, bump: bool):
                 seen["during the push"] = boarded.wait(60)
                 seen["first tip"] = kw["extra_refspecs"][0].split(":")[0]
                 if bump:
-                    (other / "README.md").write_text("bumped\n")
-                    git(other, "add", "-A")
-                    git(other, "commit", "-q", "-m", "bump")
-                    git(other, "pull", "-q", "--rebase", "origin", "main")
-                    git(other, "push", "-q", "origin", "HEAD:main")
+                    land_elsewhere(other)
             return real_apply(updates, **kw)
 
         runner._fetch_base, store.apply, lander._board = fetch, apply, board
@@ -1119,11 +1104,7 @@ def test_a_landing_lost_to_another_pusher_backs_off_and_lands_without_running_th
         def fetch():
             got = real()
             if len(bumps) < 3 and runner.lander._thread is not None:  # the lander's fetch: someone lands first
-                (other / "README.md").write_text(f"more {len(bumps)}\n")
-                git(other, "add", "-A")
-                git(other, "commit", "-q", "-m", f"bump {len(bumps)}")
-                git(other, "pull", "-q", "--rebase", "origin", "main")
-                git(other, "push", "-q", "origin", "HEAD:main")
+                land_elsewhere(other, f"more {len(bumps)}\n", f"bump {len(bumps)}")
                 bumps.append(1)
             return got
 
