@@ -160,6 +160,7 @@ class Lander:
             if not train:
                 return
             if r.kill.is_set():
+                self._unboard(boarded, back=False)  # their renew locks let go before their attempts hear
                 for t in train:
                     t.finish(error=_Fail("interrupted", interrupted=True))
                 return
