@@ -267,8 +267,7 @@ class TaskAttempt:
         to find the task's commits shared."""
         if landed is None:
             return False
-        own = branch_name(self.task.id, self.lease_id)
-        return gitq.count_unshared(self.r.svc.repo.cwd, landed, own) == 0
+        return gitq.count_unshared(self.r.svc.repo.cwd, landed, self.att.branch) == 0
 
     def _restore(self, ref: str) -> bool:
         """The verified commit an earlier attempt parked at ``ref`` (on the store), checked out in this attempt's

@@ -77,9 +77,9 @@ class Ticket:
 
 @dataclass
 class Boarded:
-    """A ride boarded while the one before it was pushing: checked, its releases taken (their renew locks held),
-    its commits rebased one onto the other onto ``base``, the commit that push lands. Pushed next when that
-    push landed; else undone (_unboard), its tickets back in the lane."""
+    """A ride's riders, boarded (checked, their releases taken: their renew locks held, their commits rebased one
+    onto the other onto ``base``). One boarded while the ride before it was pushing (``base``: the commit that
+    push lands) is pushed next when that push landed; else undone (_unboard), its tickets back in the lane."""
 
     train: list[Ticket]  # every ticket taken from the lane for it
     riders: list[Ticket] = field(default_factory=list)
@@ -190,7 +190,6 @@ class Lander:
         """One try at landing ``train``: True when nothing is left to retry (landed, or left the train)."""
         from gitlease.work.attempt import _Fail
 
-        r = self.r
         base = self._base()
         try:
             checked = self._check(train, base)
@@ -199,30 +198,35 @@ class Lander:
                 if not t.done.is_set():
                     t.finish(error=_Fail(f"landing: {exc.message}", ready=True, counted=False))
             return True
-        tips: dict[str, str] = {}  # target branch -> the commit it will point at
-        riders: list[Ticket] = []
+        ride = Boarded(train, base=base)
         try:
-            for t in checked:
-                # its release first: a task whose lease cannot be given back in this push never boards, so no
-                # later rider is rebased onto its commit (that commit would land with theirs, its lease unreleased)
-                t.prep = self._prepare(t)
-                if t.prep is None:
-                    continue
-                target = r._target(t.at.task)
-                onto = tips.get(target, base if r.opts.land else None)
-                head = self._board(t, onto)
-                if head is None:
-                    continue
-                tips[target] = head
-                riders.append(t)
-            if not riders:
+            self._board_all(checked, ride)
+            if not ride.riders:
                 return True
-            return self._push(riders, tips)
+            return self._push(ride.riders, ride.tips)
         finally:
-            for t in checked:  # the renew locks of those that did not ride (the riders' are let go by _push)
-                prep, t.prep = t.prep, None
-                if prep is not None:
-                    prep.close()
+            self._unboard(ride, back=False)  # the renew locks of those that did not ride (_push let the riders' go)
+
+    def _board_all(self, checked: list[Ticket], ride: Boarded) -> None:
+        """Each of ``checked`` boards ``ride`` in turn: its release first (a task whose lease cannot be given back
+        in this push never boards, so no later rider is rebased onto its commit: that commit would land with
+        theirs, its lease unreleased), then its commits rebased onto the ride's tip of its target so far (with
+        --land: from ``ride.base``; else its own branch, not rebased)."""
+        r = self.r
+        for t in checked:
+            t.prep = self._prepare(t)
+            if t.prep is None:
+                continue
+            target = r._target(t.at.task)
+            head = self._board(t, ride.tips.get(target, ride.base if r.opts.land else None))
+            if head is None:
+                continue
+            ride.tips[target] = head
+            ride.riders.append(t)
+
+    def _landing_tip(self, tips: dict[str, str]) -> str | None:
+        """The commit ``tips`` put on the branch --land names (None without --land)."""
+        return tips.get(f"refs/heads/{self.r.opts.land}") if self.r.opts.land else None
 
     def _base(self) -> str:
         """The commit this ride lands onto: the base branch fetched, or, while this runner is the only one
@@ -376,7 +380,7 @@ class Lander:
         if not out.ok:  # the next ride was boarded onto a commit that did not land
             self._unboard(self._take_next())
         if out.ok:
-            self._tip = tips.get(f"refs/heads/{r.opts.land}") if r.opts.land else None
+            self._tip = self._landing_tip(tips)
             self._settle(riders, True, audits)
             with r._lock:
                 self.landed += len(riders)
@@ -409,7 +413,7 @@ class Lander:
             with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock:
                 return r.svc.store.apply(updates, extra_refspecs=specs)
 
-        onto = tips.get(f"refs/heads/{r.opts.land}") if r.opts.land else None
+        onto = self._landing_tip(tips)
         if onto is None or r.kill.is_set():
             return push()
         box: dict = {}
@@ -444,7 +448,6 @@ class Lander:
 
         r = self.r
         ready = Boarded([], base=onto)
-        target = f"refs/heads/{r.opts.land}"
         try:
             while True:
                 with self._cond:
@@ -460,15 +463,7 @@ class Lander:
                     self._reader = open_service(
                         r.svc.repo.cwd, remote=r.opts.remote, clock=r.clock, signer=r.svc.signer, agent=r.opts.agent
                     )
-                for t in self._check(batch, onto, self._reader):
-                    t.prep = self._prepare(t)
-                    if t.prep is None:
-                        continue
-                    head = self._board(t, ready.tips.get(target, onto))
-                    if head is None:
-                        continue
-                    ready.tips[target] = head
-                    ready.riders.append(t)
+                self._board_all(self._check(batch, onto, self._reader), ready)
         except Exception:
             self._unboard(ready)
             return
