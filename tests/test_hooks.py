@@ -583,6 +583,25 @@ def test_hook_entry_imports_only_a_little_stdlib(repo):
     assert res.returncode == 0, res.stderr
 
 
+def test_the_server_hook_judges_a_claim_without_the_lease_service(repo):
+    """A claim (lease refs only: the push a server sees most) is judged without importing the lease service,
+    which only a branch update needs; the installed pre-receive starts Python without site-packages (-S)."""
+    acquire(repo, "src")
+    listed = git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/leases/").splitlines()
+    assert len(listed) == 2  # its id ref and its scope ref
+    data = "".join(f"{'0' * 40} {line}\n" for line in listed)  # created, as its claim push did
+    code = (
+        "import sys; sys.path.append(sys.argv[1]); from gitlease.enforce import entry; rc = entry.run("
+        "['pre-receive']); heavy = {'gitlease.service.leases', 'gitlease.core.repo'} & set(sys.modules); "
+        "assert rc == 0 and not heavy, (rc, heavy)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(ROOT)], cwd=repo, input=data, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert '"$GITLEASE_PYTHON" -S -c ' in (ROOT / "hooks" / "pre-receive").read_text()
+
+
 def test_mirrored_layouts_agree_with_the_library(tmp_path):
     st_ = HeldState(str(tmp_path))
     with st_.locked() as held:

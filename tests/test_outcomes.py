@@ -50,6 +50,26 @@ def test_an_outcome_without_a_trusted_signature_is_refused_by_the_server_hook(gu
     assert Outcomes(fleet.agent("a")).write("t1", "retrying", 1, parent=None, reason="real") is not None
 
 
+def test_a_push_of_many_done_outcomes_refuses_only_the_one_whose_commit_is_not_on_its_branch(guarded):
+    """A landing train's push writes one outcome a task: the hook judges their landed commits in one walk, and
+    when one is not on its branch it still names that outcome alone."""
+    fleet, bare = guarded
+    a = fleet.agent("a")
+    book = Outcomes(a)
+    on_main = git(bare, "rev-parse", "refs/heads/main").strip()
+    landed = {"t1": on_main, "t2": "2" * 40, "t3": on_main}
+    updates = {}
+    for task, commit in landed.items():
+        oid, _ = book.make(task, "done", 1, parent=None, landed=commit, branch="refs/heads/main")
+        updates[task] = RefUpdate(outcome_ref(task), oid, None)
+    out = a.store.apply(list(updates.values()))
+    why = " ".join(out.server)
+    assert not out.ok and f"{outcome_ref('t2')}: not a gitlease task outcome" in why, why
+    assert "(2222222222" in why and outcome_ref("t1") not in why and outcome_ref("t3") not in why, why
+    del updates["t2"]
+    assert a.store.apply(list(updates.values())).ok  # every commit on main: one push, accepted
+
+
 def test_outcomes_only_move_forward_and_are_deleted_only_by_a_recorded_prune(guarded):
     fleet, bare = guarded
     a = fleet.agent("a")

@@ -291,6 +291,13 @@ def is_ancestor(where: Where, ancestor: str, commit: str) -> bool:
     return _git(where, ["merge-base", "--is-ancestor", ancestor, commit]).returncode == 0
 
 
+def all_reached(where: Where, tip: str, commits: Sequence[str]) -> bool:
+    """Whether ``tip`` reaches every one of ``commits`` (each is it or an ancestor), in one walk; False also when
+    git cannot tell (a commit it does not have): ask ``is_ancestor`` of each then."""
+    res = _git(where, ["rev-list", "--max-count=1", *commits, "--not", tip, "--"])
+    return res.returncode == 0 and not res.out.strip()
+
+
 def octopus_bases(where: Where, commits: Sequence[str]) -> list[str]:
     """Common ancestors of all ``commits`` (``merge-base --octopus``); none when they share no history."""
     res = _git(where, ["merge-base", "--octopus", *commits])

@@ -54,6 +54,7 @@ from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
 MAX_AUDIT_CHAIN = 2000  # entries one push may append to one audit ref (a batched sweep: ops.sweep.MAX_BATCH_REFS)
+_FULL_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 LEASE_OPTION = re.compile(r"lease=(lease_[0-9a-z]{6,40})")  # fullmatch: "lease=ID\n" is no claim
 
 
@@ -199,8 +200,13 @@ class _Push:
         self.scope_changes: list[tuple[str, str, set[str], set[str]]] = []  # (id ref, new version, added, removed)
         self.resized: set[str] = set()  # scope refs an extend or a narrow of this push creates or deletes
         self.audit: list[dict] = []  # audit entries appended (parsed)
+        self.outcome_objects: dict[str, tuple[str, bytes]] = {}  # what every outcome written needs, read at once
+        self.landed: list[tuple[str, str, str, str]] = []  # (outcome ref, commit it says landed, branch, tip)
 
     def check(self) -> list[str]:
+        outcomes = [(o, n) for o, n, r in self.ours if shape(r) == "outcome" and not ZERO.match(n)]
+        if outcomes:  # one read for them all (a landing train's push writes one a task)
+            self.outcome_objects = _cat([x for o, n in outcomes for x in _outcome_names(o, n)])
         for old, new, ref in self.ours:
             kind = shape(ref)
             if kind is None:
@@ -217,6 +223,7 @@ class _Push:
                     self.scope_deletes.setdefault(old, set()).add(path_of_scope_ref(ref))
                 except ValueError:
                     pass
+        self._check_landed()
         self._scope_changes()
         self._pair_creates()
         self._check_parked()
@@ -287,7 +294,7 @@ class _Push:
         (after this push)."""
         from gitlease.service.outcomes import FILE, SIG_FILE, move_problem, parse_record
 
-        got = _cat([new, f"{new}^{{tree}}", f"{new}:{FILE}", f"{new}:{SIG_FILE}", f"{old}:{FILE}"])
+        got = self.outcome_objects
         kind, body = got.get(new, (None, b""))
         parents = commit_parents(body)
         kind_f, data = got.get(f"{new}:{FILE}", (None, b""))
@@ -308,14 +315,14 @@ class _Push:
             problem = (
                 check_outcome(_server_trust(), doc, data, sig)
                 or move_problem(previous, doc)
-                or self._landed_problem(doc)
+                or self._landed_problem(ref, doc)
             )
         if problem:
             self.problems.append(f"{ref}: not a gitlease task outcome ({problem})")
 
-    def _landed_problem(self, doc: dict) -> str | None:
+    def _landed_problem(self, ref: str, doc: dict) -> str | None:
         """A ``done`` outcome naming a commit: that commit must be on the branch it names, as this push leaves
-        that branch."""
+        that branch (judged for all of the push's outcomes at once: _check_landed)."""
         landed, branch = doc.get("landed"), doc.get("branch")
         if doc.get("state") != "done" or landed is None or branch is None:
             return None
@@ -326,9 +333,25 @@ class _Push:
             tip = gitq.rev_parse(HOOK, branch) or ""
         if not tip or ZERO.match(tip):
             return f"it names {branch}, which this repository does not have"
-        if not gitq.is_ancestor(HOOK, str(landed), tip):
-            return f"the commit it says landed ({str(landed)[:12]}) is not on {branch}"
+        self.landed.append((ref, str(landed), branch, tip))
         return None
+
+    def _check_landed(self) -> None:
+        """Each commit the push's outcomes say landed is on the branch each names (``_landed_problem``): one walk
+        a branch for all of them, one check each only when that walk finds one that is not."""
+        by_tip: dict[str, list[tuple[str, str, str]]] = {}
+        for ref, landed, branch, tip in self.landed:
+            by_tip.setdefault(tip, []).append((ref, landed, branch))
+        for tip, claims in by_tip.items():
+            commits = [landed for _r, landed, _b in claims]
+            if all(_FULL_OID.fullmatch(c) for c in commits) and gitq.all_reached(HOOK, tip, commits):
+                continue
+            for ref, landed, branch in claims:
+                if not gitq.is_ancestor(HOOK, landed, tip):
+                    self.problems.append(
+                        f"{ref}: not a gitlease task outcome (the commit it says landed ({landed[:12]}) is not on "
+                        f"{branch})"
+                    )
 
     def _write_probe(self, old: str, new: str, ref: str) -> None:
         got = _cat([new, f"{new}^{{tree}}", f"{new}:{PROBE_FILE}"])
@@ -660,6 +683,13 @@ def _object_format_of(_git_dir: str | None, _cwd: str) -> str:
     return gitq.object_format(HOOK)
 
 
+def _outcome_names(old: str, new: str) -> list[str]:
+    """The objects judging the write of a task outcome from ``old`` to ``new`` reads (_Push._write_outcome)."""
+    from gitlease.service.outcomes import FILE, SIG_FILE
+
+    return [new, f"{new}^{{tree}}", f"{new}:{FILE}", f"{new}:{SIG_FILE}", f"{old}:{FILE}"]
+
+
 def _cat(names: list[str]) -> dict[str, tuple[str, bytes]]:
     """{name: (type, content)} of the objects ``names`` name here (the quarantine included)."""
     return gitq.read_objects(HOOK, names)
@@ -755,12 +785,12 @@ def _anonymous(v: enforce.Violation) -> enforce.Violation:
 def check_branch_updates(updates: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
     """Refusal lines (and notes) for branch and tag updates bringing commits that touch paths leased to someone
     else, judged commit by commit with the leases each may claim (gitlease.enforce.claims)."""
+    if not any(not ZERO.match(n) and not in_namespaces(r) and not parked(r) for _o, n, r in updates):
+        return [], []  # lease refs only (a claim, a renewal): none of the imports below, most of a hook's start
     from gitlease.core.config import resolve
     from gitlease.core.repo import Repo
     from gitlease.service.leases import LeaseService
 
-    if not any(not ZERO.match(n) and not in_namespaces(r) and not parked(r) for _o, n, r in updates):
-        return [], []
     repo = Repo.discover(".")
     settings = resolve(repo.config)
     mode = settings.enforce or "others"
