@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gitlease.core import gitcmd
 from gitlease.core.errors import InvalidRecord, RemoteUnavailable
 from gitlease.core.hookgit import RESERVED, parse_listing
 from gitlease.core.objects import RECORD_FILE, SIGNATURE_FILE
 from gitlease.core.refnames import NAMESPACE, SCOPE_REF
+
+if TYPE_CHECKING:
+    from gitlease.core.pushgroup import PushGroup
 
 ZERO = "0" * 40
 DEFAULT_TIMEOUT = 30.0
@@ -115,6 +119,9 @@ class Store:
         self.timeout = timeout  # the default bound of one git call (a caller bounds its own: gitcmd.deadline)
         # told of every update that landed (the service keeps the local copy the hooks and the guard read)
         self.on_applied: Callable[[Sequence[RefUpdate]], None] | None = None
+        # a store whose every write is a push (a remote): its plain pushes go with those of other threads that
+        # meet them there (gitlease/core/pushgroup.py); the others write at once and ignore it
+        self.group: PushGroup | None = None
 
     def _landed(self, updates: Sequence[RefUpdate], out: Outcome) -> Outcome:
         """``out``, after telling ``on_applied`` which of ``updates`` landed."""
@@ -273,6 +280,15 @@ class RemoteStore(Store):
         return self.remote
 
     def _transact(self, updates: Sequence[RefUpdate], tx: Transaction) -> Outcome:
+        if self.group is not None:
+            from gitlease.core.pushgroup import plain
+
+            if plain(tx):
+                return self.group.push((self.repo_dir, self.remote), self._push, updates, tx)
+        return self._push(updates, tx)
+
+    def _push(self, updates: Sequence[RefUpdate], tx: Transaction) -> Outcome:
+        """One ``git push`` of ``updates`` (and ``tx``'s branch refspecs)."""
         argv = push_argv(
             self.remote, updates, extra_refspecs=tx.extra_refspecs, run_hooks=tx.run_hooks, atomic=tx.atomic
         )

@@ -3,7 +3,8 @@
 1. read the store (the leases, the task claims, the outcomes) and plan: queue order, skipping tasks done,
    failed, claimed anywhere or cooling down after a failed attempt (gitlease.plan.planner);
 2. acquire the next startable task's scope AND its claim ``refs/leases/task/<task>`` in one atomic push
-   (``LeaseService.acquire(task=...)``): two workers, on one host or many, never run one task;
+   (``LeaseService.acquire(task=...)``): two workers, on one host or many, never run one task; the claims of
+   this runner's workers that meet go in one push (``claims``, gitlease/core/pushgroup.py);
 3. fetch the base after the grant (what an earlier task on these paths landed is in it), attach a clean
    worktree on a task branch (gitlease.worktree.manager);
 4. run the command there under heartbeats (the task as JSON on stdin and in ``$GITLEASE_TASK_FILE``;
@@ -46,6 +47,7 @@ from typing import Any
 from gitlease.core import gitq
 from gitlease.core.clock import SYSTEM, Clock
 from gitlease.core.errors import GitLeaseError, LeaseLost, NotHeld, RemoteUnavailable, UsageError
+from gitlease.core.pushgroup import PushGroup
 from gitlease.core.refnames import TASK_PREFIX, decode_segment
 from gitlease.liveness.interrupts import Interrupts
 from gitlease.service.leases import LeaseService
@@ -131,6 +133,7 @@ class Runner:
         self._fetches_started = 0  # fetches of the base begun (numbered from 1), and the last one done: (number, oid)
         self._fetched: tuple[int, str] | None = None
         self._outcomes = Outcomes(self.svc)
+        self.claims = PushGroup()  # the workers' claims, pushed together when they meet (_task_service)
         self._inflight: set[str] = set()
         self._granted: set[str] = set()  # every lease this runner was granted (its final sweep's concern)
         self._attempting: set[str] = set()  # the leases of attempts not ended yet
@@ -714,10 +717,12 @@ class Runner:
 
     # ----------------------------------------------------------------------------- a task
     def _task_service(self, svc: LeaseService, task: WorkTask, at: str | None = None) -> LeaseService:
-        if at is None:
-            return LeaseService(
+        if at is None:  # its claim: pushed together with the claims of other workers that meet it (pushgroup.py)
+            claim = LeaseService(
                 svc.repo, dataclasses.replace(svc.settings, task=task.id), clock=self.clock, signer=svc.signer
             )
+            claim.store.group = self.claims
+            return claim
         from gitlease.service.factory import open_service
 
         return open_service(
