@@ -8,6 +8,10 @@ goes again on its own: a push in a group lands exactly when it would have landed
 refusal. When its outcome is unclear (a timeout, a lost connection), each hears that and settles it by reading
 the store, as it would after a push of its own. The group's push is bounded by the shortest bound among them.
 
+A push that must go alone and first (``first()``: the runner's landing push, which releases leases and finishes
+tasks) is never kept waiting; while it is under way, the group's pushes wait for it as for one of their own, and
+go together when it ends. They do not then compete with it for the server.
+
 Fewer pushes is what a group buys: ten workers of one runner claiming at the same moment make one or two pushes
 instead of ten, so the server (and its hook) judges two, and a host's push budget counts two. The price: a push
 may wait for the one under way.
@@ -17,8 +21,9 @@ No printing; standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,7 +53,8 @@ class PushGroup:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._busy = False
+        self._busy = False  # a group's push under way
+        self._first = 0  # pushes that go first (first()) under way
         self._waiting: list[_Member] = []
         self.pushes = 0
         self.members = 0
@@ -59,7 +65,7 @@ class PushGroup:
         me = _Member(where, push, list(updates), tx)
         with self._lock:
             self.members += 1
-            if self._busy:
+            if self._busy or self._first:
                 self._waiting.append(me)
             else:
                 self._busy = True
@@ -99,15 +105,32 @@ class PushGroup:
                     )
             # refused: every m.out stays None, each pushes again alone
         finally:
-            self._next()
+            self._next(group_ended=True)
             for m in group[1:]:
                 m.ready.set()
 
-    def _next(self) -> None:
-        """The next group, from those waiting (in arrival order; one whose refs meet the group's, or that pushes
-        elsewhere, waits for the one after), handed to its first member to push; or nobody waits and nothing is
-        under way."""
+    @contextlib.contextmanager
+    def first(self) -> Iterator[None]:
+        """Around a push that goes alone and first: it waits for nothing here, and the group's pushes that come
+        meanwhile wait for its end (then they go together)."""
         with self._lock:
+            self._first += 1
+        try:
+            yield
+        finally:
+            self._next(first_ended=True)
+
+    def _next(self, *, group_ended: bool = False, first_ended: bool = False) -> None:
+        """A push under way ended: the next group, from those waiting (in arrival order; one whose refs meet the
+        group's, or that pushes elsewhere, waits for the one after), handed to its first member to push, once
+        no push is under way."""
+        with self._lock:
+            if group_ended:
+                self._busy = False
+            if first_ended:
+                self._first -= 1
+            if self._busy or self._first:
+                return  # the push under way starts the next group when it ends
             group: list[_Member] = []
             refs: set[str] = set()
             rest: list[_Member] = []
@@ -119,8 +142,8 @@ class PushGroup:
                     refs |= m.refs
             self._waiting = rest
             if not group:
-                self._busy = False
                 return
+            self._busy = True
             group[0].group = group
         group[0].ready.set()
 

@@ -409,8 +409,9 @@ class Lander:
 
         def push():
             # not while a worker fetches: the push moves refs/remotes/<remote>/<branch> too, and the fetch's
-            # update of it would fail ("cannot lock ref ... is at X but expected Y")
-            with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock:
+            # update of it would fail ("cannot lock ref ... is at X but expected Y"); the workers' claims that
+            # come meanwhile wait for it, then go together (core/pushgroup.py)
+            with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock, r.claims.first():
                 return r.svc.store.apply(updates, extra_refspecs=specs)
 
         onto = self._landing_tip(tips)
