@@ -12,9 +12,9 @@ A push that must go alone and first (``first()``: the runner's landing push, whi
 tasks) is never kept waiting; while it is under way, the group's pushes wait for it as for one of their own, and
 go together when it ends. They do not then compete with it for the server.
 
-Fewer pushes is what a group buys: ten workers of one runner claiming at the same moment make one or two pushes
-instead of ten, so the server (and its hook) judges two, and a host's push budget counts two. The price: a push
-may wait for the one under way.
+Fewer pushes is what a group buys: ten workers of one runner claiming at about the same moment make two or three
+pushes instead of ten (docs/work.md: 30 claims in 8 pushes), so the server and its hook judge fewer pushes and a
+host's push budget counts fewer. The price: a push may wait for the one under way.
 
 No printing; standard library only.
 """
