@@ -10,7 +10,8 @@ installed gitlease does (testing/bytecode.py).
 Reported per queue and worker count, from one run each on this machine: the makespan; the throughput (tasks a
 minute) and its ratio to the 5-worker run; the share of a task's time spent landing (landing seconds over busy
 seconds: claim to release); the agent runs (``running`` events: one a task means no agent ran again), the
-claims (a claim given back unrun, its task finished meanwhile by another worker, is one more), the landing
+claims (a claim given back unrun, its task finished meanwhile by another worker, is one more), the pushes
+that carried them (claims that meet go in one push, and releases or undoes of a claim count too), the landing
 pushes the train made and the non-fast-forward retries. Per queue, its longest chain of tasks each overlapping
 an earlier one (the lease rule runs a chain one after another: no worker count finishes it faster than the chain
 times one task's time at one worker). The targets: 10 workers at least 1.5x the throughput of 5, landing under
@@ -104,6 +105,7 @@ def run_one(daemon: GitDaemon, tmp: Path, queue: str, tasks: list[dict], workers
         "cpu": cpu,
         "agent_runs": sum(runs.values()),
         "claims": summary.ran,
+        "claim_pushes": seen["runner"].claims.pushes,  # claims that met went in one push (core/pushgroup.py)
         "rerun_reasons": reasons,
         "pushes": lander.rides,
         "retries": summary.land_retries,
@@ -128,15 +130,15 @@ def table(queue: str, tasks: list[dict], rows: list[dict]) -> list[str]:
         )
     lines = [what + ".", ""]
     lines += [
-        "| workers | makespan | tasks / min | vs 5 workers | landing share of task time | machine CPU | CPU floor | agent runs | claims | landing pushes | non-ff retries |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| workers | makespan | tasks / min | vs 5 workers | landing share of task time | machine CPU | CPU floor | agent runs | claims | claim pushes | landing pushes | non-ff retries |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip
     for r in rows:
         ratio = f"{r['per_minute'] / five['per_minute']:.2f}x" if five else "-"
         lines.append(
             f"| {r['workers']} | {r['makespan']:.1f} s | {r['per_minute']:.1f} | {ratio} | {r['landing_share']:.0%} "
             f"| {r['cpu']:.0f} s | {r['cpu'] / CORES:.1f} s "
-            f"| {r['agent_runs']} | {r['claims']} | {r['pushes']} | {r['retries']} |"
+            f"| {r['agent_runs']} | {r['claims']} | {r['claim_pushes']} | {r['pushes']} | {r['retries']} |"
         )
     reasons = sorted({m for r in rows for m in r["rerun_reasons"]})
     if reasons:
