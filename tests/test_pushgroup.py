@@ -58,7 +58,7 @@ class Server:
 
     def wait_blocked(self) -> None:
         events = self.dir / "events"
-        while not (events.exists() and "waiting" in events.read_text()):
+        while not (events.exists() and "waiting" in events.read_text()):  # polling the real hook process
             threading.Event().wait(0.01)
         events.unlink()
 
@@ -92,7 +92,7 @@ def _meet(server: Server, group: PushGroup, first: str, others: list[str], got: 
         t = threading.Thread(target=_acquire, args=(server.service(group), scope, got))
         t.start()
         threads.append(t)
-    while group.members < 1 + len(others):  # every one of them is in the group, waiting
+    while group.members < 1 + len(others):  # polling the other threads until each is in the group, waiting
         threading.Event().wait(0.01)
     server.open_gate()
     for t in threads:
@@ -151,7 +151,7 @@ def test_claims_wait_for_a_push_that_goes_first_then_go_together(tmp_path):
         threads = [threading.Thread(target=_acquire, args=(server.service(group), s, got)) for s in ("p", "q")]
         for t in threads:
             t.start()
-        while group.members < 2:
+        while group.members < 2:  # polling the threads until both are in the group
             threading.Event().wait(0.01)
         assert server.pushes() == [] and got == {}  # both wait for the push that goes first
     for t in threads:

@@ -2,7 +2,8 @@
 
 A pid alone is not an identity (pids are reused), so a holder is recorded as (pid, start time): the start
 time in clock ticks since boot, field 22 of ``/proc/PID/stat``. Linux only; elsewhere the start time is None
-and callers treat liveness as unknown. Standard library only.
+and callers treat liveness as unknown. And ``site_packages``: this process's own packages back, for a hook
+started without them. Standard library only.
 """
 
 from __future__ import annotations
@@ -36,3 +37,15 @@ def same_process(pid: int, start: int | None) -> bool:
 def can_tell() -> bool:
     """Whether this host shows process start times (``/proc``): without them no rule may judge a pid."""
     return process_start(os.getpid()) is not None
+
+
+def site_packages() -> None:
+    """site-packages back on ``sys.path`` in a process started without them (``python -S``: git's hooks, whose
+    start-up skips ``site``), once; nothing in any other process. What needs a package from there
+    (``cryptography``, to verify a signature) calls this first."""
+    import sys
+
+    if sys.flags.no_site and "site" not in sys.modules:
+        import site
+
+        site.main()

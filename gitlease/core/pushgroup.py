@@ -94,7 +94,7 @@ class PushGroup:
             merged = first.push([u for m in group for u in m.updates], Transaction(timeout))
             if merged.ok or merged.ambiguous:
                 for m in group:
-                    mine = {u.ref for u in m.updates}
+                    mine = m.refs
                     m.out = Outcome(
                         ok=merged.ok,
                         ambiguous=merged.ambiguous,

@@ -299,10 +299,9 @@ def pre_push(remote: str, url: str) -> int:
     quick = quickpush.Quick(remote, url, data, lease_config(also=r"|remote\..*\.mirror$"), git_dir())
     if quick.allowed:
         return 0
-    if sys.flags.no_site:
-        import site
+    from gitlease.core.procs import site_packages
 
-        site.main()
+    site_packages()
     from gitlease.enforce.verify import pre_push as check_push
 
     ok, lines, code = check_push(remote, url, data, quick.given())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gitlease.core.errors import InvalidRecord
+from gitlease.core.procs import site_packages
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
@@ -135,7 +136,7 @@ def verify(armored: str | bytes, data: bytes, namespace: str) -> str:
     except _Malformed as exc:
         raise InvalidRecord(f"malformed signature: {exc}") from None
 
-    _site_packages()
+    site_packages()  # a hook started with python -S
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -144,14 +145,3 @@ def verify(armored: str | bytes, data: bytes, namespace: str) -> str:
     except (InvalidSignature, ValueError):
         raise InvalidRecord("signature does not verify") from None
     return KEY_TYPE + " " + _b64(public)
-
-
-def _site_packages() -> None:
-    """site-packages back on ``sys.path`` in a process started without them (``python -S``: git's hooks, whose
-    start-up skips ``site``; ``cryptography``, for a signature, is the one package from there they need)."""
-    import sys
-
-    if sys.flags.no_site and "site" not in sys.modules:
-        import site
-
-        site.main()
