@@ -1077,6 +1077,57 @@ def test_a_task_that_comes_while_a_landing_pushes_boards_the_next_ride_meanwhile
     assert [e.kind for e in events].count("running") == 2 and world.lease_refs() == []
 
 
+def test_the_riders_of_a_push_hear_it_landed_while_the_next_ride_is_still_boarding(world):
+    """q2 boards the next ride while q1's landing push runs, and its boarding does not end until q1 has heard
+    (its "landed" event) that its push landed: q1's outcome is told as soon as the push ends, not once the
+    next ride is ready (a slow boarding, many rebases, used to hold every rider of the push before it)."""
+    import threading
+
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    gate = world.root / "go"
+    q1_landed, q2_boarding = threading.Event(), threading.Event()
+    seen: dict = {"landing pushes": 0}
+
+    def hook(runner):
+        lander, store = runner.lander, runner.svc.store
+        real_apply, real_board = store.apply, lander._board
+
+        def board(t, onto):
+            if t.at.task.id == "q2" and seen["landing pushes"] == 1:
+                q2_boarding.set()
+                # set by q1's attempt thread the moment it says "landed"
+                seen["q1 heard while q2 boarded"] = q1_landed.wait(60)
+            return real_board(t, onto)
+
+        def apply(updates, **kw):
+            if any(spec.endswith(":refs/heads/main") for spec in kw.get("extra_refspecs", ())):
+                seen["landing pushes"] += 1
+                if seen["landing pushes"] == 1:
+                    gate.write_text("go\n")  # q2's agent ends, and q2 enters the lane while this push runs
+                    seen["q2 boarding during the push"] = q2_boarding.wait(60)
+            return real_apply(updates, **kw)
+
+        store.apply, lander._board = apply, board
+
+    def on_event(e):
+        events.append(e)
+        if e.kind == "landed" and e.task == "q1":
+            q1_landed.set()
+
+    tasks = [{"id": "q1", "paths": ["src/a/x.py"]}, {"id": "q2", "paths": ["src/b/y.py"], "wait": str(gate)}]
+    events: list = []
+    summary = run_queue(
+        str(a), tasks, command=world.command, land="main", workers=2, runner_hook=hook, on_event=on_event
+    )
+    lines = [e.line() for e in events]
+    assert summary.done == ["q1", "q2"] and summary.failed == [] and summary.land_retries == 0, lines
+    assert seen["q2 boarding during the push"] and seen["q1 heard while q2 boarded"], (seen, lines)
+    assert seen["landing pushes"] == 2 and world.landed()[-2:] == ["task q1", "task q2"]
+    assert world.lease_refs() == []
+
+
 def test_a_ride_boarded_onto_a_push_that_did_not_land_is_undone_and_lands_afresh(world):
     """Another pusher moves main while q1's landing push waits, after q2 boarded onto the commit that push
     was to land: q1's push is refused, q2's boarding is undone (its renew lock let go, back in the lane), and

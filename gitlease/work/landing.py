@@ -99,6 +99,7 @@ class Lander:
         self._rng = random.Random()
         self._tip: str | None = None  # the base branch as our last ride landed it (None: not known)
         self._next: Boarded | None = None  # the next ride, boarded while the last one pushed (_board_next)
+        self._boarder: threading.Thread | None = None  # the thread boarding it (joined before it is taken)
         self._reader: LeaseService | None = None  # the store read by _board_next (beside the push's own)
         self._solo = False  # nobody else seen landing on it since: the next ride starts from _tip, unfetched
         self.rides = 0  # pushes made
@@ -124,8 +125,8 @@ class Lander:
     # ------------------------------------------------------------------------------ the train
     def _loop(self) -> None:
         while True:
+            boarded = self._take_next()
             with self._cond:
-                boarded, self._next = self._next, None
                 if boarded is not None:
                     train = boarded.train
                 elif not self._lane:
@@ -404,41 +405,27 @@ class Lander:
 
     def _apply(self, updates: list[RefUpdate], specs: list[str], tips: dict[str, str]):
         """The landing push. While it runs, the tasks in the lane, and those that come, board the next ride onto
-        the commit it lands (_board_next): a ride's check and rebases then cost no time between two pushes."""
+        the commit it lands (_board_next, in a thread of its own): a ride's check and rebases then cost no time
+        between two pushes, and the riders of this push hear its outcome as soon as it is known, not when that
+        boarding ends (the next ride waits for it: _take_next)."""
         r = self.r
-
-        def push():
+        onto = self._landing_tip(tips)
+        pushed = threading.Event()
+        if onto is not None and not r.kill.is_set():
+            self._boarder = threading.Thread(
+                target=self._board_next, args=(onto, pushed), name="gitlease-lander-board", daemon=True
+            )
+            self._boarder.start()
+        try:
             # not while a worker fetches: the push moves refs/remotes/<remote>/<branch> too, and the fetch's
             # update of it would fail ("cannot lock ref ... is at X but expected Y"); the workers' claims that
             # come meanwhile wait for it, then go together (core/pushgroup.py)
             with gitcmd.deadline(float(r.svc.settings.timeout)), r._fetch_lock, r.claims.first():
                 return r.svc.store.apply(updates, extra_refspecs=specs)
-
-        onto = self._landing_tip(tips)
-        if onto is None or r.kill.is_set():
-            return push()
-        box: dict = {}
-        pushed = threading.Event()
-
-        def run() -> None:
-            try:
-                box["out"] = push()
-            except BaseException as exc:  # handed to the lander, which raises it as its own
-                box["exc"] = exc
-            finally:
-                pushed.set()
-                with self._cond:
-                    self._cond.notify_all()  # the boarding ends
-
-        pusher = threading.Thread(target=run, name="gitlease-lander-push", daemon=True)
-        pusher.start()
-        try:
-            self._board_next(onto, pushed)
         finally:
-            pusher.join()
-        if "exc" in box:
-            raise box["exc"]
-        return box["out"]
+            pushed.set()
+            with self._cond:
+                self._cond.notify_all()  # the boarding ends
 
     def _board_next(self, onto: str, pushed: threading.Event) -> None:
         """Until ``pushed``, board the tasks in the lane, and each that comes, onto ``onto`` (the commit the push
@@ -473,6 +460,10 @@ class Lander:
                 self._next = ready
 
     def _take_next(self) -> Boarded | None:
+        """The ride boarded during the last push (None: none), once its boarding has ended."""
+        boarder, self._boarder = self._boarder, None
+        if boarder is not None:
+            boarder.join()
         with self._cond:
             boarded, self._next = self._next, None
         return boarded
