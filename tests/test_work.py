@@ -1014,10 +1014,10 @@ def test_a_runner_landing_alone_starts_its_next_ride_from_its_last_landing_until
     assert world.landed()[-4:] == ["task s1", "task s2", "bump", "task s3"]
 
 
-def _pipeline_world(world, *, bump: bool):
+def _pipeline_world(world, *, bump: bool, land: str | None = "main"):
     """Two tasks, q1 and q2, on two workers; q2's agent ends only once q1's landing push is under way. The
     push waits (a seam on the store) until q2 has boarded the next ride, or 60 s; with ``bump``, another pusher
-    then moves main first. Returns (summary, events, seen)."""
+    then moves main first. ``land`` None: each task to its own branch. Returns (summary, events, seen)."""
     import threading
 
     from gitlease.work.runner import run_queue
@@ -1043,7 +1043,8 @@ def _pipeline_world(world, *, bump: bool):
             return real_board(t, onto)
 
         def apply(updates, **kw):
-            if not any(spec.endswith(":refs/heads/main") for spec in kw.get("extra_refspecs", ())):
+            branch = ":refs/heads/main" if land else ":refs/heads/work/"
+            if not any(branch in spec for spec in kw.get("extra_refspecs", ())):
                 return real_apply(updates, **kw)
             seen["landing pushes"] += 1
             if seen["landing pushes"] == 1:
@@ -1059,7 +1060,7 @@ def _pipeline_world(world, *, bump: bool):
     tasks = [{"id": "q1", "paths": ["src/a/x.py"]}, {"id": "q2", "paths": ["src/b/y.py"], "wait": str(gate)}]
     events: list = []
     summary = run_queue(
-        str(a), tasks, command=world.command, land="main", workers=2, runner_hook=hook, on_event=events.append
+        str(a), tasks, command=world.command, land=land, workers=2, runner_hook=hook, on_event=events.append
     )
     return summary, events, seen
 
@@ -1074,6 +1075,19 @@ def test_a_task_that_comes_while_a_landing_pushes_boards_the_next_ride_meanwhile
     assert seen["q2 boarded onto"] == seen["first tip"]  # onto what it landed
     assert seen["landing pushes"] == 2 and seen["fetches"] == 1, seen  # the second ride fetched nothing
     assert world.landed()[-2:] == ["task q1", "task q2"]
+    assert [e.kind for e in events].count("running") == 2 and world.lease_refs() == []
+
+
+def test_without_land_a_task_that_comes_while_a_ride_pushes_boards_the_next_one_meanwhile(world):
+    """Without --land (each task to its own branch) q2, ready while q1's ride pushes, is checked over the newest
+    base fetched while that push runs, and its own push follows with no fetch and no check in between."""
+    summary, events, seen = _pipeline_world(world, bump=False, land=None)
+    lines = [e.line() for e in events]
+    assert summary.done == ["q1", "q2"] and summary.failed == [] and summary.land_retries == 0, lines
+    assert seen["during the push"], lines  # boarded while the first push ran
+    assert seen["landing pushes"] == 2 and seen["fetches"] == 1, seen  # the second ride fetched nothing
+    for t in ("q1", "q2"):
+        assert git(world.remote, "log", "--format=%s", "-1", f"work/{t}").strip() == f"task {t}"
     assert [e.kind for e in events].count("running") == 2 and world.lease_refs() == []
 
 

@@ -26,7 +26,8 @@ commits leave its scope, or whose lease is lost leaves the train (the others go 
 the push means what the task wrote was not protected: it runs again. A landing that fails for no fault of the
 task (its lease lost in the landing push, the server away, the retries spent) parks its verified commit on the
 store, and only its landing is tried again: the agent does not run again for a fault that is not its own.
-Without ``--land`` each task's own branch ``work/<id>`` rides the same train.
+Without ``--land`` each task's own branch ``work/<id>`` rides the same train, and the next ride boards the same way
+while a push is under way (judged over the newest base this runner fetched; nothing to rebase).
 """
 
 from __future__ import annotations
@@ -172,7 +173,9 @@ class Lander:
                 self._pause(i)
             if boarded is not None:
                 ready, boarded = boarded, None
-                if ready.riders and ready.base == self._tip:  # the push it was boarded onto landed
+                # the push it was boarded during landed (one that did not undid it: _push_riders); with --land,
+                # onto the commit that push landed, without, over a base (no rebase onto anything)
+                if ready.riders and (ready.base == self._tip or not r.opts.land):
                     if self._push(ready.riders, ready.tips):
                         return
                     continue
@@ -409,7 +412,7 @@ class Lander:
         between two pushes, and the riders of this push hear its outcome as soon as it is known, not when that
         boarding ends (the next ride waits for it: _take_next)."""
         r = self.r
-        onto = self._landing_tip(tips)
+        onto = self._landing_tip(tips) if r.opts.land else self._newest_base()
         pushed = threading.Event()
         if onto is not None and not r.kill.is_set():
             self._boarder = threading.Thread(
@@ -427,11 +430,19 @@ class Lander:
             with self._cond:
                 self._cond.notify_all()  # the boarding ends
 
+    def _newest_base(self) -> str | None:
+        """Without --land: the newest commit of the base branch this runner fetched (for a ride or a task's
+        worktree), at least as new as the base of every task ready now (None: none fetched yet). Their commits
+        are judged over it: an older one would count commits that landed on it since as theirs."""
+        fetched = self.r._fetched
+        return fetched[1] if fetched is not None else None
+
     def _board_next(self, onto: str, pushed: threading.Event) -> None:
-        """Until ``pushed``, board the tasks in the lane, and each that comes, onto ``onto`` (the commit the push
-        under way lands), as a ride would: checked on a read of the store of its own, their releases taken,
-        their commits rebased one onto the other. Kept in ``_next`` for the lander's next turn. Never raises:
-        whatever goes wrong puts the tickets back in the lane, as they were, for an ordinary ride."""
+        """Until ``pushed``, board the tasks in the lane, and each that comes, onto ``onto`` (with --land: the
+        commit the push under way lands; without: the base they are judged over, _newest_base), as a ride would:
+        checked on a read of the store of its own, their releases taken, their commits rebased one onto the other
+        (with --land). Kept in ``_next`` for the lander's next turn. Never raises: whatever goes wrong puts the
+        tickets back in the lane, as they were, for an ordinary ride."""
         from gitlease.service.factory import open_service
 
         r = self.r
