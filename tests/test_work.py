@@ -334,6 +334,20 @@ def test_without_land_each_task_gets_its_own_branch_and_a_restart_resumes(world)
     assert summary["attempts"] == 1 and summary["done"] == ["r1", "r2"]  # r1 was not run again
 
 
+def test_without_land_a_remote_with_no_default_branch_is_a_usage_error_before_any_claim(world):
+    """Without --land tasks start from the remote's default branch: a remote whose HEAD names no branch is said
+    once, exit 2, before any task is claimed (not three failed attempts of every task)."""
+    a = world.clone("a")
+    git(world.remote, "symbolic-ref", "HEAD", "refs/heads/nothing")
+    q = world.queue([{"id": "r1", "paths": ["src/a/x.py"]}, {"id": "r2", "paths": ["src/b/y.py"]}])
+    res = work(a, str(q), "--", *world.command)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    said = res.stderr.strip().splitlines()
+    assert len(said) == 1 and "has no default branch to start tasks from; pass --land" in said[0], res.stderr
+    assert "Traceback" not in res.stderr
+    assert git(world.remote, "for-each-ref", "refs/leases/") == ""  # no claim, no outcome, no audit entry
+
+
 def _start(cwd, *args):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     # the git-lease process itself (what ``git lease`` runs): the signal goes to the runner, as a terminal's

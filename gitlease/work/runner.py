@@ -296,6 +296,9 @@ class Runner:
         start = self.clock.monotonic()
         for line in self.svc.warnings:  # the doctor's verdict, said once (gitlease/service/verdict.py)
             self.emit("warning", -1, message=line)
+        if not self.opts.land:  # no default branch to start from: a usage error now, before any task is claimed
+            with contextlib.suppress(RemoteUnavailable):  # the store away: each attempt asks again (and retries)
+                self._base_branch()
         # counts only (gitlease/liveness/interrupts.py); acted on below, in this thread
         interrupts = self._interrupts = Interrupts().install() if handle_signals else None
         try:
