@@ -348,6 +348,53 @@ def test_without_land_a_remote_with_no_default_branch_is_a_usage_error_before_an
     assert git(world.remote, "for-each-ref", "refs/leases/") == ""  # no claim, no outcome, no audit entry
 
 
+def test_a_claim_released_after_the_planning_read_is_not_reported_as_an_unclear_claim(world, monkeypatch):
+    """A planning step's read of the store may still list a claim this runner's own attempt released just after
+    (two workers: one reads while the other's attempt ends). Settling it finds it gone: nothing to settle and
+    nothing to say (it was said as an "error" event about an "unclear claim"). The seam: the worker's read
+    right after r1's failed first attempt is the read taken while that attempt ran."""
+    from gitlease.service.leases import LeaseService
+    from gitlease.work.runner import run_queue
+
+    a = world.clone("a")
+    real_snapshot = LeaseService.snapshot
+    stale: dict = {}
+
+    def snapshot(self, *args, **kw):
+        import threading
+
+        if stale.get("armed") and threading.current_thread().name.startswith("gitlease-work-"):
+            stale["armed"] = False
+            stale["served"] = True
+            return stale["snap"]
+        return real_snapshot(self, *args, **kw)
+
+    monkeypatch.setattr(LeaseService, "snapshot", snapshot)
+    seen: dict = {}
+    events: list = []
+
+    def on_event(e):
+        events.append(e)
+        if e.kind == "running" and e.task == "r1" and "snap" not in stale:
+            stale["snap"] = real_snapshot(seen["runner"].svc, use_cache=False)  # r1's claim listed
+        if e.kind == "retry" and e.task == "r1":
+            stale["armed"] = True  # its lease released: the next planning read is the one above
+
+    summary = run_queue(
+        str(a),
+        [{"id": "r1", "paths": ["src/a/x.py"], "fail": 1}],
+        command=world.command,
+        land="main",
+        runner_hook=lambda r: seen.setdefault("runner", r),
+        on_event=on_event,
+    )
+    lines = [e.line() for e in events]
+    assert summary.done == ["r1"] and stale.get("served"), lines
+    assert any(ref.endswith("/r1") for v in stale["snap"].leases for ref in v.task_refs), "it lists r1's claim"
+    assert [e for e in events if e.kind == "error"] == [], lines
+    assert world.landed()[-1] == "task r1" and world.lease_refs() == []
+
+
 def _start(cwd, *args):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     # the git-lease process itself (what ``git lease`` runs): the signal goes to the runner, as a terminal's

@@ -445,7 +445,8 @@ class Grants(ServiceBase):
             self.forget(lease_id)
             raise LeaseLost(
                 f"lease lost or replaced: {lease_id} was already gone from the store (reclaimed, or cleared after "
-                f"it expired: git lease log --lease {lease_id})"
+                f"it expired: git lease log --lease {lease_id})",
+                gone=True,
             )
         raise LeaseLost(f"lease lost or replaced: {lease_id} changed on the store; nothing was released")
 

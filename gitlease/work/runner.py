@@ -559,7 +559,10 @@ class Runner:
             tsvc._remember(rec, v.current_oid or v.grant_oid, v.grant_oid or v.current_oid, task_id)
             tsvc.release(v.lease_id)
         except GitLeaseError as exc:
-            self.emit("error", n, task_id, message=f"an unclear claim of this runner ({v.lease_id}): {exc.message}")
+            # gone since this step's read (its attempt released it meanwhile): nothing to settle, and nothing to
+            # say; this step counts it as claimed, as it read it, and the next step's read no longer lists it
+            if not (isinstance(exc, LeaseLost) and exc.details.get("gone")):
+                self.emit("error", n, task_id, message=f"an unclear claim of this runner ({v.lease_id}): {exc.message}")
             return False
         self.emit("released", n, task_id, message=f"an unclear claim of this runner ({v.lease_id}) settled")
         return True
