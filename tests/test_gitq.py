@@ -184,6 +184,17 @@ def test_commit_parents_and_read_objects(make_repo):
     assert gitq.commit_parents(gitq.read_objects(repo, [first])[first][1]) == ()
 
 
+def test_all_reached_walks_once_and_takes_no_argument_for_an_option(make_repo):
+    repo = make_repo()
+    first = gitq.head_commit(repo)
+    second = commit_file(repo, "f", "x\n")
+    git(repo, "checkout", "-q", "-b", "side", first)
+    side = commit_file(repo, "g", "y\n")
+    assert gitq.all_reached(repo, second, [first, second])
+    assert not gitq.all_reached(repo, second, [first, side])  # side is not on it
+    assert not gitq.all_reached(repo, second, ["--all"]) and not gitq.all_reached(repo, second, [first[:12]])
+
+
 def test_parse_oid_ref_lines():
     assert gitq.parse_oid_ref_lines(f"{'a' * 40} refs/heads/x\n", " ") == {"refs/heads/x": "a" * 40}
     assert gitq.parse_oid_ref_lines(f"ref: refs/heads/main\tHEAD\n{'b' * 40}\tHEAD\n") == {"HEAD": "b" * 40}

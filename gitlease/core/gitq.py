@@ -293,7 +293,10 @@ def is_ancestor(where: Where, ancestor: str, commit: str) -> bool:
 
 def all_reached(where: Where, tip: str, commits: Sequence[str]) -> bool:
     """Whether ``tip`` reaches every one of ``commits`` (each is it or an ancestor), in one walk; False also when
-    git cannot tell (a commit it does not have): ask ``is_ancestor`` of each then."""
+    git cannot tell (a commit it does not have, or one not named by its full object id: no argument here is taken
+    for an option): ask ``is_ancestor`` of each then."""
+    if not all(OID_RE.fullmatch(c) for c in commits):
+        return False
     res = _git(where, ["rev-list", "--max-count=1", *commits, "--not", tip, "--"])
     return res.returncode == 0 and not res.out.strip()
 

@@ -54,7 +54,6 @@ from gitlease.enforce import rules as enforce
 
 ZERO = re.compile(r"^0+$")
 MAX_AUDIT_CHAIN = 2000  # entries one push may append to one audit ref (a batched sweep: ops.sweep.MAX_BATCH_REFS)
-_FULL_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 LEASE_OPTION = re.compile(r"lease=(lease_[0-9a-z]{6,40})")  # fullmatch: "lease=ID\n" is no claim
 
 
@@ -344,7 +343,7 @@ class _Push:
             by_tip.setdefault(tip, []).append((ref, landed, branch))
         for tip, claims in by_tip.items():
             commits = [landed for _r, landed, _b in claims]
-            if all(_FULL_OID.fullmatch(c) for c in commits) and gitq.all_reached(HOOK, tip, commits):
+            if gitq.all_reached(HOOK, tip, commits):
                 continue
             for ref, landed, branch in claims:
                 if not gitq.is_ancestor(HOOK, landed, tip):

@@ -173,8 +173,8 @@ class Lander:
                 self._pause(i)
             if boarded is not None:
                 ready, boarded = boarded, None
-                # the push it was boarded during landed (one that did not undid it: _push_riders); with --land,
-                # onto the commit that push landed, without, over a base (no rebase onto anything)
+                # the push it was boarded during landed (one that did not land undid it: _push_riders); with
+                # --land it was rebased onto the commit that push landed, without it onto nothing
                 if ready.riders and (ready.base == self._tip or not r.opts.land):
                     if self._push(ready.riders, ready.tips):
                         return
